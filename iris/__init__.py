@@ -1,0 +1,23 @@
+"""iris: multi-GPU programming in Triton on a symmetric heap.
+
+Importing iris chooses the backend (``IRIS_BACKEND``: cuda, simulation or cpu; automatic by default). On
+the cpu backend it switches Triton to its interpreter, so import iris before anything imports triton.
+"""
+
+from iris.host import backend as _backend  # noqa: F401  (first: may set TRITON_INTERPRET)
+from iris.bench.do_bench import do_bench
+from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
+                         atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate)
+from iris.host.context import Iris, iris
+from iris.host.distributed import RankTimeoutError
+from iris.host.launcher import RankError, RankPool, launch, run
+from iris.host.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "iris", "Iris", "DeviceContext", "translate", "load", "store", "get", "put", "copy", "atomic_add", "atomic_sub",
+    "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "atomic_min", "atomic_max", "atomic_cas", "do_bench",
+    "launch", "run", "RankPool", "RankError", "RankTimeoutError", "set_logger_level", "DEBUG", "INFO", "WARNING",
+    "ERROR",
+]

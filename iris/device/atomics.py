@@ -1,0 +1,92 @@
+"""Remote atomics.
+
+The calling rank is ``from_rank``; the atomic is performed on ``pointer`` translated into ``to_rank``'s
+heap, and the old value comes back to the caller.
+
+Memory ordering, as in Triton (and the PTX memory model):
+``sem`` is ``"relaxed"``, ``"acquire"``, ``"release"`` or ``"acq_rel"`` (``None`` means ``"acq_rel"``);
+``scope`` is ``"cta"``, ``"gpu"`` or ``"sys"`` (``None`` means ``"gpu"``). A release makes the caller's
+earlier writes visible to any thread that later acquires the same location *within the scope*. A flag
+that a thread on another GPU reads must use ``scope="sys"``: a ``gpu``-scope release does not order the
+writes for a reader on another device.
+
+Types follow Triton: 32- and 64-bit integers and floats everywhere, fp16/bf16 for ``atomic_add`` only;
+8- and 16-bit integers are refused at compile time with an error naming the operation and type.
+"""
+
+import triton
+import triton.language as tl
+
+from iris.device.translate import translate
+
+
+@triton.jit
+def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    """``*remote += val``; returns the old value."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    return tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    """``*remote -= val``; returns the old value (an add of ``-val``: the hardware has no subtract)."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    return tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+                scope: tl.constexpr = None, hint: tl.constexpr = None):
+    """``*remote = val``; returns the old value."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    return tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    """``*remote &= val``; returns the old value."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    return tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+              scope: tl.constexpr = None, hint: tl.constexpr = None):
+    """``*remote |= val``; returns the old value."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    return tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    """``*remote ^= val``; returns the old value."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    return tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    """``*remote = min(*remote, val)``; returns the old value."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    return tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    """``*remote = max(*remote, val)``; returns the old value."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    return tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    """If ``*remote == cmp`` then ``*remote = val``; returns the old value either way."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    return tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)

@@ -1,0 +1,83 @@
+"""Remote memory access: load, store, get, put, copy.
+
+Data always moves from ``from_rank`` to ``to_rank``. In ``load`` and ``get`` the calling rank is
+``to_rank``; in ``store`` and ``put`` it is ``from_rank``; ``copy`` may move data between any two ranks
+and takes the caller as ``cur_rank``. Pointers that get translated point into the calling rank's heap.
+
+These are plain (weak) accesses: they carry no ordering. To publish data to a peer, follow the stores
+with a release atomic on a flag (``atomic_xchg(..., sem="release", scope="sys")``) and have the reader
+acquire that flag before it loads; see ``examples/07_message_passing.py``.
+
+Cache modifiers are passed to Triton unchanged. On NVIDIA loads accept ``".ca"`` (cache in L1 and L2),
+``".cg"`` (L2 only), ``".cv"`` (do not cache, fetch again); stores accept ``".wb"``, ``".cg"``, ``".cs"``
+(streaming) and ``".wt"``. ``None`` keeps the compiler's default.
+"""
+
+import triton
+import triton.language as tl
+
+from iris.device.translate import translate
+
+
+@triton.jit
+def _ld(ptr, mask, other, cache_modifier: tl.constexpr, volatile: tl.constexpr):
+    if cache_modifier is None:
+        return tl.load(ptr, mask=mask, other=other, volatile=volatile)
+    else:
+        return tl.load(ptr, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+
+
+@triton.jit
+def _st(ptr, value, mask, cache_modifier: tl.constexpr):
+    if cache_modifier is None:
+        tl.store(ptr, value, mask=mask)
+    else:
+        tl.store(ptr, value, mask=mask, cache_modifier=cache_modifier)
+
+
+@triton.jit
+def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_modifier: tl.constexpr = None,
+         volatile: tl.constexpr = False, hint: tl.constexpr = None):
+    """Read ``pointer`` from ``from_rank``'s heap into registers of the calling rank (``to_rank``)."""
+    remote = translate(pointer, to_rank, from_rank, heap_bases, hint)
+    return _ld(remote, mask, other, cache_modifier, volatile)
+
+
+@triton.jit
+def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, hint: tl.constexpr = None,
+          cache_modifier: tl.constexpr = None):
+    """Write ``value`` from the calling rank (``from_rank``) to ``pointer`` in ``to_rank``'s heap."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    _st(remote, value, mask, cache_modifier)
+
+
+@triton.jit
+def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
+        load_cache_modifier: tl.constexpr = None, store_cache_modifier: tl.constexpr = None,
+        hint: tl.constexpr = None):
+    """Copy ``from_ptr`` in ``from_rank``'s heap to ``to_ptr`` in the calling rank's (``to_rank``) memory."""
+    remote = translate(from_ptr, to_rank, from_rank, heap_bases, hint)
+    value = _ld(remote, mask, other, load_cache_modifier, False)
+    _st(to_ptr, value, mask, store_cache_modifier)
+
+
+@triton.jit
+def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
+        load_cache_modifier: tl.constexpr = None, store_cache_modifier: tl.constexpr = None,
+        hint: tl.constexpr = None):
+    """Copy ``from_ptr`` in the calling rank's (``from_rank``) memory to ``to_ptr`` in ``to_rank``'s heap."""
+    value = _ld(from_ptr, mask, other, load_cache_modifier, False)
+    remote = translate(to_ptr, from_rank, to_rank, heap_bases, hint)
+    _st(remote, value, mask, store_cache_modifier)
+
+
+@triton.jit
+def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, other=None,
+         load_cache_modifier: tl.constexpr = None, store_cache_modifier: tl.constexpr = None,
+         hint: tl.constexpr = None):
+    """Copy ``src_ptr`` on ``from_rank`` to ``dst_ptr`` on ``to_rank``; both pointers are given in the
+    calling rank's (``cur_rank``) heap, and either end may be the caller or a third rank."""
+    src = translate(src_ptr, cur_rank, from_rank, heap_bases, hint)
+    dst = translate(dst_ptr, cur_rank, to_rank, heap_bases, hint)
+    value = _ld(src, mask, other, load_cache_modifier, False)
+    _st(dst, value, mask, store_cache_modifier)

@@ -1,0 +1,30 @@
+"""Address translation: the one place that computes a peer's address.
+
+Every rank maps every peer's symmetric heap and keeps ``heap_bases[r]``, the address at which rank ``r``'s
+heap appears in *this* process. An allocation lands at the same offset on every rank, so a pointer into
+our heap becomes a pointer into a peer's heap by swapping the base:
+
+    remote = ptr - heap_bases[from_rank] + heap_bases[to_rank]
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def translate(ptr, from_rank, to_rank, heap_bases, hint: tl.constexpr = None):
+    """Translate ``ptr``, an address in ``from_rank``'s heap as this process sees it, to ``to_rank``'s heap.
+
+    ``ptr`` may be a scalar pointer or a block of pointers. ``hint`` (an int or a tuple, one entry per
+    dimension) restates the alignment and contiguity that the arithmetic hides from the compiler, so
+    that remote accesses stay vectorised: the same value ``tl.multiple_of`` / ``tl.max_contiguous`` take.
+    """
+    from_base = tl.load(heap_bases + from_rank)
+    to_base = tl.load(heap_bases + to_rank)
+    # Byte arithmetic on an int8 pointer: the offset is in bytes whatever the element type.
+    offset = tl.cast(ptr, tl.uint64) - from_base.to(tl.uint64)
+    remote = tl.cast(to_base, tl.pointer_type(tl.int8)) + offset
+    remote = tl.cast(remote, ptr.dtype)
+    if hint is not None:
+        remote = tl.max_contiguous(tl.multiple_of(remote, hint), hint)
+    return remote

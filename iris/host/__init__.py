@@ -1,0 +1,1 @@
+"""Host side: context, heap, memory backends, process-group plumbing, launcher."""

@@ -1,0 +1,264 @@
+"""``Iris``: the host side of one rank: its heap, its peers, and PyTorch-style tensor creation on the heap."""
+
+import math
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from iris.host import backend as _backend
+from iris.host.distributed import StoreBarrier, all_gather_object, default_store, device_synchronize, \
+    ensure_process_group
+from iris.host.heap import SymmetricHeap
+from iris.host.logging import RankLogger
+from iris.host.memory import CudaIpcMemory, SharedMemory
+from iris.host.tensors import TensorFactory
+
+ALLOCATORS = ("torch", "vmem")
+# Device-barrier flags live in a reserved region at the start of the heap: one int32[world_size] array for
+# every subset of ranks, at an offset computed from the subset's bit mask, so every member finds its
+# group's flags at the same offset without any extra collective. 2**8 subsets x 8 ranks x 4 B = 8 KiB.
+MAX_DEVICE_BARRIER_WORLD = 10
+
+_context_serial = 0  # advances on every rank with each (collective) context creation
+
+
+def _normalize_engines(engines):
+    if engines is None:
+        return ()
+    if isinstance(engines, str):
+        return (engines,)
+    return tuple(engines)
+
+
+class Iris(TensorFactory, RankLogger):
+    """One rank's view of the symmetric heap.
+
+    Construction is collective: every rank of the default process group must create its context with the
+    same ``heap_size``. Prefer the factory ``iris.iris(...)``.
+    """
+
+    def __init__(self, heap_size=1 << 30, allocator_type="torch", engines=(), timeout_s=None):
+        global _context_serial
+        allocator_type = os.environ.get("IRIS_ALLOCATOR", allocator_type)
+        if not isinstance(heap_size, int) or isinstance(heap_size, bool) or heap_size <= 0:
+            raise ValueError(f"iris.iris: heap_size must be a positive number of bytes, got {heap_size!r}; "
+                             "for example iris.iris(heap_size=1 << 30) for 1 GiB")
+        if allocator_type not in ALLOCATORS:
+            raise ValueError(f"iris.iris: unknown allocator_type {allocator_type!r}; use 'torch' (default) or "
+                             "'vmem'")
+        if allocator_type == "vmem":
+            raise NotImplementedError("iris.iris: allocator_type='vmem' (CUDA virtual memory) is not available in "
+                                      "this version; use allocator_type='torch'")
+        engines = _normalize_engines(engines)
+        if engines:
+            raise ValueError(f"iris.iris: engines={engines!r} is not available on this platform: 'sdma' is AMD's "
+                             "copy engine and this build has no copy-engine path; use engines=()")
+
+        self.backend = _backend.BACKEND
+        self.timeout_s = timeout_s
+        self._closed = False
+        on_cpu = self.backend == "cpu"
+        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
+        if on_cpu:
+            self.device = torch.device("cpu")
+            ensure_process_group("gloo")
+        else:
+            if not torch.cuda.is_available():
+                raise RuntimeError(f"iris.iris: IRIS_BACKEND={self.backend} but no GPU is visible; unset "
+                                   "IRIS_BACKEND to use the cpu backend")
+            gpus = torch.cuda.device_count()
+            if self.backend == "simulation":
+                device_id = int(os.environ.get("RANK", local_rank)) % gpus
+            else:
+                device_id = local_rank % gpus
+            self.device = torch.device("cuda", device_id)
+            torch.cuda.set_device(self.device)
+            ensure_process_group("nccl", self.device)
+
+        self.cur_rank = dist.get_rank()
+        self.num_ranks = dist.get_world_size()
+        _context_serial += 1
+        self._serial = _context_serial
+        self._store = default_store()
+        self._barriers = {}
+
+        reserved = self._barrier_region_bytes()
+        if on_cpu:
+            memory = SharedMemory(heap_size + reserved, self.cur_rank, self.num_ranks, all_gather_object,
+                                  lambda: self.barrier())
+        else:
+            memory = CudaIpcMemory(heap_size + reserved, self.device, self.cur_rank, all_gather_object)
+        self.heap = SymmetricHeap(memory, heap_size + reserved, self.cur_rank, self.num_ranks)
+        self._barrier_flags = self.heap.allocate((reserved // 4,), torch.int32, "iris.iris").zero_()
+        self._barrier_groups = {}
+        self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=self.device)
+        self._device_context = torch.tensor([self.cur_rank, self.num_ranks] + self.heap.bases, dtype=torch.int64,
+                                            device=self.device)
+        self.barrier()
+        self.debug(f"heap of {heap_size} bytes on {self.device} ({self.backend} backend)")
+
+    # ------------------------------------------------------------------ identity
+    def get_rank(self):
+        """This process's rank in the default process group."""
+        return self.cur_rank
+
+    def get_num_ranks(self):
+        """Number of ranks (the world size)."""
+        return self.num_ranks
+
+    def get_device(self):
+        """The ``torch.device`` that holds this rank's heap (``cpu`` on the cpu backend)."""
+        return self.device
+
+    def get_device_id(self):
+        """The GPU index of this rank (several ranks share one in simulation mode); 0 on the cpu backend."""
+        return self.device.index if self.device.type == "cuda" else 0
+
+    def get_cu_count(self):
+        """Streaming multiprocessors of this rank's GPU (the CPU count on the cpu backend)."""
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_properties(self.device).multi_processor_count
+        return os.cpu_count()
+
+    def get_heap_bases(self):
+        """int64[world_size] on the device: entry r is where rank r's heap appears in this process.
+        Pass it to kernels that call the free device functions (``iris.load``, ``iris.put``, ...)."""
+        return self.heap_bases
+
+    def get_device_context(self):
+        """int64 tensor ``[rank, world_size, heap_base_0, ...]`` for ``iris.DeviceContext.initialize``."""
+        return self._device_context
+
+    def get_copy_engine_ctx(self):
+        """No copy-engine queues exist in this build (``engines=()``), so this is None, as in the reference."""
+        return None
+
+    # ------------------------------------------------------------------ heap
+    def is_symmetric(self, tensor):
+        """True when ``tensor`` lies entirely in this rank's symmetric heap."""
+        return self.heap.contains(tensor)
+
+    def check_symmetric(self, tensor, caller, name="tensor"):
+        """Raise a clear error when ``tensor`` is not on the heap (kernels would read a peer's garbage)."""
+        if not self.is_symmetric(tensor):
+            where = f"on {tensor.device}" if isinstance(tensor, torch.Tensor) else f"a {type(tensor).__name__}"
+            raise ValueError(f"{caller}: {name} is not on the symmetric heap ({where}); allocate it with ctx.zeros(...) "
+                             "/ ctx.empty(...), or copy it there with ctx.as_symmetric(t)")
+        return tensor
+
+    def check_rank(self, rank, caller, name="rank"):
+        if not isinstance(rank, int) or not 0 <= rank < self.num_ranks:
+            raise ValueError(f"{caller}: {name}={rank!r} is outside [0, {self.num_ranks}); ranks run from 0 to "
+                             f"world_size - 1 = {self.num_ranks - 1}")
+        return rank
+
+    def allocate_symmetric(self, *size, dtype=None):
+        """Collective. An uninitialised heap tensor and int64[world_size] ``peer_bases`` on the device:
+        entry r is the address of this tensor on rank r (entry ``cur_rank`` is its own ``data_ptr()``)."""
+        tensor = self.empty(*size, dtype=dtype)
+        offset = self.heap.offset_of(tensor)
+        peer_bases = torch.tensor([b + offset for b in self.heap.bases], dtype=torch.int64, device=self.device)
+        return tensor, peer_bases
+
+    # ------------------------------------------------------------------ synchronisation
+    def _group_ranks(self, group, caller):
+        if group is None:
+            return list(range(self.num_ranks))
+        ranks = dist.get_process_group_ranks(group)
+        if self.cur_rank not in ranks:
+            raise ValueError(f"{caller}: rank {self.cur_rank} is not a member of the group {ranks}")
+        return sorted(ranks)
+
+    def barrier(self, stream=None, group=None, timeout_s=None):
+        """Collective, host-blocking. Wait for this rank's device work (``stream`` only, if given), then
+        for every rank of ``group``. Raises ``iris.RankTimeoutError`` naming the ranks that did not
+        arrive after ``timeout_s`` (default ``IRIS_TIMEOUT_S`` or 300 s). Not graph-capturable; use
+        ``device_barrier`` inside graphs."""
+        device_synchronize(self.device, stream)
+        ranks = self._group_ranks(group, "Iris.barrier")
+        barrier = self._barriers.get(tuple(ranks))
+        if barrier is None:
+            name = f"{self._serial}/{'-'.join(map(str, ranks))}"
+            barrier = self._barriers[tuple(ranks)] = StoreBarrier(self._store, self.cur_rank, ranks, name)
+        barrier.wait(self.timeout_s if timeout_s is None else timeout_s, what="Iris.barrier")
+
+    def _barrier_region_bytes(self):
+        if self.num_ranks > MAX_DEVICE_BARRIER_WORLD:
+            return 4 * self.num_ranks  # the world group only
+        return (1 << self.num_ranks) * self.num_ranks * 4
+
+    def device_barrier(self, group=None):
+        """Collective over ``group``, asynchronous for the host, graph-capturable: one single-program kernel
+        on the current stream that returns once every member's kernel has arrived. Work queued before it on
+        each member's stream (including remote stores) is visible to work queued after it on every member.
+        Uses sys-scope release/acquire atomics on per-group counters on the heap; takes one SM."""
+        from iris.device.sync import _device_barrier_kernel
+
+        ranks = self._group_ranks(group, "Iris.device_barrier")
+        state = self._barrier_groups.get(tuple(ranks))
+        if state is None:
+            if self.num_ranks > MAX_DEVICE_BARRIER_WORLD:
+                if len(ranks) != self.num_ranks:
+                    raise ValueError(f"Iris.device_barrier: groups smaller than the world are supported up to "
+                                     f"{MAX_DEVICE_BARRIER_WORLD} ranks, this run has {self.num_ranks}")
+                slot = 0
+            else:
+                slot = sum(1 << r for r in ranks)
+            flags = self._barrier_flags[slot * self.num_ranks:(slot + 1) * self.num_ranks]
+            members = torch.tensor(ranks, dtype=torch.int32, device=self.device)
+            state = self._barrier_groups[tuple(ranks)] = (flags, members)
+        flags, members = state
+        _device_barrier_kernel[(1,)](flags, self.heap_bases, members, self.cur_rank, GROUP_SIZE=len(ranks),
+                                     num_warps=1)
+
+    def broadcast(self, value, src=0):
+        """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back
+        as numpy arrays (moved with a tensor broadcast), anything else as the same Python object."""
+        self.check_rank(src, "Iris.broadcast", "src")
+        header = [None]
+        if self.cur_rank == src:
+            if isinstance(value, (torch.Tensor, np.ndarray)):
+                array = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.from_numpy(
+                    np.ascontiguousarray(value))
+                header = [("tensor", tuple(array.shape), array.dtype)]
+            else:
+                header = [("object", value)]
+        dist.broadcast_object_list(header, src=src)
+        if header[0][0] == "object":
+            return header[0][1]
+        _, shape, dtype = header[0]
+        buffer = array.contiguous().to(self.device) if self.cur_rank == src else torch.empty(
+            shape, dtype=dtype, device=self.device)
+        if math.prod(shape) > 0:
+            dist.broadcast(buffer, src=src)
+        return buffer.cpu().numpy()
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self):
+        """Release the peer mappings. Tensors on the local heap stay valid while referenced."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.heap.memory.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def iris(heap_size=1 << 30, allocator_type="torch", engines=(), **kwargs):
+    """Create this rank's ``Iris`` context (collective). Initialises ``torch.distributed`` from the
+    environment (NCCL on GPUs, gloo on the cpu backend) unless the caller already did."""
+    return Iris(heap_size=heap_size, allocator_type=allocator_type, engines=engines, **kwargs)

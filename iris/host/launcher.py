@@ -1,0 +1,198 @@
+"""Start N ranks of a function on one machine, for scripts, examples and tests.
+
+``launch(fn, world_size)`` runs ``fn(*args)`` once in each of ``world_size`` fresh processes (the
+environment torchrun would give them: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR/PORT``) and
+returns the per-rank results. ``RankPool`` keeps such processes alive and runs many functions on them,
+which is how the tests avoid paying process start-up (interpreter import, process group) per test.
+``run(main)`` is the one-liner for scripts: under torchrun it calls ``main()``; otherwise it launches.
+
+Processes are spawned, not forked: CUDA and the Triton interpreter both need a fresh interpreter.
+"""
+
+import multiprocessing as mp
+import os
+import pickle
+import socket
+import time
+import traceback
+from contextlib import contextmanager
+
+from iris.host.backend import choose_backend
+
+# Multicast (NVLS) stays off in every process we start.
+_ALWAYS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+class RankError(RuntimeError):
+    """One or more ranks raised; the message holds each failing rank's traceback."""
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def _spawn_environment(backend):
+    """Children inherit os.environ at start, and read IRIS_BACKEND / TRITON_INTERPRET when they import
+    iris (before any of our code runs in them), so set those here around the start."""
+    saved = dict(os.environ)
+    os.environ.update(_ALWAYS)
+    backend = backend or os.environ.get("IRIS_BACKEND") or choose_backend()
+    os.environ["IRIS_BACKEND"] = backend
+    if backend == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        yield backend
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _set_rank_environment(rank, world_size, port):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def _call(payload):
+    fn, args, kwargs = pickle.loads(payload)
+    try:
+        return "ok", fn(*args, **kwargs)
+    except BaseException:
+        return "err", traceback.format_exc()
+
+
+def _worker(rank, world_size, port, conn):
+    _set_rank_environment(rank, world_size, port)
+    from iris.host import backend as _backend
+    from iris.host.distributed import ensure_process_group
+
+    if _backend.BACKEND == "cpu":
+        ensure_process_group("gloo")
+    else:
+        import torch
+
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        ensure_process_group("nccl", device)
+    conn.send(("ready", None))
+    while True:
+        try:
+            payload = conn.recv()
+        except EOFError:
+            break
+        if payload is None:
+            break
+        status, value = _call(payload)
+        try:
+            conn.send((status, value))
+        except Exception:  # an unpicklable result
+            conn.send(("err", traceback.format_exc()))
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class RankPool:
+    """``world_size`` long-lived rank processes; ``pool.run(fn, *args)`` runs ``fn`` on all of them and returns
+    the list of results, rank by rank. A failure on any rank raises ``RankError`` and tears the pool down (the
+    other ranks may be stuck waiting for the failed one); the next ``run`` starts it afresh."""
+
+    def __init__(self, world_size, backend=None, start_timeout_s=300):
+        self.world_size = world_size
+        self.backend = backend
+        self.start_timeout_s = start_timeout_s
+        self._procs = []
+        self._conns = []
+
+    def _start(self):
+        port = _free_port()
+        ctx = mp.get_context("spawn")
+        with _spawn_environment(self.backend):
+            for rank in range(self.world_size):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker, args=(rank, self.world_size, port, child), daemon=True)
+                proc.start()
+                child.close()
+                self._procs.append(proc)
+                self._conns.append(parent)
+        self._collect(self.start_timeout_s, "starting the ranks")
+
+    def _collect(self, timeout_s, what):
+        deadline = time.monotonic() + timeout_s
+        results, errors = [None] * self.world_size, {}
+        pending = set(range(self.world_size))
+        while pending:
+            for rank in sorted(pending):
+                conn, proc = self._conns[rank], self._procs[rank]
+                if conn.poll(0.01):
+                    status, value = conn.recv()
+                    pending.discard(rank)
+                    if status == "err":
+                        errors[rank] = value
+                        deadline = min(deadline, time.monotonic() + 15)  # the others may be waiting on it
+                    else:
+                        results[rank] = value
+                elif not proc.is_alive():
+                    pending.discard(rank)
+                    errors[rank] = f"rank {rank} died (exit code {proc.exitcode})"
+            if pending and time.monotonic() > deadline:
+                for rank in pending:
+                    errors[rank] = f"rank {rank} did not finish within the time limit"
+                self.close(force=True)
+                break
+        if errors:
+            # A failed rank may have skipped collective calls the others made; start afresh next time.
+            self.close(force=True)
+            detail = "\n".join(f"--- rank {r} ---\n{errors[r]}" for r in sorted(errors))
+            raise RankError(f"{what}: {len(errors)} of {self.world_size} ranks failed\n{detail}")
+        return results
+
+    def run(self, fn, *args, timeout_s=600, **kwargs):
+        if not self._procs:
+            self._start()
+        payload = pickle.dumps((fn, args, kwargs))
+        for conn in self._conns:
+            conn.send(payload)
+        return self._collect(timeout_s, getattr(fn, "__name__", "run"))
+
+    def close(self, force=False):
+        for conn in self._conns:
+            try:
+                if not force:
+                    conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for proc in self._procs:
+            proc.join(timeout=0 if force else 10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+        self._procs, self._conns = [], []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def launch(fn, world_size, *args, backend=None, timeout_s=600, **kwargs):
+    """Run ``fn(*args, **kwargs)`` on ``world_size`` fresh rank processes and return the results by rank.
+    ``fn`` must be importable (defined at module level). ``backend`` overrides ``IRIS_BACKEND``."""
+    with RankPool(world_size, backend=backend) as pool:
+        return pool.run(fn, *args, timeout_s=timeout_s, **kwargs)
+
+
+def run(main, world_size=2, *args, **kwargs):
+    """For scripts: under torchrun (``RANK`` is set) call ``main(*args)`` in this process; otherwise start
+    ``world_size`` ranks of it with ``launch``."""
+    if "RANK" in os.environ:
+        return [main(*args, **kwargs)]
+    return launch(main, world_size, *args, **kwargs)
