@@ -10,13 +10,13 @@ import torch.distributed as dist
 from iris.host import backend as _backend
 from iris.host.distributed import StoreBarrier, all_gather_object, default_store, device_synchronize, \
     ensure_process_group
-from iris.host.heap import SymmetricHeap
+from iris.host.heap import SymmetricHeap, align_up
 from iris.host.logging import RankLogger
 from iris.host.memory import CudaIpcMemory, SharedMemory
 from iris.host.tensors import TensorFactory
 
 ALLOCATORS = ("torch", "vmem")
-# Device-barrier flags live in a reserved region at the start of the heap: one int32[world_size] array for
+# Device-barrier flags live in a reserved region at the end of the heap: one int32[world_size] array for
 # every subset of ranks, at an offset computed from the subset's bit mask, so every member finds its
 # group's flags at the same offset without any extra collective. 2**8 subsets x 8 ranks x 4 B = 8 KiB.
 MAX_DEVICE_BARRIER_WORLD = 10
@@ -85,13 +85,13 @@ class Iris(TensorFactory, RankLogger):
         self._barriers = {}
 
         reserved = self._barrier_region_bytes()
+        total = align_up(heap_size) + reserved
         if on_cpu:
-            memory = SharedMemory(heap_size + reserved, self.cur_rank, self.num_ranks, all_gather_object,
-                                  lambda: self.barrier())
+            memory = SharedMemory(total, self.cur_rank, self.num_ranks, all_gather_object, lambda: self.barrier())
         else:
-            memory = CudaIpcMemory(heap_size + reserved, self.device, self.cur_rank, all_gather_object)
-        self.heap = SymmetricHeap(memory, heap_size + reserved, self.cur_rank, self.num_ranks)
-        self._barrier_flags = self.heap.allocate((reserved // 4,), torch.int32, "iris.iris").zero_()
+            memory = CudaIpcMemory(total, self.device, self.cur_rank, all_gather_object)
+        self.heap = SymmetricHeap(memory, heap_size, reserved, self.cur_rank, self.num_ranks)
+        self._barrier_flags = self.heap.reserved.view(torch.int32).zero_()
         self._barrier_groups = {}
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=self.device)
         self._device_context = torch.tensor([self.cur_rank, self.num_ranks] + self.heap.bases, dtype=torch.int64,
@@ -215,7 +215,8 @@ class Iris(TensorFactory, RankLogger):
 
     def broadcast(self, value, src=0):
         """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back
-        as numpy arrays (moved with a tensor broadcast), anything else as the same Python object."""
+        as numpy arrays (moved with a tensor broadcast; bfloat16 arrives as float32, which numpy lacks), anything
+        else as the same Python object."""
         self.check_rank(src, "Iris.broadcast", "src")
         header = [None]
         if self.cur_rank == src:
@@ -233,6 +234,8 @@ class Iris(TensorFactory, RankLogger):
             shape, dtype=dtype, device=self.device)
         if math.prod(shape) > 0:
             dist.broadcast(buffer, src=src)
+        if buffer.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every bf16 value exactly
+            buffer = buffer.float()
         return buffer.cpu().numpy()
 
     # ------------------------------------------------------------------ lifetime

@@ -20,14 +20,22 @@ def _format_bytes(n):
         n /= 1024
 
 
+def align_up(n):
+    return -(-n // ALIGNMENT) * ALIGNMENT
+
+
 class SymmetricHeap:
-    def __init__(self, memory, size, rank, world_size):
+    """``size`` bytes for user tensors, followed by ``reserved`` bytes the library keeps for itself
+    (``memory`` must hold ``align_up(size) + reserved``)."""
+
+    def __init__(self, memory, size, reserved, rank, world_size):
         self.memory = memory
         self.size = size
+        self.reserved = memory.local[align_up(size):align_up(size) + reserved]
         self.rank = rank
         self.world_size = world_size
         self.bases = list(memory.bases)
-        self.local = memory.local  # uint8[size], this rank's heap
+        self.local = memory.local  # uint8, this rank's whole heap
         self.offset = 0
 
     @property
@@ -45,7 +53,7 @@ class SymmetricHeap:
         if any(d < 0 for d in shape):
             raise ValueError(f"{caller}: negative dimension in size {tuple(shape)}")
         nbytes = math.prod(shape) * dtype.itemsize
-        start = -(-self.offset // ALIGNMENT) * ALIGNMENT
+        start = align_up(self.offset)
         if start + nbytes > self.size:
             raise MemoryError(
                 f"{caller}: symmetric heap exhausted: asked for {nbytes} bytes ({_format_bytes(nbytes)}, "
@@ -60,9 +68,9 @@ class SymmetricHeap:
             return False
         start = tensor.data_ptr()
         if tensor.numel() == 0:
-            return self.base <= start <= self.base + self.size
+            return self.base <= start <= self.base + self.local.numel()
         span = sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride())) + 1
-        return self.base <= start and start + span * tensor.element_size() <= self.base + self.size
+        return self.base <= start and start + span * tensor.element_size() <= self.base + self.local.numel()
 
     def offset_of(self, tensor):
         return tensor.data_ptr() - self.base

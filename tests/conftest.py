@@ -1,0 +1,40 @@
+"""Test tiers: one body, two tiers.
+
+Each test module gets one pool of rank processes per world size (``pools(2)``), alive for the module, so
+process start-up (interpreter import, process group) is paid once. The backend is the automatic one:
+the cpu backend in CI, GPUs on the device machine (``IRIS_BACKEND`` overrides). ``IRIS_TEST_SCALE`` makes
+sizes larger on GPUs ("gpu": real sizes); tests read it through ``scale()``.
+"""
+
+import os
+
+import pytest
+
+import iris
+
+
+def on_gpu():
+    return iris.host.backend.BACKEND != "cpu"
+
+
+@pytest.fixture(scope="module")
+def pools():
+    """``pools(world_size)`` gives this module's pool of that many ranks."""
+    opened = {}
+
+    def get(world_size):
+        if world_size not in opened:
+            opened[world_size] = iris.RankPool(world_size)
+        return opened[world_size]
+
+    yield get
+    for pool in opened.values():
+        pool.close()
+
+
+def world_sizes():
+    """2 and 4 ranks on the cpu backend; on GPUs as many as there are (at least 2 via simulation)."""
+    env = os.environ.get("IRIS_TEST_WORLD_SIZES")
+    if env:
+        return [int(w) for w in env.split(",")]
+    return [2, 4]

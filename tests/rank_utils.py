@@ -1,0 +1,39 @@
+"""Helpers for test bodies that run inside rank processes."""
+
+import os
+
+import torch
+
+SEED = 1234
+# Sizes: small on the cpu backend (the interpreter runs each program in Python), real on GPUs.
+GPU_SCALE = os.environ.get("IRIS_TEST_SCALE", "") == "gpu"
+
+INT_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64]
+FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+ALL_DTYPES = INT_DTYPES + FLOAT_DTYPES
+SEMS = ["relaxed", "acquire", "release", "acq_rel"]
+SCOPES = ["cta", "gpu", "sys"]
+
+
+def rank_data(rank, n, dtype, device, salt=0):
+    """Deterministic non-zero data for ``rank``: any rank can regenerate any other rank's values."""
+    gen = torch.Generator().manual_seed(SEED + 7919 * salt + rank)
+    if dtype.is_floating_point:
+        # Small integers are exact in every float type, so data movement and adds compare exactly.
+        values = torch.randint(-60, 60, (n,), generator=gen).to(dtype)
+    else:
+        info = torch.iinfo(dtype)
+        values = torch.randint(max(info.min, -(1 << 20)), min(info.max, 1 << 20), (n,), generator=gen,
+                               dtype=torch.int64).to(dtype)
+    values[values == 0] = 3
+    return values.to(device)
+
+
+def poison_value(dtype):
+    return -77 if dtype.is_floating_point or dtype.is_signed else 77
+
+
+def new_context(heap_size=1 << 22):
+    import iris
+
+    return iris.iris(heap_size)

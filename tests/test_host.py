@@ -1,0 +1,193 @@
+"""Host API: tensor creation on the heap, symmetry, broadcast, identity, logging, bad input."""
+
+import io
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import iris
+from conftest import world_sizes
+from rank_utils import new_context
+
+
+def _creation_body():
+    ctx = new_context()
+    rank = ctx.get_rank()
+    torch.manual_seed(rank)
+    made = {
+        "zeros": ctx.zeros(3, 5), "ones": ctx.ones((2, 3), dtype=torch.int32), "empty": ctx.empty(7, dtype=torch.int8),
+        "full": ctx.full((4,), 2.5), "full_int": ctx.full((2, 2), 7), "zeros_like": ctx.zeros_like(torch.ones(2, 9)),
+        "randn": ctx.randn(64, 64, dtype=torch.bfloat16), "rand": ctx.rand(100), "uniform": ctx.uniform(50, 2.0, 3.0),
+        "randint": ctx.randint(5, 10, (100,)), "randint_high": ctx.randint(4, (10,)), "arange": ctx.arange(10),
+        "arange_f": ctx.arange(0.0, 1.0, 0.25), "linspace": ctx.linspace(0, 1, 5),
+        "sym": ctx.as_symmetric(torch.arange(6.0)),
+    }
+    checks = {
+        "zeros": made["zeros"].shape == (3, 5) and made["zeros"].dtype == torch.float32 and not made["zeros"].any(),
+        "ones": bool((made["ones"] == 1).all()) and made["ones"].dtype == torch.int32,
+        "empty": made["empty"].shape == (7,) and made["empty"].dtype == torch.int8,
+        "full": bool((made["full"] == 2.5).all()),
+        "full_int": made["full_int"].dtype == torch.int64 and bool((made["full_int"] == 7).all()),
+        "zeros_like": made["zeros_like"].shape == (2, 9) and not made["zeros_like"].any(),
+        "randn": made["randn"].dtype == torch.bfloat16 and 0.5 < float(made["randn"].float().std()) < 1.5,
+        "rand": bool(((made["rand"] >= 0) & (made["rand"] < 1)).all()) and made["rand"].std() > 0,
+        "uniform": bool(((made["uniform"] >= 2) & (made["uniform"] < 3)).all()),
+        "randint": bool(((made["randint"] >= 5) & (made["randint"] < 10)).all()),
+        "randint_high": bool(((made["randint_high"] >= 0) & (made["randint_high"] < 4)).all()),
+        "arange": torch.equal(made["arange"].cpu(), torch.arange(10)),
+        "arange_f": torch.equal(made["arange_f"].cpu(), torch.arange(0.0, 1.0, 0.25)),
+        "linspace": torch.allclose(made["linspace"].cpu(), torch.linspace(0, 1, 5)),
+        "sym": torch.equal(made["sym"].cpu(), torch.arange(6.0)),
+    }
+    symmetric = all(ctx.is_symmetric(t) for t in made.values())
+    offsets = [ctx.heap.offset_of(t) for t in made.values()]
+    aligned = all(o % 256 == 0 for o in offsets)
+    return checks, symmetric, offsets, aligned, ctx.is_symmetric(torch.zeros(3, device=ctx.get_device()))
+
+
+@pytest.mark.parametrize("world_size", world_sizes())
+def test_tensor_creation_is_symmetric(pools, world_size):
+    results = pools(world_size).run(_creation_body)
+    for rank, (checks, symmetric, offsets, aligned, foreign) in enumerate(results):
+        assert all(checks.values()), f"rank {rank}: {[k for k, ok in checks.items() if not ok]}"
+        assert symmetric and aligned and not foreign
+        assert offsets == results[0][2], "allocations landed at different offsets on different ranks"
+
+
+def _identity_body():
+    ctx = new_context()
+    tensor, peer_bases = ctx.allocate_symmetric(16, dtype=torch.float32)
+    bases = ctx.get_heap_bases().cpu().tolist()
+    context = ctx.get_device_context().cpu().tolist()
+    return {
+        "rank": ctx.get_rank(), "world": ctx.get_num_ranks(), "cu": ctx.get_cu_count(), "device": str(ctx.get_device()),
+        "device_id": ctx.get_device_id(), "bases": bases, "context": context,
+        "peer_bases": peer_bases.cpu().tolist(), "ptr": tensor.data_ptr(), "offset": tensor.data_ptr() - bases[ctx.get_rank()],
+        "copy_engine": ctx.get_copy_engine_ctx(),
+    }
+
+
+@pytest.mark.parametrize("world_size", world_sizes())
+def test_identity_and_tables(pools, world_size):
+    results = pools(world_size).run(_identity_body)
+    for rank, r in enumerate(results):
+        assert r["rank"] == rank and r["world"] == world_size and r["cu"] >= 1
+        assert len(r["bases"]) == world_size and len(set(r["bases"])) == world_size
+        assert r["context"] == [rank, world_size] + r["bases"]
+        assert r["peer_bases"] == [b + r["offset"] for b in r["bases"]]
+        assert r["peer_bases"][rank] == r["ptr"]
+        assert r["offset"] == results[0]["offset"]
+        assert r["copy_engine"] is None
+
+
+def _broadcast_body():
+    ctx = new_context()
+    rank = ctx.get_rank()
+    src = ctx.get_num_ranks() - 1
+    out = {
+        "scalar": ctx.broadcast(42 if rank == 0 else None),
+        "object": ctx.broadcast({"a": [1, 2], "b": "x"} if rank == src else None, src=src),
+        "tensor": ctx.broadcast(torch.arange(6).reshape(2, 3) * 3 if rank == 0 else None),
+        "bf16": ctx.broadcast(torch.full((4,), 1.5, dtype=torch.bfloat16) if rank == 0 else None).dtype.name,
+        "numpy": ctx.broadcast(np.linspace(0, 1, 5) if rank == 0 else None),
+        "empty": ctx.broadcast(torch.zeros(0, 3) if rank == 0 else None),
+    }
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v, type(v).__name__) for k, v in out.items()}
+
+
+def test_broadcast_kinds(pools):
+    for r in pools(3).run(_broadcast_body):
+        assert r["scalar"] == (42, "int")
+        assert r["object"] == ({"a": [1, 2], "b": "x"}, "dict")
+        assert r["tensor"] == ([[0, 3, 6], [9, 12, 15]], "ndarray")
+        assert r["numpy"] == (np.linspace(0, 1, 5).tolist(), "ndarray")
+        assert r["empty"] == ([], "ndarray")
+        assert r["bf16"] == ("float32", "str")
+
+
+def _logging_body():
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(iris.host.logging._RankFormatter())
+    iris.host.logging.logger.addHandler(handler)
+    ctx = new_context()
+    iris.set_logger_level(iris.DEBUG)
+    ctx.debug("dbg")
+    iris.set_logger_level(iris.WARNING)
+    ctx.info("hidden")
+    ctx.warning("warn")
+    ctx.error("err")
+    iris.host.logging.logger.removeHandler(handler)
+    iris.set_logger_level(iris.INFO)
+    return stream.getvalue()
+
+
+def test_logging_prefix_and_levels(pools):
+    out = pools(2).run(_logging_body)
+    for rank, text in enumerate(out):
+        lines = text.strip().splitlines()
+        assert f"[Iris] [{rank}/2] dbg" in lines and f"[Iris] [{rank}/2] warn" in lines
+        assert f"[Iris] [{rank}/2] err" in lines and not any("hidden" in line for line in lines)
+
+
+def _expect_error(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+def _bad_input_body():
+    ctx = new_context(heap_size=1 << 16)
+    left = ctx.heap.bytes_left
+    return {
+        "heap_full": _expect_error(ctx.zeros, 1 << 20, dtype=torch.float32),
+        "left": left,
+        "heap_size": _expect_error(iris.iris, heap_size=0),
+        "heap_size_type": _expect_error(iris.iris, heap_size="big"),
+        "allocator": _expect_error(iris.iris, heap_size=1 << 16, allocator_type="malloc"),
+        "engine": _expect_error(iris.iris, heap_size=1 << 16, engines=("sdma",)),
+        "not_on_heap": _expect_error(ctx.check_symmetric, torch.zeros(4), "my_op", "inp"),
+        "rank": _expect_error(ctx.check_rank, 5, "my_op", "peer"),
+        "src": _expect_error(ctx.broadcast, 1, src=-1),
+        "randn_int": _expect_error(ctx.randn, 4, dtype=torch.int32),
+        "device": _expect_error(ctx.zeros, 4, device="meta"),
+        "size": _expect_error(ctx.zeros, 2.5),
+    }
+
+
+def test_bad_input_errors(pools):
+    r = pools(2).run(_bad_input_body)[0]
+    assert "MemoryError" in r["heap_full"] and "Iris.zeros" in r["heap_full"]
+    assert "4194304 bytes" in r["heap_full"] and f"only {r['left']} bytes are left" in r["heap_full"]
+    assert "heap_size" in r["heap_full"]  # says how to fix it
+    assert "iris.iris: heap_size must be a positive" in r["heap_size"] and "0" in r["heap_size"]
+    assert "iris.iris: heap_size" in r["heap_size_type"]
+    assert "unknown allocator_type 'malloc'" in r["allocator"] and "'torch'" in r["allocator"]
+    assert "engines=('sdma',)" in r["engine"]
+    assert "my_op: inp is not on the symmetric heap" in r["not_on_heap"] and "ctx.zeros" in r["not_on_heap"]
+    assert "my_op: peer=5 is outside [0, 2)" in r["rank"]
+    assert "Iris.broadcast: src=-1 is outside" in r["src"]
+    assert "Iris.randn: dtype torch.int32 is not a floating-point type" in r["randn_int"]
+    assert "Iris.zeros: device=meta" in r["device"]
+    assert "Iris.zeros: size must be integers" in r["size"]
+
+
+def test_unknown_backend_is_refused():
+    env = dict(os.environ, IRIS_BACKEND="tpu")
+    proc = subprocess.run([sys.executable, "-c", "import iris"], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "IRIS_BACKEND='tpu' is not a backend" in proc.stderr and "cpu" in proc.stderr
+
+
+def test_iris_outside_a_launcher_says_how_to_start():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    proc = subprocess.run([sys.executable, "-c", "import iris; iris.iris(1 << 20)"], env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode != 0 and "torchrun" in proc.stderr and "RANK" in proc.stderr

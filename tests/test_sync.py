@@ -1,0 +1,215 @@
+"""Host and device barriers, message passing with release/acquire flags, timeouts, resource release."""
+
+import glob
+import time
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import iris
+from conftest import on_gpu, world_sizes
+from rank_utils import GPU_SCALE, new_context, rank_data
+
+
+@triton.jit
+def _ring_store_kernel(buf, value, n, heap_bases, rank, peer, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    iris.store(buf + offs, tl.zeros((BLOCK,), tl.int32) + value, rank, peer, heap_bases, mask=offs < n)
+
+
+def _barrier_body(rounds, use_device_barrier):
+    """Each round every rank stores the round number into its right neighbour, then barriers, then checks
+    it received its left neighbour's round value: a barrier that let a rank through early shows here."""
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    n = 4096 if GPU_SCALE else 300
+    buf = ctx.full((n,), -1, dtype=torch.int32)
+    ctx.barrier()
+    bad = []
+    for r in range(rounds):
+        _ring_store_kernel[(triton.cdiv(n, 256),)](buf, r * world + rank, n, ctx.get_heap_bases(), rank,
+                                                    (rank + 1) % world, BLOCK=256)
+        if use_device_barrier:
+            ctx.device_barrier()
+        else:
+            ctx.barrier()
+        expect = r * world + (rank - 1) % world
+        if not bool((buf == expect).all()):
+            bad.append(r)
+        # A second barrier so nobody overwrites buf before its owner has checked it.
+        ctx.device_barrier() if use_device_barrier else ctx.barrier()
+    return bad
+
+
+@pytest.mark.parametrize("world_size", world_sizes())
+@pytest.mark.parametrize("kind", ["host", "device"])
+def test_barriers_order_remote_writes(pools, world_size, kind):
+    rounds = 50 if GPU_SCALE else 5
+    bad = pools(world_size).run(_barrier_body, rounds, kind == "device")
+    assert all(not b for b in bad), bad
+
+
+def _device_barrier_group_body():
+    """Two disjoint groups barrier independently; the counters of one group do not disturb the other."""
+    import torch.distributed as dist
+
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    evens, odds = dist.new_group([0, 2]), dist.new_group([1, 3])
+    group = evens if rank % 2 == 0 else odds
+    for _ in range(3):
+        ctx.device_barrier(group=group)
+    ctx.barrier(group=group)
+    ctx.device_barrier()
+    if ctx.get_device().type == "cuda":
+        torch.cuda.synchronize()
+    flags = ctx._barrier_groups[tuple(sorted(dist.get_process_group_ranks(group)))][0]
+    return flags.cpu().tolist(), world
+
+
+def test_device_barrier_subgroups(pools):
+    results = pools(4).run(_device_barrier_group_body)
+    for rank, (flags, world) in enumerate(results):
+        members = [0, 2] if rank % 2 == 0 else [1, 3]
+        assert [flags[m] for m in members] == [3, 3]  # each member arrived three times, as seen here
+        assert all(flags[r] == 0 for r in range(world) if r not in members)
+
+
+def _skip_barrier_body(timeout_s):
+    ctx = iris.iris(1 << 16, timeout_s=timeout_s)
+    if ctx.get_rank() == 1:
+        return "skipped"
+    start = time.monotonic()
+    try:
+        ctx.barrier()
+    except iris.RankTimeoutError as e:
+        return str(e), e.missing, time.monotonic() - start
+    return "no timeout"
+
+
+def test_barrier_timeout_names_missing_rank(pools):
+    results = pools(3).run(_skip_barrier_body, 2.0)
+    assert results[1] == "skipped"
+    for rank in (0, 2):
+        message, missing, waited = results[rank]
+        assert missing == [1], message
+        assert "Iris.barrier" in message and "rank(s) [1]" in message and "IRIS_TIMEOUT_S" in message
+        assert waited < 30
+
+
+@triton.jit
+def _producer_consumer_kernel(data, flag, n, epoch, heap_bases, rank, PRODUCER: tl.constexpr,
+                              BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    if PRODUCER:
+        # rank 0: write the block into rank 1's heap, then publish it with a sys-scope release
+        values = tl.load(data + offs, mask=mask) + epoch
+        iris.store(data + offs, values, rank, 1, heap_bases, mask=mask)
+        iris.atomic_xchg(flag, epoch, rank, 1, heap_bases, sem="release", scope="sys")
+    else:
+        # rank 1: acquire the flag on its own heap; after it reads `epoch` the data must be there
+        while tl.atomic_add(flag, 0, sem="acquire", scope="sys") < epoch:
+            pass
+
+
+def _message_passing_body(rounds):
+    ctx = new_context()
+    rank = ctx.get_rank()
+    n = 1 << 16 if GPU_SCALE else 500
+    block = triton.next_power_of_2(n)
+    data = ctx.empty(n, dtype=torch.int64)
+    data.copy_(rank_data(0, n, torch.int64, ctx.get_device()))
+    flag = ctx.zeros(1, dtype=torch.int64)
+    ctx.barrier()
+    bad = []
+    for epoch in range(1, rounds + 1):  # epoch counters: a later round can never see an earlier round's flag
+        if rank <= 1:
+            _producer_consumer_kernel[(1,)](data, flag, n, epoch, ctx.get_heap_bases(), rank, PRODUCER=rank == 0,
+                                            BLOCK=block)
+        if rank == 1:
+            expect = rank_data(0, n, torch.int64, ctx.get_device()) + epoch
+            if not torch.equal(data, expect):
+                bad.append(epoch)
+            data.copy_(rank_data(0, n, torch.int64, ctx.get_device()))
+        ctx.barrier()
+    return bad
+
+
+@pytest.mark.parametrize("world_size", world_sizes())
+def test_message_passing_release_acquire(pools, world_size):
+    results = pools(world_size).run(_message_passing_body, 20 if GPU_SCALE else 4)
+    assert results[1] == []
+
+
+def _graph_body(replays):
+    """device_barrier captured in a CUDA graph together with a remote store; replayed with fresh values."""
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    n = 1024
+    buf = ctx.full((n,), -1, dtype=torch.int32)
+    value = ctx.zeros(1, dtype=torch.int32)
+    stream = torch.cuda.Stream()
+    ctx.barrier()
+
+    def step():
+        _graph_store_kernel[(4,)](buf, value, n, ctx.get_heap_bases(), rank, (rank + 1) % world, BLOCK=256)
+        ctx.device_barrier()
+
+    with torch.cuda.stream(stream):
+        step()  # compile and warm up outside the capture
+        stream.synchronize()
+        ctx.barrier()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            step()
+    ctx.barrier()
+    bad = []
+    for i in range(replays):
+        value.fill_(1000 * i + rank)
+        graph.replay()
+        torch.cuda.synchronize()
+        if not bool((buf == 1000 * i + (rank - 1) % world).all()):
+            bad.append(i)
+        ctx.barrier()  # neighbours must not overwrite buf before it is checked
+    return bad
+
+
+@triton.jit
+def _graph_store_kernel(buf, value_ptr, n, heap_bases, rank, peer, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    value = tl.load(value_ptr)
+    iris.store(buf + offs, tl.zeros((BLOCK,), tl.int32) + value, rank, peer, heap_bases, mask=offs < n)
+
+
+@pytest.mark.skipif(not on_gpu(), reason="CUDA graphs need a GPU (GPU tier)")
+def test_device_barrier_in_cuda_graph(pools):
+    results = pools(2).run(_graph_body, 100)
+    assert all(not b for b in results), results
+
+
+def _lifecycle_body(cycles):
+    """Create and destroy contexts; the heap memory must come back each time."""
+    import gc
+
+    used = []
+    for _ in range(cycles):
+        ctx = new_context(heap_size=1 << 20)
+        ctx.zeros(1000)
+        ctx.barrier()
+        ctx.close()
+        del ctx
+        gc.collect()
+        if torch.cuda.is_available():
+            used.append(torch.cuda.memory_allocated())
+    return used
+
+
+def test_create_destroy_leaves_nothing(pools):
+    before = set(glob.glob("/dev/shm/iris-*"))
+    results = pools(2).run(_lifecycle_body, 20)
+    assert set(glob.glob("/dev/shm/iris-*")) == before  # segments are unlinked as soon as all ranks map them
+    for used in results:
+        assert len(set(used)) <= 1  # GPU memory does not grow with each cycle
