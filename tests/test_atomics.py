@@ -160,8 +160,13 @@ def _refused_dtype_body():
     target = ctx.zeros(4, dtype=torch.int8)
     try:
         _int8_atomic_kernel[(1,)](target, ctx.get_heap_bases(), ctx.get_rank())
-    except Exception as e:  # the interpreter and the compiler wrap the message differently
-        return str(e)
+    except Exception as e:
+        # The compiler reports the call site and chains the cause; the interpreter puts it in the message.
+        messages = []
+        while e is not None:
+            messages.append(str(e))
+            e = e.__cause__ or e.__context__
+        return "\n".join(messages)
     return ""
 
 

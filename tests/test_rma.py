@@ -58,7 +58,7 @@ VARIANTS = [
 
 
 def _rma_body(dtype, n):
-    ctx = new_context(1 << 26 if GPU_SCALE else 1 << 20)
+    ctx = new_context(1 << 27 if GPU_SCALE else 1 << 20)  # two buffers of up to 4 Mi int64
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     src = ctx.empty(n + BLOCK, dtype=dtype)
     dst = ctx.empty(n + BLOCK, dtype=dtype)

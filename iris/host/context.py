@@ -63,7 +63,7 @@ class Iris(TensorFactory, RankLogger):
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
         if on_cpu:
             self.device = torch.device("cpu")
-            ensure_process_group("gloo")
+            ensure_process_group("cpu")
         else:
             if not torch.cuda.is_available():
                 raise RuntimeError(f"iris.iris: IRIS_BACKEND={self.backend} but no GPU is visible; unset "
@@ -75,7 +75,7 @@ class Iris(TensorFactory, RankLogger):
                 device_id = local_rank % gpus
             self.device = torch.device("cuda", device_id)
             torch.cuda.set_device(self.device)
-            ensure_process_group("nccl", self.device)
+            ensure_process_group(self.backend, self.device)
 
         self.cur_rank = dist.get_rank()
         self.num_ranks = dist.get_world_size()
@@ -230,8 +230,9 @@ class Iris(TensorFactory, RankLogger):
         if header[0][0] == "object":
             return header[0][1]
         _, shape, dtype = header[0]
-        buffer = array.contiguous().to(self.device) if self.cur_rank == src else torch.empty(
-            shape, dtype=dtype, device=self.device)
+        device = self.device if dist.get_backend() == "nccl" else torch.device("cpu")
+        buffer = array.contiguous().to(device) if self.cur_rank == src else torch.empty(shape, dtype=dtype,
+                                                                                         device=device)
         if math.prod(shape) > 0:
             dist.broadcast(buffer, src=src)
         if buffer.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every bf16 value exactly

@@ -12,7 +12,8 @@ _lib = None
 
 
 class _IpcMemHandle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * IPC_HANDLE_BYTES)]
+    # Raw bytes (c_ubyte, not c_char: a c_char array field reads back as bytes cut at the first NUL).
+    _fields_ = [("reserved", ctypes.c_ubyte * IPC_HANDLE_BYTES)]
 
 
 def _driver():
@@ -54,13 +55,12 @@ def ipc_handle(ptr):
     """The 64-byte IPC handle of the allocation that contains ``ptr``."""
     handle = _IpcMemHandle()
     _check(_fn("cuIpcGetMemHandle")(ctypes.byref(handle), ctypes.c_uint64(ptr)), "cuIpcGetMemHandle")
-    return bytes(handle.reserved)
+    return bytes(handle)
 
 
 def ipc_open(handle_bytes):
     """Map a peer's allocation into this process; returns its local base address."""
-    handle = _IpcMemHandle()
-    ctypes.memmove(handle.reserved, handle_bytes, IPC_HANDLE_BYTES)
+    handle = _IpcMemHandle.from_buffer_copy(handle_bytes)
     ptr = ctypes.c_uint64()
     _check(_fn("cuIpcOpenMemHandle")(ctypes.byref(ptr), handle, ctypes.c_uint(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)),
            "cuIpcOpenMemHandle")

@@ -18,11 +18,22 @@ class RankTimeoutError(TimeoutError):
         self.missing = missing
 
 
-def ensure_process_group(pg_backend, device=None):
+def process_group_backend(backend):
+    """NCCL when each rank has a GPU of its own; gloo on the cpu backend and when ranks share GPUs
+    (simulation), since NCCL refuses two ranks on one device. iris itself only exchanges handles and
+    small objects through the process group, so gloo costs it nothing."""
+    if backend == "cpu":
+        return "gloo"
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    return "nccl" if backend == "cuda" and world_size <= torch.cuda.device_count() else "gloo"
+
+
+def ensure_process_group(backend, device=None):
     """Initialise ``torch.distributed`` from the environment (torchrun, ``iris.launch``) unless the caller
     already did; returns True when this call created it."""
     if dist.is_initialized():
         return False
+    pg_backend = process_group_backend(backend)
     missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
     if missing:
         raise RuntimeError(

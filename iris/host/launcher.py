@@ -70,14 +70,13 @@ def _worker(rank, world_size, port, conn):
     from iris.host import backend as _backend
     from iris.host.distributed import ensure_process_group
 
-    if _backend.BACKEND == "cpu":
-        ensure_process_group("gloo")
-    else:
+    device = None
+    if _backend.BACKEND != "cpu":
         import torch
 
         device = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
-        ensure_process_group("nccl", device)
+    ensure_process_group(_backend.BACKEND, device)
     conn.send(("ready", None))
     while True:
         try:
