@@ -1,0 +1,226 @@
+"""Results: the one schema, the console table, CSV/JSON files, and plots (matplotlib, imported lazily).
+
+Every benchmark writes rows with the columns of ``SCHEMA`` (long format: one row per op x provider x
+point). Bandwidths are decimal GB/s (1e9 bytes per second), the unit of NVLink datasheets. ``timing`` says
+how the point was timed: ``events`` (CUDA events around each call), ``graph xN`` (replays of a CUDA graph
+of N calls), ``loop xN`` (N eager calls), ``host`` (host clock, cpu backend).
+"""
+
+import csv
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+
+SCHEMA = ("op", "provider", "variant", "world_size", "dtype", "shape", "bytes", "ms_p20", "ms_p50", "ms_p80",
+          "algbw_GBps", "busbw_GBps", "tflops", "timing", "gpu", "commit", "date")
+MEASURED = ("ms_p20", "ms_p50", "ms_p80", "algbw_GBps", "busbw_GBps")  # positive and finite in every row
+
+_ENV = {}
+
+
+def environment(device=None):
+    """Where and when: GPU name, commit, date, versions and the command line; computed once per process."""
+    key = str(device)
+    if key not in _ENV:
+        import torch
+        import triton
+
+        if device is not None and getattr(device, "type", "cpu") == "cuda":
+            gpu = torch.cuda.get_device_name(device)
+        else:
+            gpu = f"cpu ({platform.machine()}, Triton interpreter)"
+        _ENV[key] = {
+            "gpu": gpu, "commit": _commit(), "torch": torch.__version__, "triton": triton.__version__,
+            "python": platform.python_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        }
+    return _ENV[key]
+
+
+def _commit():
+    """``git describe --always --dirty`` of the source tree, ``IRIS_BENCH_COMMIT`` if set, else "unknown"."""
+    if os.environ.get("IRIS_BENCH_COMMIT"):
+        return os.environ["IRIS_BENCH_COMMIT"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def format_bytes(n):
+    n = int(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:g} {unit}"
+        if n % 1024:
+            return f"{n / 1024:.1f} {_next(unit)}"
+        n //= 1024
+
+
+def _next(unit):
+    return {"B": "KiB", "KiB": "MiB", "MiB": "GiB", "GiB": "TiB"}[unit]
+
+
+def _cell(column, value):
+    if value is None or value == "":
+        return "-"
+    if column == "bytes":
+        return format_bytes(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if column.startswith("ms_"):
+            return f"{value:.4f}"
+        return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+    return str(value)
+
+
+DEFAULT_COLUMNS = ("op", "provider", "variant", "bytes", "ms_p50", "ms_p20", "ms_p80", "busbw_GBps", "timing")
+
+
+def format_table(rows, columns=DEFAULT_COLUMNS, title=None):
+    """A plain-text table of ``rows`` (dicts); numbers right-aligned."""
+    cells = [[_cell(c, row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    numeric = [all(_numeric(row.get(c)) for row in rows) for c in columns]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    out = [title] if title else []
+    out += [line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def _numeric(value):
+    return value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def markdown_table(header, body):
+    """A GitHub-flavoured markdown table from a header list and rows of cells."""
+    lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def write_csv(rows, path):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=SCHEMA, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in SCHEMA})
+    return path
+
+
+def write_json(rows, path):
+    with open(path, "w") as f:
+        json.dump([{k: row.get(k) for k in SCHEMA} for row in rows], f, indent=1)
+        f.write("\n")
+    return path
+
+
+def write_results(rows, directory, stem):
+    """``<stem>.csv`` and ``<stem>.json`` in ``directory``; returns their paths."""
+    os.makedirs(directory, exist_ok=True)
+    return [write_csv(rows, os.path.join(directory, f"{stem}.csv")),
+            write_json(rows, os.path.join(directory, f"{stem}.json"))]
+
+
+# ---------------------------------------------------------------------------------------------- plots
+def _pyplot(path):
+    """matplotlib's pyplot on the Agg backend, or None (and a message) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"[bench] matplotlib is not installed: skipping {os.path.basename(path)} (pip install matplotlib)",
+              file=sys.stderr)
+        return None
+    return plt
+
+
+def plot_curves(rows, path, ops, y="busbw_GBps", title="", peak_GBps=None, peak_label=None):
+    """One panel per op: ``y`` against bytes (log scale), one line per provider (and variant). Returns the
+    path written, or None when matplotlib is missing or there is nothing to plot."""
+    ops = [op for op in ops if any(r["op"] == op for r in rows)]
+    if not ops:
+        return None
+    plt = _pyplot(path)
+    if plt is None:
+        return None
+    cols = min(len(ops), 4)
+    fig_rows = math.ceil(len(ops) / cols)
+    fig, axes = plt.subplots(fig_rows, cols, figsize=(4.2 * cols, 3.4 * fig_rows), squeeze=False)
+    for ax, op in zip(axes.flat, ops):
+        mine = [r for r in rows if r["op"] == op]
+        # Name lines by provider alone unless a provider has several variants in this panel.
+        several = len({(r["provider"], r["variant"]) for r in mine}) > len({r["provider"] for r in mine})
+        series = {}
+        for r in mine:
+            label = r["provider"] + (f" {r['variant']}" if several and r["variant"] else "")
+            series.setdefault(label, []).append((r["bytes"], r[y]))
+        for label, points in sorted(series.items()):
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=label)
+        if peak_GBps:
+            ax.axhline(peak_GBps, color="gray", linestyle="--", linewidth=1, label=peak_label or "peak")
+        ax.set_xscale("log", base=2)
+        ticks = sorted({r["bytes"] for r in mine})
+        ax.set_xticks(ticks, [format_bytes(t) for t in ticks], rotation=45, ha="right", fontsize=7)
+        ax.minorticks_off()
+        ax.set_title(op)
+        ax.set_xlabel("bytes per rank")
+        ax.set_ylabel(y.replace("_GBps", " (GB/s)"))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(ops):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_heatmap(rows, path, ops, provider, peak_GBps, title=""):
+    """Utilisation (busbw / ``peak_GBps``) of ``provider`` over op x size, annotated in percent, like the
+    paper's figure. Returns the path written, or None."""
+    ops = [op for op in ops if any(r["op"] == op and r["provider"] == provider for r in rows)]
+    if not ops or not peak_GBps:
+        return None
+    sizes = sorted({r["bytes"] for r in rows if r["op"] in ops and r["provider"] == provider})
+    plt = _pyplot(path)
+    if plt is None:
+        return None
+    grid = [[float("nan")] * len(sizes) for _ in ops]
+    for r in rows:
+        if r["provider"] == provider and r["op"] in ops:
+            value = 100.0 * r["busbw_GBps"] / peak_GBps
+            i, j = ops.index(r["op"]), sizes.index(r["bytes"])
+            grid[i][j] = value if math.isnan(grid[i][j]) else max(grid[i][j], value)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(sizes), 1.2 + 0.5 * len(ops)))
+    image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
+    for i in range(len(ops)):
+        for j in range(len(sizes)):
+            if not math.isnan(grid[i][j]):
+                ax.text(j, i, f"{grid[i][j]:.0f}", ha="center", va="center", fontsize=7,
+                        color="white" if grid[i][j] < 60 else "black")
+    ax.set_xticks(range(len(sizes)), [format_bytes(s) for s in sizes], rotation=45, ha="right", fontsize=7)
+    ax.set_yticks(range(len(ops)), ops, fontsize=8)
+    fig.colorbar(image, ax=ax, label=f"% of {peak_GBps:.0f} GB/s")
+    ax.set_title(title or f"{provider}: utilisation", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

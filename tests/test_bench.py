@@ -1,0 +1,327 @@
+"""The benchmark harness, the microbenchmark kernels and commands, at tiny sizes.
+
+- the kernels move exactly the right bytes (every provider, odd sizes, grid-stride loops, 2 and 4 ranks);
+- the harness returns the result schema with positive finite numbers, the same rows on every rank;
+- ``benchmarks/run_all.py --quick`` and ``examples/10_bandwidth_table.py`` run end to end and write files
+  of that schema;
+- compiled for sm_90 (no GPU needed), the translated loads and stores are 16-byte vectors.
+"""
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import world_sizes
+
+import iris
+from iris.bench import harness, kernels, micro, report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---------------------------------------------------------------------------------------------- rank bodies
+def _moves_right_data(block, num_warps, programs_per_sm):
+    """Every transfer once, each rank against its next rank; returns the mismatches seen on this rank."""
+    from iris.bench import peer
+
+    config = kernels.CopyConfig(block, num_warps, programs_per_sm)
+    ctx = iris.iris(1 << 22)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    cu, bases = ctx.get_cu_count(), ctx.get_heap_bases()
+    n = 3000  # not a multiple of any block: the masks matter
+    remote = ctx.zeros(world * n, dtype=torch.float32)
+    src = torch.arange(n, dtype=torch.float32, device=device) + 1000 * rank
+    dst = torch.zeros(n, dtype=torch.float32, device=device)
+    bad = []
+
+    def expect(name, tri, ref):
+        if not torch.equal(tri.cpu(), ref.cpu()):
+            bad.append(f"rank {rank} {name}: got {tri[:4].tolist()}..., expected {ref[:4].tolist()}...")
+
+    def reset():
+        remote.fill_(-(rank + 1))
+        dst.zero_()
+        ctx.barrier()
+
+    for op in kernels.P2P_OPS:
+        pull = op in kernels.PULL_OPS
+        for provider in ("iris", "triton_raw", "copy_engine"):
+            reset()
+            mine = remote[:n]
+            if provider == "iris":
+                kernels.p2p(op, dst if pull else src, mine, rank, nxt, bases, config, cu)
+            elif provider == "triton_raw":
+                address = peer.peer_address(ctx, mine, nxt)
+                if pull:
+                    kernels.raw_copy(address, dst, n, True, torch.float32, config, cu)
+                else:
+                    kernels.raw_copy(src, address, n, False, torch.float32, config, cu)
+            else:
+                view = peer.peer_view(ctx, mine, nxt)
+                dst.copy_(view) if pull else view.copy_(src)
+            ctx.barrier()
+            if pull:
+                expect(f"{op} {provider}", dst, torch.full((n,), -(nxt + 1.0)))
+            else:
+                expect(f"{op} {provider}", remote[:n], torch.arange(n, dtype=torch.float32) + 1000 * prv)
+
+    reset()
+    kernels.all_load(dst, remote[:n], rank, world, bases, config, cu)
+    ctx.barrier()
+    expect("all_load", dst, torch.full((n,), float(sum(-(p + 1) for p in range(world) if p != rank))))
+    reset()
+    kernels.all_store(src, remote[rank * n:(rank + 1) * n], rank, world, bases, config, cu)
+    ctx.barrier()
+    for r in range(world):
+        ref = torch.full((n,), -(rank + 1.0)) if r == rank else torch.arange(n, dtype=torch.float32) + 1000 * r
+        expect(f"all_store slot {r}", remote[r * n:(r + 1) * n], ref)
+
+    m = 1024  # atomics: a power of two (atomic_cas has no mask)
+    for op, dtype in (("add", torch.float32), ("xchg", torch.int32), ("cas", torch.int32)):
+        for provider in ("iris", "triton_raw"):
+            buf = remote.view(dtype)[:m]
+            buf.zero_()
+            ctx.barrier()
+            for _ in range(2):  # twice: add gives 2, xchg and cas stay 1
+                if provider == "iris":
+                    kernels.atomic(op, buf, rank, nxt, bases, config, cu)
+                else:
+                    kernels.raw_atomic(op, peer.peer_address(ctx, buf, nxt), m, dtype, config, cu)
+            ctx.barrier()
+            expect(f"atomic {op} {provider}", buf, torch.full((m,), 2 if op == "add" else 1, dtype=dtype))
+
+    flag = ctx.zeros(64, dtype=torch.int32)[:1]
+    epoch = torch.zeros(1, dtype=torch.int32, device=device)
+    status = torch.zeros(1, dtype=torch.int32, device=device)
+    rounds = 0
+    if rank < 2:
+        other = 1 - rank
+        for raw in (False, True):
+            for relaxed in (False, True):
+                kernels.ping_pong(flag, peer.peer_address(ctx, flag, other), epoch, status, 3, rank, other, bases,
+                                  rank == 0, raw, relaxed)
+                rounds += 3
+    ctx.barrier()
+    if rank < 2:
+        expect("ping-pong epoch/status/flag", torch.cat([epoch, status, flag]).cpu(),
+               torch.tensor([rounds, 0, rounds], dtype=torch.int32))
+    ctx.close()
+    return bad
+
+
+def _harness_rows():
+    ctx = iris.iris(1 << 20)
+    rank = ctx.get_rank()
+    work = torch.zeros(1024)
+
+    def make(provider, op, bytes):
+        if op == "skipped":
+            return None
+        active = provider == "every_rank" or rank == 0
+        return harness.Point([lambda: work.add_(1.0)] * 2 if active else None, bytes=bytes, dtype="float32",
+                             shape=(bytes // 4,), variant="unit", flops=bytes / 2 if op == "axpy" else 0.0)
+
+    timing = harness.Timing(warmup=1, repeat=3, min_repeat=2, budget_ms=1.0)
+    batched = harness.Timing(warmup=1, repeat=2, min_repeat=2, graph_below_ms=1e9, batch_ms=1e9, max_batch=3)
+    rows = harness.run_sweep(ctx, harness.Sweep("unit", {"op": ("copy", "axpy", "skipped"), "bytes": (4096, 8192)},
+                                                ("every_rank", "rank0_only"), make, timing), progress=rank == 0)
+    rows += harness.run_sweep(ctx, harness.Sweep("batched", {"bytes": (4096,)}, ("every_rank",),
+                                                 lambda provider, bytes: make(provider, "copy", bytes), batched))
+    try:
+        harness.measure(ctx, harness.Point(None, bytes=4), timing)
+        idle_error = None
+    except ValueError as e:
+        idle_error = str(e)
+    ctx.close()
+    return rows, idle_error
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def check_rows(rows):
+    """Every row has the schema's columns, and every measured value is a positive finite number."""
+    assert rows
+    for row in rows:
+        assert tuple(row) == report.SCHEMA, f"columns {tuple(row)}"
+        for column in report.MEASURED:
+            value = float(row[column])
+            assert math.isfinite(value) and value > 0, f"{column}={row[column]!r} in {row}"
+        assert float(row["ms_p20"]) <= float(row["ms_p50"]) <= float(row["ms_p80"]), row
+        assert row["tflops"] in (None, "") or float(row["tflops"]) > 0, row
+        assert int(row["bytes"]) > 0 and int(row["world_size"]) >= 2 and row["gpu"] and row["commit"] and row["date"]
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == report.SCHEMA
+        return list(reader)
+
+
+def _matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _run(args, timeout=300):
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)  # the launcher sets it for the rank processes on the cpu backend
+    out = subprocess.run([sys.executable] + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+                         check=False)
+    assert out.returncode == 0, f"{' '.join(args)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("world_size", world_sizes())
+@pytest.mark.parametrize("config", [(256, 4, 1), (8192, 16, 2)], ids=["grid-stride", "default"])
+def test_kernels_move_the_right_data(pools, world_size, config):
+    bad = pools(world_size).run(_moves_right_data, *config)
+    assert bad == [[]] * world_size, "\n".join(m for rank in bad for m in rank)
+
+
+def test_harness_rows_follow_the_schema(pools):
+    results = pools(2).run(_harness_rows)
+    (rows, idle_error), (rows_1, _) = results
+    assert rows == rows_1, "ranks disagree on the results"
+    check_rows(rows)
+    assert len(rows) == 2 * 2 * 2 + 1  # ops without "skipped" x sizes x providers, plus the batched point
+    assert {r["op"] for r in rows} == {"copy", "axpy", "batched"}
+    assert all((r["tflops"] is None) == (r["op"] != "axpy") for r in rows)
+    assert rows[-1]["timing"] in ("loop x3", "graph x3"), rows[-1]["timing"]
+    assert idle_error and "no rank took part" in idle_error
+
+
+def test_run_all_quick_writes_results(tmp_path):
+    out = tmp_path / "mb"
+    proc = _run(["benchmarks/run_all.py", "--out", str(out), "--quick"])
+    assert "load" in proc.stdout and "atomic_xchg" in proc.stdout and "one-way" in proc.stdout
+    rows = read_csv(out / "microbench.csv")
+    check_rows(rows)
+    with open(out / "microbench.json") as f:
+        records = json.load(f)
+    check_rows(records)
+    assert len(records) == len(rows)
+    ops = {r["op"] for r in rows}
+    assert set(kernels.P2P_OPS) | {"all_load", "all_store", "atomic_add", "atomic_cas", "atomic_xchg",
+                                   "flag_pingpong"} <= ops
+    assert {r["provider"] for r in rows} == {"iris", "triton_raw", "copy_engine", "torch_dist"}
+    assert {r["variant"] for r in rows if r["op"] == "load"} == {"0->1", "1->0"}  # curve and matrix
+    summary = (out / "microbench.md").read_text()
+    for section in ("## Bandwidth", "## Atomics", "## Flag latency", "## load matrix", "## Copy-kernel shapes",
+                    "command: `", "torch "):
+        assert section in summary
+    figures = {"p2p_curves.png", "all_curves.png", "atomics_curves.png", "heatmap.png"}
+    if _matplotlib():
+        assert figures <= set(os.listdir(out))
+    else:
+        assert "matplotlib is not installed" in proc.stderr
+
+
+def test_example_bandwidth_table():
+    proc = _run(["examples/10_bandwidth_table.py", "--bytes", "4096"])
+    lines = proc.stdout.splitlines()
+    for op in ("load", "store", "all_load", "all_store", "atomic_add", "atomic_xchg"):
+        row = [line.split() for line in lines if line.split()[:1] == [op]]
+        assert row, f"no {op} row in\n{proc.stdout}"
+        assert math.isfinite(float(row[0][-2])) and float(row[0][-2]) > 0
+
+
+_COMPILE_FOR_SM90 = r"""
+import os, re
+os.environ["IRIS_BACKEND"] = "cuda"
+import iris, triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from iris.bench import kernels as K
+
+def ptx(fn, types, constexprs, num_warps):
+    sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+               if sig[name] != "constexpr" and (sig[name].startswith("*") or name in ("n", "src", "dst", "peer_addr"))}
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=aligned)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}).asm["ptx"]
+
+def report(name, text):
+    ops = sorted(set(re.findall(r"\b((?:ld|st|atom|red)\.global[\w.]*)", text)))
+    print(name, " ".join(ops))
+
+f32 = {"local": "*fp32", "remote": "*fp32", "remote_slot": "*fp32", "heap_bases": "*i64"}
+for op in K.P2P_OPS:
+    report(op, ptx(K._p2p_kernel, f32, {"OP": op, "BLOCK": 8192, "HINT": K.HINT}, 16))
+for fn, name in ((K._all_load_kernel, "all_load"), (K._all_store_kernel, "all_store")):
+    report(name, ptx(fn, f32, {"WORLD_SIZE": 4, "BLOCK": 8192, "HINT": K.HINT}, 16))
+for peer_is_src, name in ((True, "raw_pull"), (False, "raw_push")):
+    types = {"src": "i64" if peer_is_src else "*fp32", "dst": "*fp32" if peer_is_src else "i64"}
+    report(name, ptx(K._raw_copy_kernel, types, {"PEER_IS_SRC": peer_is_src, "DTYPE": tl.float32, "BLOCK": 8192}, 16))
+report("atomic_add", ptx(K._atomic_kernel, f32, {"OP": "add", "SEM": "relaxed", "SCOPE": "sys", "BLOCK": 1024,
+                                                 "HINT": K.HINT}, 4))
+"""
+
+
+def test_bandwidth_kernels_are_vectorised_for_sm90():
+    """Without a GPU: compile for sm_90 in a process without the interpreter and read the PTX. Every data
+    load/store must be a 16-byte vector (the 64-bit scalar loads are the heap-base lookups)."""
+    env = dict(os.environ, IRIS_BACKEND="cuda")
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
+    assert set(found) == set(kernels.P2P_OPS) | {"all_load", "all_store", "raw_pull", "raw_push", "atomic_add"}
+    for name, ops in found.items():
+        data = [op for op in ops.split() if op != "ld.global.b64"]
+        if name == "atomic_add":
+            assert data == ["atom.global.sys.relaxed.add.v4.f32"], (name, ops)
+        else:
+            assert sorted(data) == ["ld.global.v4.b32", "st.global.v4.b32"], (name, ops)
+
+
+# ---------------------------------------------------------------------------------------------- host-only
+def test_configs_reject_bad_values():
+    with pytest.raises(ValueError, match="block=1000"):
+        kernels.CopyConfig(block=1000)
+    with pytest.raises(ValueError, match="num_warps=3"):
+        kernels.CopyConfig(num_warps=3)
+    with pytest.raises(ValueError, match="min_repeat"):
+        harness.Timing(repeat=2, min_repeat=3)
+    with pytest.raises(ValueError, match="power of two"):
+        micro.Profile(sizes=(3000,), matrix_bytes=4096, atomic_sizes=(4096,), pingpong_rounds=1)
+    with pytest.raises(ValueError, match="must not exceed"):
+        micro.Profile(sizes=(4096,), matrix_bytes=8192, atomic_sizes=(4096,), pingpong_rounds=1)
+    with pytest.raises(ValueError, match="n=3000 elements"):
+        kernels._atomic_shape("add", 3000, kernels.CopyConfig(), 2)
+    # the large block only once every SM gets a tile of it; the grid never exceeds programs_per_sm per SM
+    assert kernels.CopyConfig().launch_shape(1 << 17, 132) == (128, kernels.SMALL_BLOCK, kernels.SMALL_WARPS)
+    assert kernels.CopyConfig().launch_shape(1 << 28, 132) == (264, 8192, 16)
+
+
+def test_format_and_files(tmp_path):
+    assert [report.format_bytes(b) for b in (100, 4096, 1536, 1 << 30, 2 << 30)] == \
+        ["100 B", "4 KiB", "1.5 KiB", "1 GiB", "2 GiB"]
+    row = dict.fromkeys(report.SCHEMA, "x")
+    row.update(bytes=4096, ms_p20=1.0, ms_p50=2.0, ms_p80=3.0, algbw_GBps=4.0, busbw_GBps=4.0, tflops=None,
+               world_size=2)
+    text = report.format_table([row])
+    assert "4 KiB" in text and "2.0000" in text
+    csv_path, json_path = report.write_results([row], tmp_path, "r")
+    assert read_csv(csv_path)[0]["tflops"] == ""
+    with open(json_path) as f:
+        assert json.load(f)[0]["tflops"] is None
+
+
+def test_plots_are_skipped_without_matplotlib(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
+    row = dict.fromkeys(report.SCHEMA, "")
+    row.update(op="load", provider="iris", bytes=4096, busbw_GBps=1.0)
+    assert report.plot_curves([row], str(tmp_path / "c.png"), ("load",)) is None
+    assert report.plot_heatmap([row], str(tmp_path / "h.png"), ("load",), "iris", 2.0) is None
+    assert "matplotlib is not installed" in capsys.readouterr().err
+    assert not os.listdir(tmp_path)
