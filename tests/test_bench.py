@@ -118,7 +118,7 @@ def _moves_right_data(block, num_warps, programs_per_sm):
 def _harness_rows():
     ctx = iris.iris(1 << 20)
     rank = ctx.get_rank()
-    work = torch.zeros(1024)
+    work = torch.zeros(1024, device=ctx.get_device())  # on GPUs a kernel, so graph capture has work to record
 
     def make(provider, op, bytes):
         if op == "skipped":
