@@ -227,11 +227,12 @@ def all_point(bufs, provider, op, nbytes):
     else:
         sets = bufs.sets(nbytes)
     fns = [_all_fn(bufs, provider, op, n, i * n) for i in range(sets)]
-    moved = (bufs.world_size - 1) * nbytes
+    peers = bufs.world_size - 1
+    moved = peers * nbytes
     # NCCL collectives are not captured: eager collectives (the harness's own exchanges) and graphed ones on
     # one communicator need care we do not need; small all_gathers are timed as back-to-back eager calls.
     return Point(fns, bytes=moved, dtype=str(bufs.dtype).removeprefix("torch."), shape=(n,),
-                 variant=f"{bufs.world_size - 1} peers", graph=provider != "torch_dist")
+                 variant=f"{peers} peer{'s' if peers > 1 else ''}", graph=provider != "torch_dist")
 
 
 def all_sweep(bufs, ops=("all_load", "all_store"), providers=PROVIDERS_ALL, sizes=None, progress=True):

@@ -245,28 +245,36 @@ def write_outputs(rows, tuning, bufs, out, stem, peak, command, elapsed):
     return "\n".join(text)
 
 
+def _draw(plot, *args, **kwargs):
+    """One figure; a failure to draw costs that figure, not the run's results."""
+    try:
+        return plot(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 (any plotting error: the tables and files are already written)
+        print(f"[bench] could not draw {os.path.basename(args[1])}: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
 def _plots(rows, out, world_size, peak, on_gpu):
     curve = [r for r in rows if r["variant"].startswith("0->1") or "->" not in r["variant"]]
-    nvlink = dict(peak_GBps=NVLINK_GBPS, peak_label="NVLink datasheet") if on_gpu else {}
-    figures = [report.plot_curves(curve, os.path.join(out, "p2p_curves.png"), kernels.P2P_OPS,
-                                  title="point-to-point, rank 0 with rank 1", **nvlink),
-               report.plot_curves(curve, os.path.join(out, "all_curves.png"), ("all_load", "all_store"),
-                                  title=f"all-load / all-store, {world_size} ranks", **nvlink)]
+    nvlink = {"peak_GBps": NVLINK_GBPS, "peak_label": "NVLink datasheet"} if on_gpu else {}
+    figures = [_draw(report.plot_curves, curve, os.path.join(out, "p2p_curves.png"), kernels.P2P_OPS,
+                     title="point-to-point, rank 0 with rank 1", **nvlink),
+               _draw(report.plot_curves, curve, os.path.join(out, "all_curves.png"), ("all_load", "all_store"),
+                     title=f"all-load / all-store, {world_size} ranks", **nvlink)]
     atomic_ops = tuple(micro.ATOMIC_DTYPES)
     sizes = {r["bytes"] for r in curve if r["op"] in atomic_ops}
     reference = [dict(r, op=op, provider="iris store") for r in curve if r["op"] == "store" and
                  r["provider"] == "iris" and r["bytes"] in sizes for op in atomic_ops]
-    figures.append(report.plot_curves(curve + reference, os.path.join(out, "atomics_curves.png"), atomic_ops,
-                                      title="remote atomics, rank 0 on rank 1"))
+    figures.append(_draw(report.plot_curves, curve + reference, os.path.join(out, "atomics_curves.png"), atomic_ops,
+                         title="remote atomics, rank 0 on rank 1"))
+    what = "given peak"
     if peak is None:
-        largest = [r for r in curve if r["provider"] == "copy_engine" and r["op"] in kernels.P2P_OPS]
-        top = max((r["bytes"] for r in largest), default=None)
-        peak = max((r["busbw_GBps"] for r in largest if r["bytes"] == top), default=None)
-        what = "copy engine's best"
-    else:
-        what = "given peak"
-    heat_ops = kernels.P2P_OPS + ("all_load", "all_store") + atomic_ops
+        engine = [r for r in curve if r["provider"] == "copy_engine" and r["op"] in kernels.P2P_OPS]
+        top = max((r["bytes"] for r in engine), default=None)
+        peak = max((r["busbw_GBps"] for r in engine if r["bytes"] == top), default=None)
+        what = f"copy engine at {report.format_bytes(top)}" if top else ""
     if peak:
-        figures.append(report.plot_heatmap(curve, os.path.join(out, "heatmap.png"), heat_ops, "iris", peak,
-                                           title=f"iris: % of {peak:.0f} GB/s ({what})"))
+        heat_ops = kernels.P2P_OPS + ("all_load", "all_store") + atomic_ops
+        figures.append(_draw(report.plot_heatmap, curve, os.path.join(out, "heatmap.png"), heat_ops, "iris", peak,
+                             title=f"iris: % of {peak:.0f} GB/s ({what})"))
     return [f for f in figures if f]
