@@ -35,6 +35,13 @@ def context_kernel(context, buf, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr, B
     ctx.store(buf + offs, x + 1, (RANK + 1) % WORLD_SIZE, hint=16)
     ctx.atomic_add(buf, 1.0, 0, sem="release", scope="sys")
 
+@triton.jit
+def publish_kernel(data, flag, heap_bases, rank, peer, SEM: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    iris.store(data + offs, tl.load(data + offs) + 1, rank, peer, heap_bases, hint=16)
+    iris.atomic_xchg(flag, 1, rank, peer, heap_bases, sem=SEM, scope="sys")
+
+
 def ptx(fn, signature, constexprs):
     # Pointer arguments marked 16-byte aligned, as Triton's launcher specialises them for torch tensors.
     aligned = {(i,): [["tt.divisibility", 16]] for i, ty in enumerate(signature.values()) if ty.startswith("*")}
@@ -58,4 +65,11 @@ for sem in ["relaxed", "acquire", "release", "acq_rel"]:
 sig = {"context": "*i64", "buf": "*fp32", "RANK": "constexpr", "WORLD_SIZE": "constexpr", "BLOCK": "constexpr"}
 text = ptx(context_kernel, sig, {"RANK": 0, "WORLD_SIZE": 2, "BLOCK": 1024})
 out["context"] = global_accesses(text) + sorted(set(re.findall(r"\b(?:atom|red)\.[\w.]+", text)))
+sig = {"data": "*fp32", "flag": "*i32", "heap_bases": "*i64", "rank": "i32", "peer": "i32", "SEM": "constexpr",
+       "BLOCK": "constexpr"}
+for sem in ["relaxed", "release", "acq_rel", "acquire"]:
+    text = ptx(publish_kernel, sig, {"SEM": sem, "BLOCK": 1024})
+    # the instruction stream between the data stores and the flag atomic
+    between = text[text.rindex("st.global"):text.index("atom.global")]
+    out[f"publish/{sem}"] = bool(re.search(r"\b(?:bar|barrier)\.sync", between))
 print("RESULT" + json.dumps(out))

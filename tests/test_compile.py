@@ -51,3 +51,11 @@ def test_device_context_compiles_vectorised(compiled):
     assert "ld.global.v4.b32" in accesses and "st.global.v4.b32" in accesses, accesses
     assert any(a.startswith("atom.global.sys.release") or a.startswith("red.global.sys.release") for a in accesses), \
         accesses
+
+
+@pytest.mark.parametrize("sem,synchronised", [("release", True), ("acq_rel", True), ("relaxed", False),
+                                              ("acquire", False)])
+def test_release_covers_every_warp_of_the_program(compiled, sem, synchronised):
+    # Triton performs a one-address atomic from a single thread; without a CTA barrier between the other
+    # warps' data stores and that release, a peer could acquire the flag before the data is there.
+    assert compiled[f"publish/{sem}"] is synchronised

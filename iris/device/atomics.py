@@ -10,6 +10,12 @@ earlier writes visible to any thread that later acquires the same location *with
 that a thread on another GPU reads must use ``scope="sys"``: a ``gpu``-scope release does not order the
 writes for a reader on another device.
 
+Release covers the whole program: Triton issues an atomic on a single address from one thread, with no
+barrier before it, so a release would otherwise order only that thread's earlier stores, not those the
+program's other warps made. With ``sem`` release or acq_rel (the default) the atomics below first
+synchronise the program (``bar.sync``), and PTX release is cumulative over writes ordered before it that
+way. Relaxed and acquire atomics pay nothing.
+
 Types follow Triton: 32- and 64-bit integers and floats everywhere, fp16/bf16 for ``atomic_add`` only;
 8- and 16-bit integers are refused at compile time with an error naming the operation and type.
 """
@@ -21,10 +27,17 @@ from iris.device.translate import translate
 
 
 @triton.jit
+def _order_program_writes(sem: tl.constexpr):
+    if sem is None or sem == "release" or sem == "acq_rel":
+        tl.debug_barrier()
+
+
+@triton.jit
 def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote += val``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    _order_program_writes(sem)
     return tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
 
 
@@ -33,6 +46,7 @@ def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote -= val``; returns the old value (an add of ``-val``: the hardware has no subtract)."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    _order_program_writes(sem)
     return tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
 
 
@@ -41,6 +55,7 @@ def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl
                 scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote = val``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    _order_program_writes(sem)
     return tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
 
 
@@ -49,6 +64,7 @@ def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote &= val``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    _order_program_writes(sem)
     return tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
 
 
@@ -57,6 +73,7 @@ def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.c
               scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote |= val``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    _order_program_writes(sem)
     return tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
 
 
@@ -65,6 +82,7 @@ def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote ^= val``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    _order_program_writes(sem)
     return tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
 
 
@@ -73,6 +91,7 @@ def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote = min(*remote, val)``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    _order_program_writes(sem)
     return tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
 
 
@@ -81,6 +100,7 @@ def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote = max(*remote, val)``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    _order_program_writes(sem)
     return tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
 
 
@@ -89,4 +109,5 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem: tl.conste
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """If ``*remote == cmp`` then ``*remote = val``; returns the old value either way."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    _order_program_writes(sem)
     return tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)

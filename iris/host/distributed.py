@@ -1,6 +1,7 @@
 """Process-group plumbing: initialisation from the environment, object exchange, a host barrier that
 names the ranks that never arrived."""
 
+import atexit
 import datetime
 import os
 
@@ -44,7 +45,13 @@ def ensure_process_group(backend, device=None):
     if pg_backend == "nccl" and device is not None:
         kwargs["device_id"] = device
     dist.init_process_group(backend=pg_backend, timeout=datetime.timedelta(seconds=DEFAULT_TIMEOUT_S), **kwargs)
+    atexit.register(_destroy_process_group)  # we made it, so we tear it down (torch warns otherwise)
     return True
+
+
+def _destroy_process_group():
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def all_gather_object(obj, group=None):
