@@ -138,8 +138,21 @@ def _harness_rows():
         idle_error = None
     except ValueError as e:
         idle_error = str(e)
+
+    def wrong():
+        raise AssertionError("checked before timing")
+
+    try:
+        harness.measure(ctx, harness.Point([_nothing], bytes=4, check=wrong), timing)
+        check_error = None
+    except AssertionError as e:
+        check_error = str(e)
     ctx.close()
-    return rows, idle_error
+    return rows, idle_error, check_error
+
+
+def _nothing():
+    pass
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -190,7 +203,7 @@ def test_kernels_move_the_right_data(pools, world_size, config):
 
 def test_harness_rows_follow_the_schema(pools):
     results = pools(2).run(_harness_rows)
-    (rows, idle_error), (rows_1, _) = results
+    (rows, idle_error, check_error), (rows_1, _, _) = results
     assert rows == rows_1, "ranks disagree on the results"
     check_rows(rows)
     assert len(rows) == 2 * 2 * 2 + 1  # ops without "skipped" x sizes x providers, plus the batched point
@@ -198,6 +211,7 @@ def test_harness_rows_follow_the_schema(pools):
     assert all((r["tflops"] is None) == (r["op"] != "axpy") for r in rows)
     assert rows[-1]["timing"] in ("loop x3", "graph x3"), rows[-1]["timing"]
     assert idle_error and "no rank took part" in idle_error
+    assert check_error == "checked before timing"
 
 
 def test_run_all_quick_writes_results(tmp_path):

@@ -10,7 +10,8 @@ when it sits the point out) and the bytes/FLOPs they move, or ``None`` to skip t
 
 How a point is timed (the same for every provider, so the columns compare):
 
-1. warm-up calls (compilation, first-touch, peer mappings) on the ranks that take part;
+1. warm-up calls (compilation, first-touch, peer mappings) on the ranks that take part, then
+   ``Point.check`` on every rank if given (results are checked before they are timed);
 2. one timed call on each rank after a host barrier gives the per-call estimate; the ranks agree on the
    largest;
 3. calls shorter than ``Timing.graph_below_ms`` are timed in batches: on GPUs a CUDA graph of ``batch``
@@ -81,6 +82,7 @@ class Point:
     flops: float = 0.0  # FLOPs one call performs; tflops is left empty when 0
     ops_per_call: int = 1  # the reported time is per op: call time / ops_per_call
     graph: bool = True  # may be captured in a CUDA graph
+    check: Callable[[], None] | None = None  # run on every rank after the warm-up (and a barrier); raise if wrong
 
     def __post_init__(self):
         if self.fns is not None and (not self.fns or not all(callable(f) for f in self.fns)):
@@ -176,6 +178,9 @@ def measure(ctx, point, timing=Timing()):
     cuda = ctx.get_device().type == "cuda"
     for _ in range(timing.warmup if active else 0):
         call()
+    if point.check is not None:
+        ctx.barrier()
+        point.check()
     estimate = _agree_estimate(ctx, active, call)  # ms per call, the same number on every rank
     batch, fn, mode = 1, call, "events" if cuda else "host"
     if estimate < timing.graph_below_ms:

@@ -139,14 +139,29 @@ def _p2p_fn(bufs, provider, op, n, offset, actor, target):
     raise ValueError(f"p2p: unknown provider {provider!r}; use one of {PROVIDERS_P2P}")
 
 
+def _expect_equal(what, tri, ref):
+    if not torch.equal(tri, ref):
+        bad = int((tri != ref).nonzero()[0, 0])
+        raise RuntimeError(f"{what}: wrong data after the warm-up: element {bad} is {tri[bad].item()}, expected "
+                           f"{ref[bad].item()}")
+
+
 def p2p_point(bufs, provider, op, nbytes, actor, target):
-    """``actor`` runs ``op`` against ``target``'s memory; every other rank idles."""
+    """``actor`` runs ``op`` against ``target``'s memory; every other rank idles. After the warm-up the
+    actor checks the first buffer set against the peer's memory (read through a peer view)."""
     n = nbytes // bufs.itemsize
     fns = None
     if bufs.rank == actor:
         fns = [_p2p_fn(bufs, provider, op, n, i * n, actor, target) for i in range(bufs.sets(nbytes))]
+
+    def check():
+        if bufs.rank == actor:
+            theirs = peer.peer_view(bufs.ctx, bufs.recv[:n], target)
+            mine = (bufs.dst if op in kernels.PULL_OPS else bufs.src)[:n]
+            pull = op in kernels.PULL_OPS  # the destination first, then the source it must equal
+            _expect_equal(f"{op} {provider} {actor}->{target}", mine if pull else theirs, theirs if pull else mine)
     return Point(fns, bytes=nbytes, dtype=str(bufs.dtype).removeprefix("torch."), shape=(n,),
-                 variant=f"{actor}->{target}")
+                 variant=f"{actor}->{target}", check=check)
 
 
 def p2p_curve(bufs, ops=kernels.P2P_OPS, providers=PROVIDERS_P2P, sizes=None, pair=(0, 1), progress=True):
@@ -227,12 +242,34 @@ def all_point(bufs, provider, op, nbytes):
     else:
         sets = bufs.sets(nbytes)
     fns = [_all_fn(bufs, provider, op, n, i * n) for i in range(sets)]
+    check = None if provider == "torch_dist" else lambda: _check_all(bufs, provider, op, n)
     peers = bufs.world_size - 1
     moved = peers * nbytes
     # NCCL collectives are not captured: eager collectives (the harness's own exchanges) and graphed ones on
     # one communicator need care we do not need; small all_gathers are timed as back-to-back eager calls.
     return Point(fns, bytes=moved, dtype=str(bufs.dtype).removeprefix("torch."), shape=(n,),
-                 variant=f"{peers} peer{'s' if peers > 1 else ''}", graph=provider != "torch_dist")
+                 variant=f"{peers} peer{'s' if peers > 1 else ''}", graph=provider != "torch_dist", check=check)
+
+
+def _check_all(bufs, provider, op, n):
+    """After the warm-up, the first buffer set: what this rank gathered (all-load) or what its peers hold in
+    its slot (all-store), against the peers' memory read through peer views."""
+    ctx, rank, world = bufs.ctx, bufs.rank, bufs.world_size
+    peers = [(rank + k) % world for k in range(1, world)]
+    what = f"{op} {provider} on rank {rank}"
+    if op == "all_store":
+        for p in peers:
+            _expect_equal(f"{what}, slot {rank} on rank {p}",
+                          peer.peer_view(ctx, bufs.recv[rank * bufs.n_max:rank * bufs.n_max + n], p), bufs.src[:n])
+    elif provider == "iris":
+        ref = torch.zeros(n, dtype=torch.float32, device=ctx.get_device())
+        for p in peers:
+            ref += peer.peer_view(ctx, bufs.recv[:n], p).float()
+        _expect_equal(what, bufs.dst[:n], ref.to(bufs.dtype))
+    else:
+        for p in peers:
+            _expect_equal(f"{what}, from rank {p}", bufs.gather()[p * n:(p + 1) * n],
+                          peer.peer_view(ctx, bufs.recv[:n], p))
 
 
 def all_sweep(bufs, ops=("all_load", "all_store"), providers=PROVIDERS_ALL, sizes=None, progress=True):
