@@ -43,9 +43,11 @@ def environment(device=None):
 
 
 def _commit():
-    """``git describe --always --dirty`` of the source tree, ``IRIS_BENCH_COMMIT`` if set, else "unknown"."""
-    if os.environ.get("IRIS_BENCH_COMMIT"):
-        return os.environ["IRIS_BENCH_COMMIT"]
+    """``IRIS_BENCH_COMMIT`` or ``IRIS_COMMIT`` if set (scripts/gpu_tier.sh sets the latter where the tree
+    travels without .git), else ``git describe --always --dirty`` of the source tree, else "unknown"."""
+    for name in ("IRIS_BENCH_COMMIT", "IRIS_COMMIT"):
+        if os.environ.get(name):
+            return os.environ[name]
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True, text=True,
