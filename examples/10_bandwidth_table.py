@@ -31,6 +31,7 @@ def main(nbytes, quick):
     if ctx.get_rank() == 0:
         print(report.format_table(rows, columns=("op", "variant", "bytes", "ms_p50", "busbw_GBps", "timing"),
                                   title=f"iris on {report.environment(ctx.get_device())['gpu']} x {world_size}"))
+        ctx.info(f"bandwidth_table: {len(rows)} rows")
     ctx.barrier()
     return rows
 

@@ -28,7 +28,7 @@ tests_rc=${PIPESTATUS[0]}
 
 bench_rc=0
 if [ -f benchmarks/run_all.py ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
-  python3 benchmarks/run_all.py --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/bench.log"
+  python3 benchmarks/run_all.py --out "$OUT_DIR/microbench" 2>&1 | tee "$OUT_DIR/bench.log"
   bench_rc=${PIPESTATUS[0]}
 fi
 

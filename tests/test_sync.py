@@ -65,7 +65,7 @@ def _device_barrier_group_body():
     ctx.device_barrier()
     if ctx.get_device().type == "cuda":
         torch.cuda.synchronize()
-    flags = ctx._barrier_groups[tuple(sorted(dist.get_process_group_ranks(group)))][0]
+    flags = ctx.group_sync(group, "test").flags[0]  # row 0: device_barrier
     return flags.cpu().tolist(), world
 
 

@@ -1,4 +1,8 @@
-"""Device-side synchronisation kernels used by the host API."""
+"""Device-side synchronisation between ranks: counters on the heap, never reset.
+
+``flags`` is one row ``int32[world_size]`` of a group's sync array (``iris/host/groups.py``): on rank q's
+heap, ``flags[r]`` counts the signals rank r has sent q on this row.
+"""
 
 import triton
 import triton.language as tl
@@ -7,18 +11,33 @@ from iris.device.atomics import atomic_add
 
 
 @triton.jit
-def _device_barrier_kernel(flags, heap_bases, group_ranks, rank, GROUP_SIZE: tl.constexpr):
-    """One program. ``flags`` is an int32[world_size] array on the heap; ``flags[r]`` on rank p's heap counts
-    how many barriers rank r has entered, as seen by p. Counts only grow, so the count a rank writes to its
-    own slot is its epoch and no flag is ever reset (a second barrier cannot read the first one's flag)."""
-    # ---- arrive: bump our slot on every member's heap; the release publishes our earlier writes (sys scope:
-    # the readers are other GPUs).
+def signal_all(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr):
+    """Add one to our slot of ``flags`` on every member's heap (ours included). Release at sys scope: what
+    this program wrote before (to any rank) is visible to a member that acquires the count."""
     for i in range(GROUP_SIZE):
-        peer = tl.load(group_ranks + i)
+        peer = tl.load(members + i)
         atomic_add(flags + rank, 1, rank, peer, heap_bases, sem="release", scope="sys")
-    epoch = tl.atomic_add(flags + rank, 0, sem="acquire", scope="sys")
-    # ---- wait: every member has bumped its slot on our heap to our epoch; acquire pairs with their release.
+
+
+@triton.jit
+def wait_all(flags, members, epoch, GROUP_SIZE: tl.constexpr):
+    """Spin until every member's count on our heap has reached ``epoch`` (acquire, sys scope)."""
     for i in range(GROUP_SIZE):
-        peer = tl.load(group_ranks + i)
+        peer = tl.load(members + i)
         while tl.atomic_add(flags + peer, 0, sem="acquire", scope="sys") < epoch:
             pass
+
+
+@triton.jit
+def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr):
+    """All members' same-numbered programs meet here. Our own count on our heap, once bumped, is the
+    epoch: a member that reached this barrier as often as we have has bumped its slot to it too."""
+    signal_all(flags, heap_bases, members, rank, GROUP_SIZE)
+    epoch = tl.atomic_add(flags + rank, 0, sem="acquire", scope="sys")
+    wait_all(flags, members, epoch, GROUP_SIZE)
+
+
+@triton.jit
+def _device_barrier_kernel(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr):
+    """One program, on row 0 of the group's flags."""
+    group_barrier(flags, heap_bases, members, rank, GROUP_SIZE)

@@ -44,6 +44,25 @@ def enable_interpreter():
     os.environ["TRITON_INTERPRET"] = "1"
 
 
+def fix_interpreter_scalars():
+    """Triton 3.6's interpreter turns a scalar into a Python int with ``int(array)`` on a one-element 1-D
+    numpy array, which numpy 2.4 refuses ("only 0-dimensional arrays can be converted"), so any loop with
+    a runtime bound (``for b in range(pid, n_blocks, n_programs)``) fails. Index the element instead."""
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "_iris_fixed", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._iris_fixed = True
+    interpreter._patch_lang_tensor = patched
+
+
 BACKEND = choose_backend()
 if BACKEND == "cpu":
     enable_interpreter()
+    fix_interpreter_scalars()

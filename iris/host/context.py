@@ -10,17 +10,13 @@ import torch.distributed as dist
 from iris.host import backend as _backend
 from iris.host.distributed import StoreBarrier, all_gather_object, default_store, device_synchronize, \
     ensure_process_group
+from iris.host.groups import GroupTable, region_bytes
 from iris.host.heap import SymmetricHeap, align_up
 from iris.host.logging import RankLogger
 from iris.host.memory import CudaIpcMemory, SharedMemory
 from iris.host.tensors import TensorFactory
 
 ALLOCATORS = ("torch", "vmem")
-# Device-barrier flags live in a reserved region at the end of the heap: one int32[world_size] array for
-# every subset of ranks, at an offset computed from the subset's bit mask, so every member finds its
-# group's flags at the same offset without any extra collective. 2**8 subsets x 8 ranks x 4 B = 8 KiB.
-MAX_DEVICE_BARRIER_WORLD = 10
-
 _context_serial = 0  # advances on every rank with each (collective) context creation
 
 
@@ -84,15 +80,14 @@ class Iris(TensorFactory, RankLogger):
         self._store = default_store()
         self._barriers = {}
 
-        reserved = self._barrier_region_bytes()
+        reserved = region_bytes(self.num_ranks)
         total = align_up(heap_size) + reserved
         if on_cpu:
             memory = SharedMemory(total, self.cur_rank, self.num_ranks, all_gather_object, lambda: self.barrier())
         else:
             memory = CudaIpcMemory(total, self.device, self.cur_rank, all_gather_object)
         self.heap = SymmetricHeap(memory, heap_size, reserved, self.cur_rank, self.num_ranks)
-        self._barrier_flags = self.heap.reserved.view(torch.int32).zero_()
-        self._barrier_groups = {}
+        self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device)
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=self.device)
         self._device_context = torch.tensor([self.cur_rank, self.num_ranks] + self.heap.bases, dtype=torch.int64,
                                             device=self.device)
@@ -184,34 +179,20 @@ class Iris(TensorFactory, RankLogger):
             barrier = self._barriers[tuple(ranks)] = StoreBarrier(self._store, self.cur_rank, ranks, name)
         barrier.wait(self.timeout_s if timeout_s is None else timeout_s, what="Iris.barrier")
 
-    def _barrier_region_bytes(self):
-        if self.num_ranks > MAX_DEVICE_BARRIER_WORLD:
-            return 4 * self.num_ranks  # the world group only
-        return (1 << self.num_ranks) * self.num_ranks * 4
+    def group_sync(self, group, caller):
+        """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks)."""
+        return self.groups.get(self._group_ranks(group, caller), caller)
 
     def device_barrier(self, group=None):
-        """Collective over ``group``, asynchronous for the host, graph-capturable: one single-program kernel
-        on the current stream that returns once every member's kernel has arrived. Work queued before it on
-        each member's stream (including remote stores) is visible to work queued after it on every member.
-        Uses sys-scope release/acquire atomics on per-group counters on the heap; takes one SM."""
+        """Collective over ``group``, asynchronous for the host, graph-capturable (after a first call outside
+        the capture): one single-program kernel on the current stream that returns once every member's
+        kernel has arrived. Work queued before it on each member's stream (remote stores included) is
+        visible to work queued after it on every member. Sys-scope release/acquire counters on the heap."""
         from iris.device.sync import _device_barrier_kernel
 
-        ranks = self._group_ranks(group, "Iris.device_barrier")
-        state = self._barrier_groups.get(tuple(ranks))
-        if state is None:
-            if self.num_ranks > MAX_DEVICE_BARRIER_WORLD:
-                if len(ranks) != self.num_ranks:
-                    raise ValueError(f"Iris.device_barrier: groups smaller than the world are supported up to "
-                                     f"{MAX_DEVICE_BARRIER_WORLD} ranks, this run has {self.num_ranks}")
-                slot = 0
-            else:
-                slot = sum(1 << r for r in ranks)
-            flags = self._barrier_flags[slot * self.num_ranks:(slot + 1) * self.num_ranks]
-            members = torch.tensor(ranks, dtype=torch.int32, device=self.device)
-            state = self._barrier_groups[tuple(ranks)] = (flags, members)
-        flags, members = state
-        _device_barrier_kernel[(1,)](flags, self.heap_bases, members, self.cur_rank, GROUP_SIZE=len(ranks),
-                                     num_warps=1)
+        sync = self.group_sync(group, "Iris.device_barrier")
+        _device_barrier_kernel[(1,)](sync.flags, self.heap_bases, sync.members, self.cur_rank,
+                                     GROUP_SIZE=sync.size, num_warps=1)
 
     def broadcast(self, value, src=0):
         """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back

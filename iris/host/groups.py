@@ -1,0 +1,66 @@
+"""Per-group synchronisation state on the heap: the flags behind ``device_barrier`` and every collective.
+
+Each group of ranks owns an int32 array ``flags[ROWS, world_size]`` in a region reserved at the end of the
+heap. Row 0 serves ``device_barrier``; row ``1 + p`` serves program ``p`` of a collective kernel. On rank
+q's heap, ``flags[row, r]`` counts how many times rank r has signalled that row to q. Counts only grow, so
+no flag is ever reset and a second call can never read the first call's flag (DESIGN.md section 4).
+
+The group's array sits at an offset computed from the group's member bit mask, so every member finds it
+at the same offset without an extra collective and without allocating on the heap on first use (which
+only the members would do, leaving the heaps of members and non-members out of step). That costs
+``2**world_size`` arrays: 1 MiB at 8 ranks. Past ``MAX_SUBGROUP_WORLD`` ranks only the whole world is a
+group.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+MAX_COMM_PROGRAMS = 128  # the most programs a collective kernel may use; the flag rows are sized by it
+ROWS = 1 + MAX_COMM_PROGRAMS
+MAX_SUBGROUP_WORLD = 8
+
+
+def region_bytes(world_size):
+    subsets = 1 if world_size > MAX_SUBGROUP_WORLD else 1 << world_size
+    return subsets * ROWS * world_size * 4
+
+
+@dataclass
+class GroupSync:
+    ranks: list          # global ranks of the members, ascending
+    index: int           # this rank's position in ``ranks``
+    flags: torch.Tensor  # int32[ROWS, world_size] on the heap
+    members: torch.Tensor  # int32[len(ranks)] on the device: ``ranks`` for kernels
+
+    @property
+    def size(self):
+        return len(self.ranks)
+
+
+class GroupTable:
+    def __init__(self, region, world_size, rank, device):
+        self.region = region.view(torch.int32).zero_()
+        self.world_size = world_size
+        self.rank = rank
+        self.device = device
+        self._groups = {}
+
+    def get(self, ranks, caller):
+        """The sync state of the group of ``ranks`` (this rank must be one of them). First use allocates a
+        small device tensor, so call once outside a CUDA graph capture before capturing."""
+        key = tuple(ranks)
+        state = self._groups.get(key)
+        if state is None:
+            if self.world_size > MAX_SUBGROUP_WORLD:
+                if len(ranks) != self.world_size:
+                    raise ValueError(f"{caller}: groups smaller than the world are supported up to "
+                                     f"{MAX_SUBGROUP_WORLD} ranks, this run has {self.world_size}")
+                slot = 0
+            else:
+                slot = sum(1 << r for r in ranks)
+            size = ROWS * self.world_size
+            flags = self.region[slot * size:(slot + 1) * size].view(ROWS, self.world_size)
+            members = torch.tensor(ranks, dtype=torch.int32, device=self.device)
+            state = self._groups[key] = GroupSync(list(ranks), ranks.index(self.rank), flags, members)
+        return state
