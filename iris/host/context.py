@@ -54,6 +54,7 @@ class Iris(TensorFactory, RankLogger):
 
         self.backend = _backend.BACKEND
         self.timeout_s = timeout_s
+        self._ccl = None
         self._closed = False
         on_cpu = self.backend == "cpu"
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
@@ -129,6 +130,15 @@ class Iris(TensorFactory, RankLogger):
     def get_copy_engine_ctx(self):
         """No copy-engine queues exist in this build (``engines=()``), so this is None, as in the reference."""
         return None
+
+    @property
+    def ccl(self):
+        """The collectives (``iris.ccl``) bound to this context: ``ctx.ccl.all_reduce(out, inp)``, ..."""
+        if self._ccl is None:
+            from iris.ccl import CCL
+
+            self._ccl = CCL(self)
+        return self._ccl
 
     # ------------------------------------------------------------------ heap
     def is_symmetric(self, tensor):

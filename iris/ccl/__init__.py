@@ -1,0 +1,37 @@
+"""Collectives written as Triton kernels on the symmetric heap: ``ctx.ccl.<collective>(out, inp, ...)``."""
+
+from iris.ccl.all_gather import all_gather
+from iris.ccl.all_reduce import all_reduce
+from iris.ccl.all_to_all import all_to_all
+from iris.ccl.config import CollectiveConfig
+from iris.ccl.reduce_scatter import reduce_scatter
+from iris.ccl.rooted import broadcast, gather, recv, reduce, scatter, send
+
+_COLLECTIVES = {f.__name__: f for f in (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce,
+                                        scatter, gather, send, recv)}
+
+
+class CCL:
+    """``ctx.ccl``: the collectives bound to one context. Each method is the function of the same name in
+    ``iris.ccl`` with ``ctx`` filled in; see those for semantics."""
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        for name, fn in _COLLECTIVES.items():
+            setattr(self, name, _bind(fn, ctx))
+
+    def barrier(self, group=None):
+        """Device-side barrier over ``group`` (``ctx.device_barrier``): stream-ordered, graph-capturable."""
+        self._ctx.device_barrier(group)
+
+
+def _bind(fn, ctx):
+    def bound(*args, **kwargs):
+        return fn(ctx, *args, **kwargs)
+
+    bound.__name__, bound.__doc__ = fn.__name__, fn.__doc__
+    return bound
+
+
+__all__ = ["CCL", "CollectiveConfig", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+           "reduce", "scatter", "gather", "send", "recv"]

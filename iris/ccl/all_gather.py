@@ -1,0 +1,53 @@
+"""all_gather: ``out = cat([inp of every rank], dim=0)`` on every rank (torch's all_gather_into_tensor).
+
+Push: each rank stores its input straight into slot ``group_index`` of every member's ``out``.
+
+    barrier (every out is free)  ->  put inp into out[me] of every rank  ->  barrier (every slot has landed)
+"""
+
+import triton
+import triton.language as tl
+
+from iris.ccl import common
+from iris.ccl.device import peer_at, program_row
+from iris.device.rma import store
+from iris.device.sync import group_barrier
+
+
+@triton.jit
+def _all_gather_kernel(out, inp, n, flags, heap_bases, members, rank, group_index, world_size,
+                       GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+    row = program_row(flags, world_size)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still uses its out
+    slot = out + group_index * n
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(inp + offs, mask=mask)  # [BLOCK]
+        for i in range(GROUP_SIZE):
+            peer = peer_at(members, group_index, i, GROUP_SIZE)
+            store(slot + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slot has landed in our out
+
+
+def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
+    """``out`` (``[group_size * n, ...]``, on the heap) receives every rank's ``inp`` (``[n, ...]``, anywhere)
+    in rank order along dim 0. ``inp`` may be this rank's slot of ``out`` (in place).
+
+    Collective over ``group``; stream-ordered; graph-capturable after a first call.
+
+        ref = torch.cat([inp_r for r in group], dim=0)
+    """
+    caller = "ccl.all_gather"
+    common.precheck(caller, group, config, (out, inp))
+    inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
+    common.same_dtype(out, inp, caller)
+    ctx.check_symmetric(out, caller, "out")
+    n = inp.numel()
+    p = common.plan(ctx, caller, n, group, config)
+    common.expect_numel(out, p.sync.size * n, caller, "out", f"group size {p.sync.size} * inp.numel() {n}")
+    # A slot starts at group_index * n elements: 16-byte aligned only when n keeps it so.
+    hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
+    _all_gather_kernel[p.grid](out_flat, inp_flat, n, *p.sync_args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
+                               BLOCK=p.block, num_warps=p.config.num_warps)
+    return common.done(ctx, async_op)

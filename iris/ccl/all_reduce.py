@@ -1,0 +1,114 @@
+"""all_reduce: every rank ends with the elementwise reduction of every rank's input.
+
+One-shot (latency):            two-shot (bandwidth):
+    barrier (inputs ready)          barrier (inputs ready)
+    out = op over ranks of inp      out[my shard] = op over ranks of inp[my shard]
+    barrier (inputs free)           barrier (shards reduced)
+                                    out[shard q] = out[shard q] of rank q, for every q
+                                    barrier (shards read)
+
+Each program synchronises only with the same-numbered program of the other ranks: programs split the data
+the same way on every rank, so program p only ever touches what program p of a peer produced, and no
+grid-wide barrier (which would need every program resident) is needed.
+"""
+
+import triton
+import triton.language as tl
+
+from iris.ccl import common
+from iris.ccl.device import combine, finish, peer_at, program_row
+from iris.device.rma import get, load
+from iris.device.sync import group_barrier
+
+
+@triton.jit
+def _all_reduce_one_shot_kernel(out, inp, n, flags, heap_bases, members, rank, group_index, world_size,
+                                GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
+                                HINT: tl.constexpr, BLOCK: tl.constexpr):
+    row = program_row(flags, world_size)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's input is ready
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        acc = tl.load(inp + offs, mask=mask)  # [BLOCK]
+        if ACC_FP32:
+            acc = acc.to(tl.float32)
+        for i in range(1, GROUP_SIZE):
+            peer = peer_at(members, group_index, i, GROUP_SIZE)
+            x = load(inp + offs, rank, peer, heap_bases, mask=mask, hint=HINT)
+            acc = combine(acc, x.to(acc.dtype), OP)
+        tl.store(out + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still reads our input
+
+
+@triton.jit
+def _all_reduce_two_shot_kernel(out, inp, n, shard, flags, heap_bases, members, rank, group_index, world_size,
+                                GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
+                                HINT: tl.constexpr, BLOCK: tl.constexpr):
+    row = program_row(flags, world_size)
+    step = tl.num_programs(0) * BLOCK
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's input is ready
+    # ---- reduce-scatter: our shard, read from every rank
+    shard_start = group_index * shard
+    shard_end = tl.minimum(shard_start + shard, n)
+    for start in range(shard_start + tl.program_id(0) * BLOCK, shard_end, step):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < shard_end
+        acc = tl.load(inp + offs, mask=mask)  # [BLOCK]
+        if ACC_FP32:
+            acc = acc.to(tl.float32)
+        for i in range(1, GROUP_SIZE):
+            peer = peer_at(members, group_index, i, GROUP_SIZE)
+            x = load(inp + offs, rank, peer, heap_bases, mask=mask, hint=HINT)
+            acc = combine(acc, x.to(acc.dtype), OP)
+        tl.store(out + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
+    # Every shard is reduced, and every rank has finished reading our input (out may be inp).
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
+    # ---- all-gather: pull the other shards from their owners
+    for i in range(1, GROUP_SIZE):
+        owner = (group_index + i) % GROUP_SIZE
+        peer = tl.load(members + owner)
+        owner_start = owner * shard
+        owner_end = tl.minimum(owner_start + shard, n)
+        for start in range(owner_start + tl.program_id(0) * BLOCK, owner_end, step):
+            offs = start + tl.arange(0, BLOCK)
+            get(out + offs, out + offs, peer, rank, heap_bases, mask=offs < owner_end, hint=HINT)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still reads our shard
+
+
+def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
+    """``out = op(inp of every rank in group)``, elementwise; ``out`` may be ``inp`` (in place).
+
+    Collective over ``group``; asynchronous for the host (stream-ordered, returns a ``Work`` with
+    ``async_op=True``); graph-capturable after a first call. ``inp`` must be on the symmetric heap (peers
+    read it); so must ``out`` for the two-shot algorithm. fp16/bf16 accumulate in fp32 and round once.
+    Uses ``config.comm_sms`` programs at most.
+
+        ref = reduce(op, [inp_r for r in group])     # see iris/ccl/reference.py
+    """
+    caller = "ccl.all_reduce"
+    common.precheck(caller, group, config, (out, inp), str(op))
+    inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
+    common.same_dtype(out, inp, caller)
+    common.expect_numel(out, inp.numel(), caller, "out", "inp.numel()")
+    op = common.reduce_op(op, inp.dtype, caller)
+    ctx.check_symmetric(inp, caller, "inp")
+    n = inp.numel()
+    p = common.plan(ctx, caller, n, group, config)
+    in_place = out.data_ptr() == inp.data_ptr()
+    algorithm = p.config.algorithm
+    if algorithm == "auto":
+        algorithm = "one_shot" if n * inp.element_size() <= p.config.one_shot_max_bytes and not in_place else "two_shot"
+    if algorithm == "one_shot" and in_place:
+        raise ValueError(f"{caller}: the one-shot algorithm cannot run in place (peers still read inp while out is "
+                         "written); use algorithm='two_shot' or 'auto', or a separate out")
+    meta = dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=common.accumulate_in_fp32(inp.dtype),
+                HINT=common.vector_hint(inp, out), BLOCK=p.block, num_warps=p.config.num_warps)
+    if algorithm == "one_shot":
+        _all_reduce_one_shot_kernel[p.grid](out_flat, inp_flat, n, *p.sync_args(ctx), **meta)
+    else:
+        ctx.check_symmetric(out, caller, "out")
+        # Shards start on 16-element boundaries so the vector hint holds on every rank's shard.
+        shard = triton.cdiv(triton.cdiv(n, p.sync.size), 16) * 16
+        _all_reduce_two_shot_kernel[p.grid](out_flat, inp_flat, n, shard, *p.sync_args(ctx), **meta)
+    return common.done(ctx, async_op)

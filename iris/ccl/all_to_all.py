@@ -1,0 +1,53 @@
+"""all_to_all: slice j of rank i's input becomes slice i of rank j's output (torch's all_to_all_single with
+equal splits).
+
+Push:  barrier (every out is free)  ->  put inp[slice q] into out[slice me] of rank q  ->  barrier
+"""
+
+import triton
+import triton.language as tl
+
+from iris.ccl import common
+from iris.ccl.device import program_row
+from iris.device.rma import store
+from iris.device.sync import group_barrier
+
+
+@triton.jit
+def _all_to_all_kernel(out, inp, n, flags, heap_bases, members, rank, group_index, world_size,
+                       GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+    row = program_row(flags, world_size)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still uses its out
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        for i in range(GROUP_SIZE):
+            dest = (group_index + i) % GROUP_SIZE
+            peer = tl.load(members + dest)
+            x = tl.load(inp + dest * n + offs, mask=mask)  # [BLOCK]
+            store(out + group_index * n + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slice has landed in our out
+
+
+def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
+    """``out`` and ``inp`` are ``[group_size * n, ...]``; ``out`` on the heap. Slice q of ``inp`` goes to rank
+    q, arriving as slice ``group_rank`` of its ``out``. Not in place.
+
+    Collective over ``group``; stream-ordered; graph-capturable after a first call.
+
+        ref_q = torch.cat([inp_r.chunk(group_size)[q] for r in group])
+    """
+    caller = "ccl.all_to_all"
+    common.precheck(caller, group, config, (out, inp))
+    inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
+    common.same_dtype(out, inp, caller)
+    common.expect_numel(out, inp.numel(), caller, "out", "inp.numel()")
+    ctx.check_symmetric(out, caller, "out")
+    if out.data_ptr() == inp.data_ptr():
+        raise ValueError(f"{caller}: out and inp are the same tensor; all_to_all needs a separate out")
+    n = common.split_rows(inp, ctx.group_sync(group, caller).size, caller, "inp")
+    p = common.plan(ctx, caller, n, group, config)
+    hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
+    _all_to_all_kernel[p.grid](out_flat, inp_flat, n, *p.sync_args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
+                               BLOCK=p.block, num_warps=p.config.num_warps)
+    return common.done(ctx, async_op)

@@ -1,0 +1,151 @@
+"""Host-side plumbing shared by the collective launchers: argument checks, the launch plan, async handles."""
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from iris.ccl.config import CollectiveConfig
+from iris.host.distributed import all_gather_object
+from iris.host.groups import MAX_COMM_PROGRAMS
+
+REDUCE_OPS = ("sum", "avg", "max", "min")
+DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32)
+_TORCH_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min"}
+DEFAULT_CONFIG = CollectiveConfig()
+
+
+def reduce_op(op, dtype, caller):
+    """``op`` as one of REDUCE_OPS; accepts torch.distributed.ReduceOp members too."""
+    name = op if isinstance(op, str) else _TORCH_OPS.get(str(op).split(".")[-1].upper(), str(op))
+    name = name.lower()
+    if name not in REDUCE_OPS:
+        raise ValueError(f"{caller}: unknown op {op!r}; use one of {REDUCE_OPS}")
+    if name == "avg" and not dtype.is_floating_point:
+        raise ValueError(f"{caller}: op='avg' needs a floating-point dtype, got {dtype}; use 'sum' and divide")
+    return name
+
+
+def flat(tensor, caller, name):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{caller}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype not in DTYPES:
+        raise ValueError(f"{caller}: {name} has dtype {tensor.dtype}, which the collectives do not support; use one "
+                         f"of {', '.join(str(d) for d in DTYPES)}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{caller}: {name} must be contiguous (dim 0 is the split); call .contiguous() first")
+    return tensor.view(-1)
+
+
+def same_dtype(out, inp, caller):
+    if out.dtype != inp.dtype:
+        raise ValueError(f"{caller}: out has dtype {out.dtype} but inp has {inp.dtype}; they must match")
+
+
+def expect_numel(tensor, numel, caller, name, how):
+    if tensor.numel() != numel:
+        raise ValueError(f"{caller}: {name} has {tensor.numel()} elements ({tuple(tensor.shape)}), expected {how} "
+                         f"= {numel}")
+
+
+def split_rows(tensor, parts, caller, name):
+    """Elements per part when ``tensor`` is split into ``parts`` equal slices along dim 0."""
+    rows = tensor.shape[0] if tensor.dim() else 1
+    if rows % parts:
+        raise ValueError(f"{caller}: {name} has {rows} rows along dim 0, which the group of {parts} ranks does not "
+                         f"divide; pad dim 0 to a multiple of {parts}")
+    return tensor.numel() // parts
+
+
+@dataclass
+class Plan:
+    sync: object       # GroupSync
+    config: CollectiveConfig
+    block: int
+    programs: int
+    caller: str
+
+    @property
+    def grid(self):
+        return (self.programs,)
+
+    def sync_args(self, ctx):
+        """The arguments every collective kernel takes after its data arguments."""
+        return (self.sync.flags, ctx.heap_bases, self.sync.members, ctx.cur_rank, self.sync.index,
+                ctx.num_ranks)
+
+
+def resolve_config(config, caller):
+    config = DEFAULT_CONFIG if config is None else config
+    if not isinstance(config, CollectiveConfig):
+        raise TypeError(f"{caller}: config must be an iris.ccl.CollectiveConfig, got {type(config).__name__}")
+    return config
+
+
+def precheck(caller, group, config, tensors, *extra):
+    """Check mode, first thing in every collective: all ranks compare the call (shapes, dtypes, root, op)
+    before any rank validates locally, so a mismatch fails on every rank instead of leaving some ranks
+    inside a kernel waiting for ranks that raised."""
+    if resolve_config(config, caller).check or os.environ.get("IRIS_CCL_CHECK") == "1":
+        signature = tuple((tuple(t.shape), str(t.dtype)) for t in tensors) + extra
+        check_across_ranks(caller, signature, group)
+
+
+def plan(ctx, caller, numel, group, config, sync=None):
+    """Resolve the group (or take ``sync``, a pair for send/recv) and the config, and pick the block and
+    program count: functions of the size and config only, so identical on every rank."""
+    config = resolve_config(config, caller)
+    if sync is None:
+        sync = ctx.group_sync(group, caller)
+    on_cpu = ctx.get_device().type == "cpu"
+    # 4096 elements per step on GPUs (8 KiB of bf16: 16 bytes per thread at 8 warps, two steps in flight);
+    # small blocks on the cpu backend, where each program runs in Python.
+    block = config.block_size or (256 if on_cpu else 4096)
+    block = min(block, max(16, triton.next_power_of_2(max(numel, 1))))
+    cap = config.comm_sms or (4 if on_cpu else 64)
+    programs = max(1, min(cap, triton.cdiv(max(numel, 1), block), MAX_COMM_PROGRAMS))
+    return Plan(sync, config, block, programs, caller)
+
+
+def check_across_ranks(caller, signature, group):
+    """Check mode: every rank must make the same call (shapes, dtypes, root); say which rank differs."""
+    everyone = all_gather_object((caller, signature), group=group)
+    mine = everyone[0]
+    for rank, theirs in enumerate(everyone):
+        if theirs != mine:
+            raise ValueError(f"{caller}: ranks disagree on the call: group rank 0 passed {mine[1]} but group rank "
+                             f"{rank} passed {theirs[1]} ({theirs[0]}); every rank must pass the same shapes and dtype")
+
+
+def vector_hint(*tensors):
+    """16 when every tensor starts on a 16-byte boundary (then translated accesses can be 16-byte vectors),
+    else None: a hint the data does not honour would make the compiler read the wrong bytes."""
+    return 16 if all(t.data_ptr() % 16 == 0 for t in tensors) else None
+
+
+def accumulate_in_fp32(dtype):
+    return dtype in (torch.float16, torch.bfloat16)
+
+
+class Work:
+    """What ``async_op=True`` returns. The kernel is already queued on the current stream; ``wait()`` makes
+    the then-current stream wait for it (nothing to do on the cpu backend, where kernels run synchronously)."""
+
+    def __init__(self, device):
+        self._event = None
+        if device.type == "cuda":
+            self._event = torch.cuda.Event()
+            self._event.record()
+
+    def wait(self):
+        if self._event is not None:
+            torch.cuda.current_stream().wait_event(self._event)
+        return True
+
+    def is_completed(self):
+        return self._event is None or self._event.query()
+
+
+def done(ctx, async_op):
+    return Work(ctx.get_device()) if async_op else None

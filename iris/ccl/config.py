@@ -1,0 +1,42 @@
+"""Configuration of the collectives: one frozen dataclass, validated on creation.
+
+Every choice a config makes (algorithm, programs, block) must be the same on every rank of the group, or
+the ranks launch different kernels and wait for each other forever. The automatic choices depend only on
+the message size, the dtype and the group size, which all ranks share.
+"""
+
+from dataclasses import dataclass
+
+from iris.host.groups import MAX_COMM_PROGRAMS
+
+ALL_REDUCE_ALGORITHMS = ("auto", "one_shot", "two_shot")
+
+
+@dataclass(frozen=True)
+class CollectiveConfig:
+    """``algorithm``: for ``all_reduce``, ``"one_shot"`` (every rank reads every peer's whole input: least
+    latency), ``"two_shot"`` (reduce-scatter then all-gather: each byte crosses the link once per peer,
+    for bandwidth), or ``"auto"`` (one-shot up to ``one_shot_max_bytes``).
+    ``comm_sms``: the most programs (one per SM) the kernel may use, so a collective can share the GPU with
+    compute; ``None`` picks by size. ``block_size``: elements each program moves per step (a power of two);
+    ``None`` picks by backend. ``check``: compare shapes and dtypes across ranks first (a host collective,
+    so not inside CUDA graphs); ``IRIS_CCL_CHECK=1`` turns it on everywhere."""
+
+    algorithm: str = "auto"
+    comm_sms: int | None = None
+    block_size: int | None = None
+    num_warps: int = 8
+    one_shot_max_bytes: int = 1 << 20
+    check: bool = False
+
+    def __post_init__(self):
+        if self.algorithm not in ALL_REDUCE_ALGORITHMS:
+            raise ValueError(f"CollectiveConfig: algorithm={self.algorithm!r}; use one of {ALL_REDUCE_ALGORITHMS}")
+        if self.comm_sms is not None and not 1 <= self.comm_sms <= MAX_COMM_PROGRAMS:
+            raise ValueError(f"CollectiveConfig: comm_sms={self.comm_sms} is outside [1, {MAX_COMM_PROGRAMS}]")
+        if self.block_size is not None and (self.block_size < 16 or self.block_size & (self.block_size - 1)):
+            raise ValueError(f"CollectiveConfig: block_size={self.block_size} must be a power of two >= 16")
+        if self.num_warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"CollectiveConfig: num_warps={self.num_warps}; use 1, 2, 4, 8, 16 or 32")
+        if self.one_shot_max_bytes < 0:
+            raise ValueError(f"CollectiveConfig: one_shot_max_bytes={self.one_shot_max_bytes} must be >= 0")

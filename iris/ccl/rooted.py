@@ -1,0 +1,181 @@
+"""The rooted collectives and point-to-point: broadcast, scatter, gather, reduce, send / recv.
+
+They are one idea (a root moves data to or from the others; every rank pulls what it needs), so they share
+this file and two kernels:
+
+    _pull_from_root_kernel  barrier (root's data ready) -> non-roots read it -> barrier (root's data free)
+                            broadcast, scatter, and send/recv (a group of the two ranks, the sender as root)
+    _root_pulls_kernel      barrier (every input ready) -> the root reads every rank, gathers or reduces
+                            -> barrier (inputs free)
+"""
+
+import triton
+import triton.language as tl
+
+from iris.ccl import common
+from iris.ccl.device import combine, finish, peer_at, program_row
+from iris.device.rma import get, load
+from iris.device.sync import group_barrier
+
+
+@triton.jit
+def _pull_from_root_kernel(dst, src, n, root, root_index, flags, heap_bases, members, rank, group_index, world_size,
+                           GROUP_SIZE: tl.constexpr, ROOT_COPIES: tl.constexpr, HINT: tl.constexpr,
+                           BLOCK: tl.constexpr):
+    row = program_row(flags, world_size)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # the root's data is ready
+    if group_index != root_index:
+        for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            get(src + offs, dst + offs, root, rank, heap_bases, mask=offs < n, hint=HINT)
+    elif ROOT_COPIES:  # scatter: the root's own slice
+        for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # nobody still reads the root's data
+
+
+@triton.jit
+def _root_pulls_kernel(out, inp, n, root_index, flags, heap_bases, members, rank, group_index, world_size,
+                       GROUP_SIZE: tl.constexpr, REDUCE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
+                       HINT: tl.constexpr, BLOCK: tl.constexpr):
+    row = program_row(flags, world_size)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every input is ready
+    if group_index == root_index:
+        for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < n
+            if REDUCE:
+                acc = tl.load(inp + offs, mask=mask)  # [BLOCK]
+                if ACC_FP32:
+                    acc = acc.to(tl.float32)
+                for i in range(1, GROUP_SIZE):
+                    peer = peer_at(members, group_index, i, GROUP_SIZE)
+                    acc = combine(acc, load(inp + offs, rank, peer, heap_bases, mask=mask, hint=HINT).to(acc.dtype),
+                                  OP)
+                tl.store(out + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
+            else:
+                for i in range(GROUP_SIZE):
+                    peer = tl.load(members + i)
+                    get(inp + offs, out + i * n + offs, peer, rank, heap_bases, mask=mask, hint=HINT)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # nobody still reads an input
+
+
+def _root_index(sync, root, caller, name):
+    if root not in sync.ranks:
+        raise ValueError(f"{caller}: {name}={root!r} is not a rank of the group {sync.ranks}")
+    return sync.ranks.index(root)
+
+
+def _pull(ctx, caller, dst, src, n, root, group, config, async_op):
+    p = common.plan(ctx, caller, n, group, config)
+    root_index = _root_index(p.sync, root, caller, "src")
+    _pull_from_root_kernel[p.grid](dst, src, n, root, root_index, *p.sync_args(ctx), GROUP_SIZE=p.sync.size,
+                                   ROOT_COPIES=dst.data_ptr() != src.data_ptr(), HINT=common.vector_hint(dst, src),
+                                   BLOCK=p.block, num_warps=p.config.num_warps)
+    return common.done(ctx, async_op)
+
+
+def broadcast(ctx, tensor, src=0, group=None, async_op=False, config=None):
+    """``tensor`` (on the heap) on every rank becomes ``src``'s ``tensor``; ``src`` is a global rank.
+    Collective over ``group``; stream-ordered; graph-capturable after a first call.
+
+        ref = tensor_src
+    """
+    caller = "ccl.broadcast"
+    common.precheck(caller, group, config, (tensor,), src)
+    flat = common.flat(tensor, caller, "tensor")
+    ctx.check_symmetric(tensor, caller, "tensor")
+    return _pull(ctx, caller, flat, flat, flat.numel(), src, group, config, async_op)
+
+
+def scatter(ctx, out, inp, src=0, group=None, async_op=False, config=None):
+    """Rank r's ``out`` (``[n, ...]``) becomes slice r along dim 0 of ``src``'s ``inp`` (``[group_size * n,
+    ...]``). ``inp`` is read on ``src`` only, but must be a heap tensor on every rank (allocated collectively, so
+    it sits at the same offset everywhere). Collective; stream-ordered; graph-capturable after a first call.
+
+        ref_r = inp_src.chunk(group_size)[r]
+    """
+    caller = "ccl.scatter"
+    common.precheck(caller, group, config, (out, inp), src)
+    inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
+    common.same_dtype(out, inp, caller)
+    ctx.check_symmetric(inp, caller, "inp")
+    sync = ctx.group_sync(group, caller)
+    n = common.split_rows(inp, sync.size, caller, "inp")
+    common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {sync.size}")
+    mine = inp_flat[sync.index * n:]
+    return _pull(ctx, caller, out_flat, mine, n, src, group, config, async_op)
+
+
+def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
+    common.precheck(caller, group, config, (out, inp), dst, op)
+    inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
+    common.same_dtype(out, inp, caller)
+    ctx.check_symmetric(inp, caller, "inp")
+    n = inp.numel()
+    p = common.plan(ctx, caller, n, group, config)
+    root_index = _root_index(p.sync, dst, caller, "dst")
+    expected = n if op else p.sync.size * n
+    common.expect_numel(out, expected, caller, "out", "inp.numel()" if op else f"group size {p.sync.size} * "
+                        f"inp.numel() {n}")
+    _root_pulls_kernel[p.grid](out_flat, inp_flat, n, root_index, *p.sync_args(ctx), GROUP_SIZE=p.sync.size,
+                               REDUCE=op is not None, OP=op or "sum", ACC_FP32=common.accumulate_in_fp32(inp.dtype),
+                               HINT=common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None,
+                               BLOCK=p.block, num_warps=p.config.num_warps)
+    return common.done(ctx, async_op)
+
+
+def gather(ctx, out, inp, dst=0, group=None, async_op=False, config=None):
+    """On ``dst``, ``out`` (``[group_size * n, ...]``) becomes every rank's ``inp`` (``[n, ...]``, on the heap)
+    in rank order; ``out`` is untouched elsewhere. Collective; stream-ordered; graph-capturable.
+
+        ref_dst = torch.cat([inp_r for r in group])
+    """
+    return _root_pulls(ctx, "ccl.gather", out, inp, dst, group, config, async_op)
+
+
+def reduce(ctx, out, inp, dst=0, op="sum", group=None, async_op=False, config=None):
+    """On ``dst``, ``out`` becomes ``op`` over every rank's ``inp`` (on the heap); ``out`` is untouched elsewhere.
+    Collective; stream-ordered; graph-capturable. fp16/bf16 accumulate in fp32.
+
+        ref_dst = reduce(op, [inp_r for r in group])
+    """
+    op = common.reduce_op(op, inp.dtype, "ccl.reduce")
+    return _root_pulls(ctx, "ccl.reduce", out, inp, dst, group, config, async_op, op=op)
+
+
+def _pair(ctx, caller, peer):
+    ctx.check_rank(peer, caller, "peer")
+    if peer == ctx.cur_rank:
+        raise ValueError(f"{caller}: rank {peer} cannot exchange with itself")
+    return ctx.groups.get(sorted([ctx.cur_rank, peer]), caller)
+
+
+def send(ctx, tensor, dst, async_op=False, config=None):
+    """Make ``tensor`` (on the heap) available to ``dst``, which must call ``recv`` on the same heap tensor
+    (same allocation, hence the same offset); returns to the stream once ``dst`` has copied it.
+    Pairwise, not collective over the world; stream-ordered; graph-capturable."""
+    caller = "ccl.send"
+    flat = common.flat(tensor, caller, "tensor")
+    ctx.check_symmetric(tensor, caller, "tensor")
+    pair = _pair(ctx, caller, dst)
+    return _pull_pair(ctx, caller, flat, pair, ctx.cur_rank, config, async_op)
+
+
+def recv(ctx, tensor, src, async_op=False, config=None):
+    """Copy ``src``'s ``tensor`` (the same heap allocation ``src`` passes to ``send``) into ours."""
+    caller = "ccl.recv"
+    flat = common.flat(tensor, caller, "tensor")
+    ctx.check_symmetric(tensor, caller, "tensor")
+    pair = _pair(ctx, caller, src)
+    return _pull_pair(ctx, caller, flat, pair, src, config, async_op)
+
+
+def _pull_pair(ctx, caller, flat, pair, root, config, async_op):
+    # A group of the two ranks: its own flags, so the other ranks are not involved.
+    p = common.plan(ctx, caller, flat.numel(), None, config, sync=pair)
+    _pull_from_root_kernel[p.grid](flat, flat, flat.numel(), root, pair.ranks.index(root), *p.sync_args(ctx),
+                                   GROUP_SIZE=2, ROOT_COPIES=False, HINT=common.vector_hint(flat), BLOCK=p.block,
+                                   num_warps=p.config.num_warps)
+    return common.done(ctx, async_op)

@@ -1,0 +1,253 @@
+"""Collectives against their torch references: every collective, op, dtype, odd shapes, 2-4 ranks, subgroups,
+in-place, CUDA-graph replay, and bad input."""
+
+import pytest
+import torch
+
+import iris
+from iris.ccl import CollectiveConfig
+from iris.ccl import reference as ref_ops
+from conftest import on_gpu, world_sizes
+from rank_utils import GPU_SCALE, SEED, new_context
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.int8]
+# Relative error against the float64 reference: fp32 sums round in a different order, fp16/bf16 round once.
+TOLERANCE = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+ROWS, COLS = (4099, 257) if GPU_SCALE else (37, 7)  # neither a multiple of the block nor of the group
+
+
+def data(rank, shape, dtype, salt=0):
+    gen = torch.Generator().manual_seed(SEED + 101 * salt + rank)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=gen).to(dtype)
+    return torch.randint(-100, 100, shape, generator=gen).to(dtype)
+
+
+def mismatch(name, tri, ref):
+    tri = tri.cpu()
+    if tri.shape != ref.shape:
+        return f"{name}: shape {tuple(tri.shape)} != {tuple(ref.shape)}"
+    if not tri.dtype.is_floating_point:
+        return None if torch.equal(tri, ref.to(tri.dtype)) else f"{name}: values differ"
+    err = ((tri.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+    return None if err <= TOLERANCE[tri.dtype] else f"{name}: relative error {err:.2e}"
+
+
+def _collectives_body(dtype):
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    dev = ctx.get_device()
+    shape = (world * ROWS, COLS)
+    inputs = [data(r, shape, dtype) for r in range(world)]
+    inp = ctx.empty(shape, dtype=dtype)
+    out = ctx.empty(shape, dtype=dtype)
+    fails = []
+
+    def fresh(t, values):
+        t.copy_(values.to(dev))
+        ctx.barrier()
+
+    def poison(t):
+        t.fill_(-99 if dtype.is_signed or dtype.is_floating_point else 99)
+        ctx.barrier()
+
+    ops = ["sum", "max", "min"] + (["avg"] if dtype.is_floating_point else [])
+    for algorithm in ["one_shot", "two_shot"]:
+        for op in ops:
+            fresh(inp, inputs[rank])
+            poison(out)
+            ctx.ccl.all_reduce(out, inp, op=op, config=CollectiveConfig(algorithm=algorithm))
+            ctx.barrier()
+            fails.append(mismatch(f"all_reduce {algorithm} {op}", out, ref_ops.all_reduce(inputs, op)))
+    fresh(out, inputs[rank])  # in place: two-shot
+    ctx.ccl.all_reduce(out, out)
+    ctx.barrier()
+    fails.append(mismatch("all_reduce in place", out, ref_ops.all_reduce(inputs, "sum")))
+
+    chunk = inputs[rank][:ROWS]
+    poison(out)
+    ctx.ccl.all_gather(out, chunk.to(dev))  # inp need not be on the heap
+    ctx.barrier()
+    fails.append(mismatch("all_gather", out, ref_ops.all_gather([x[:ROWS] for x in inputs])))
+
+    small = ctx.empty((ROWS, COLS), dtype=dtype)
+    for op in ["sum", "max"]:
+        fresh(inp, inputs[rank])
+        poison(small)
+        ctx.ccl.reduce_scatter(small, inp, op=op)
+        ctx.barrier()
+        fails.append(mismatch(f"reduce_scatter {op}", small, ref_ops.reduce_scatter(inputs, rank, op)))
+
+    fresh(inp, inputs[rank])
+    poison(out)
+    ctx.ccl.all_to_all(out, inp)
+    ctx.barrier()
+    fails.append(mismatch("all_to_all", out, ref_ops.all_to_all(inputs, rank)))
+
+    root = world - 1
+    fresh(inp, inputs[rank])
+    ctx.ccl.broadcast(inp, src=root)
+    ctx.barrier()
+    fails.append(mismatch("broadcast", inp, inputs[root]))
+
+    fresh(inp, inputs[rank])
+    poison(small)
+    ctx.ccl.scatter(small, inp, src=root)
+    ctx.barrier()
+    fails.append(mismatch("scatter", small, inputs[root].chunk(world)[rank]))
+
+    fresh(small, inputs[rank][:ROWS])
+    poison(out)
+    ctx.ccl.gather(out, small, dst=root)
+    ctx.barrier()
+    if rank == root:
+        fails.append(mismatch("gather", out, ref_ops.all_gather([x[:ROWS] for x in inputs])))
+
+    fresh(inp, inputs[rank])
+    poison(out)
+    ctx.ccl.reduce(out, inp, dst=0, op="sum")
+    ctx.barrier()
+    if rank == 0:
+        fails.append(mismatch("reduce", out, ref_ops.all_reduce(inputs, "sum")))
+
+    # send / recv around the ring, one pair at a time: rank 0's data travels to every rank in turn
+    fresh(small, inputs[rank][:ROWS])
+    for sender in range(world):
+        receiver = (sender + 1) % world
+        if rank == sender:
+            ctx.ccl.send(small, receiver)
+        elif rank == receiver:
+            ctx.ccl.recv(small, sender)
+        ctx.barrier()
+    fails.append(mismatch("send/recv", small, inputs[0][:ROWS]))
+    ctx.ccl.barrier()
+    return [f for f in fails if f]
+
+
+@pytest.mark.parametrize("world_size", world_sizes() + ([3] if not GPU_SCALE else []))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_collectives(pools, world_size, dtype):
+    results = pools(world_size).run(_collectives_body, dtype)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails)
+
+
+def _subgroup_body():
+    import torch.distributed as dist
+
+    ctx = new_context()
+    rank = ctx.get_rank()
+    evens, odds = dist.new_group([0, 2]), dist.new_group([1, 3])
+    group, members = (evens, [0, 2]) if rank % 2 == 0 else (odds, [1, 3])
+    inputs = {r: data(r, (10, 3), torch.float32) for r in range(4)}
+    inp = ctx.empty((10, 3))
+    out = ctx.empty((10, 3))
+    inp.copy_(inputs[rank].to(ctx.get_device()))
+    ctx.barrier()
+    for _ in range(3):  # repeated: the group's counters advance on their own
+        ctx.ccl.all_reduce(out, inp, group=group)
+    gathered = ctx.empty((20, 3))
+    ctx.ccl.all_gather(gathered, inp, group=group)
+    ctx.barrier()
+    return [mismatch("subgroup all_reduce", out, ref_ops.all_reduce([inputs[m] for m in members], "sum")),
+            mismatch("subgroup all_gather", gathered, torch.cat([inputs[m] for m in members]))]
+
+
+def test_subgroups(pools):
+    results = pools(4).run(_subgroup_body)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs if f]
+    assert not fails, "\n".join(fails)
+
+
+def _graph_body(replays):
+    ctx = new_context(1 << 26)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    n = 1 << 16
+    inp, out = ctx.empty(n, dtype=torch.bfloat16), ctx.empty(n, dtype=torch.bfloat16)
+    gathered = ctx.empty(world * n, dtype=torch.bfloat16)
+    inp.copy_(data(rank, (n,), torch.bfloat16).cuda())
+
+    def step():
+        ctx.ccl.all_reduce(out, inp)
+        ctx.ccl.all_gather(gathered, out)
+
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        step()  # first call outside the capture: compiles, caches the group tables
+        stream.synchronize()
+        ctx.barrier()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            step()
+    ctx.barrier()
+    fails = []
+    for i in range(replays):
+        inputs = [data(r, (n,), torch.bfloat16, salt=i + 1) for r in range(world)]
+        inp.copy_(inputs[rank].cuda())
+        ctx.barrier()
+        graph.replay()
+        torch.cuda.synchronize()
+        expect = ref_ops.all_reduce(inputs, "sum")
+        fails.append(mismatch(f"replay {i} all_reduce", out, expect))
+        fails.append(mismatch(f"replay {i} all_gather", gathered, torch.cat([out.cpu()] * world)))
+        ctx.barrier()
+    return [f for f in fails if f]
+
+
+@pytest.mark.skipif(not on_gpu(), reason="CUDA graphs need a GPU (GPU tier)")
+def test_collectives_replay_in_cuda_graph(pools):
+    results = pools(2).run(_graph_body, 100)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails[:10])
+
+
+def _error(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+def _bad_input_body():
+    ctx = new_context()
+    rank = ctx.get_rank()
+    inp, out = ctx.zeros(8, 4), ctx.zeros(8, 4)
+    r = {
+        "shape": _error(ctx.ccl.all_reduce, ctx.zeros(5, 4), inp),
+        "dtype": _error(ctx.ccl.all_reduce, ctx.zeros(8, 4, dtype=torch.float16), inp),
+        "heap": _error(ctx.ccl.all_reduce, out, torch.zeros(8, 4, device=ctx.get_device())),
+        "gather_out": _error(ctx.ccl.all_gather, ctx.zeros(10, 4), inp),
+        "divisible": _error(ctx.ccl.reduce_scatter, ctx.zeros(1, 4), ctx.zeros(3, 4)),
+        "op": _error(ctx.ccl.all_reduce, out, inp, op="prod"),
+        "avg_int": _error(ctx.ccl.all_reduce, ctx.zeros(4, dtype=torch.int32), ctx.zeros(4, dtype=torch.int32),
+                          op="avg"),
+        "config": _error(CollectiveConfig, comm_sms=0),
+        "one_shot_in_place": _error(ctx.ccl.all_reduce, inp, inp, config=CollectiveConfig(algorithm="one_shot")),
+        "root": _error(ctx.ccl.broadcast, inp, src=7),
+    }
+    # Check mode: rank 1 passes a different shape. Every rank must refuse, before any kernel touches memory.
+    mine = ctx.zeros(8 if rank == 0 else 6, 4)
+    theirs = ctx.full((8, 4), 5.0)
+    r["mismatch"] = _error(ctx.ccl.all_reduce, theirs, mine if rank == 0 else ctx.zeros(8, 4)[:6],
+                           config=CollectiveConfig(check=True))
+    r["untouched"] = bool((theirs == 5.0).all())
+    return r
+
+
+def test_bad_input(pools):
+    results = pools(2).run(_bad_input_body)
+    r = results[0]
+    assert "ccl.all_reduce: out has 20 elements ((5, 4)), expected inp.numel() = 32" in r["shape"]
+    assert "ccl.all_reduce: out has dtype torch.float16 but inp has torch.float32" in r["dtype"]
+    assert "ccl.all_reduce: inp is not on the symmetric heap" in r["heap"] and "ctx.zeros" in r["heap"]
+    assert "ccl.all_gather: out has 40 elements" in r["gather_out"] and "group size 2 * inp.numel() 32" in r["gather_out"]
+    assert "ccl.reduce_scatter: inp has 3 rows along dim 0, which the group of 2 ranks does not divide" in r["divisible"]
+    assert "ccl.all_reduce: unknown op 'prod'" in r["op"]
+    assert "op='avg' needs a floating-point dtype" in r["avg_int"]
+    assert "CollectiveConfig: comm_sms=0 is outside [1, 128]" in r["config"]
+    assert "one-shot algorithm cannot run in place" in r["one_shot_in_place"]
+    assert "ccl.broadcast: src=7 is not a rank of the group [0, 1]" in r["root"]
+    for rank_result in results:
+        assert "ranks disagree on the call" in rank_result["mismatch"], rank_result["mismatch"]
+        assert rank_result["untouched"]
