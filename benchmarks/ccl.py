@@ -107,7 +107,8 @@ def main(out, quick, max_bytes):
     if quick or on_cpu:
         sizes = [4 << 10, 16 << 10]
     sizes = [s for s in sizes if s <= max_bytes]
-    ctx = iris.iris(heap_size=(3 * max(sizes) + (64 << 20)) if not on_cpu else 1 << 24)
+    # every (op, size) keeps its own buffers: 7 x the largest size covers the four ops at that size and below
+    ctx = iris.iris(heap_size=(8 * max(sizes) + (64 << 20)) if not on_cpu else 1 << 24)
     timing = Timing(warmup=2, repeat=3, min_repeat=2, budget_ms=5) if on_cpu else Timing()
     sweep, symm = make_sweep(ctx, sizes, torch.bfloat16 if not on_cpu else torch.float32, timing)
     rows = run_sweep(ctx, sweep)
