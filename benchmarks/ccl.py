@@ -101,6 +101,13 @@ def make_sweep(ctx, sizes, dtype, timing):
     return Sweep("ccl", axes={"op": OPS, "bytes": sizes}, providers=providers, make=make, timing=timing), symm
 
 
+def plots(rows, out):
+    """Bus bandwidth over size, and latency (us) up to 1 MiB, one panel per collective."""
+    report.plot_curves(rows, os.path.join(out, "ccl_busbw.png"), OPS, title="collectives: bus bandwidth")
+    small = [dict(r, us_p50=r["ms_p50"] * 1e3) for r in rows if r["bytes"] <= 1 << 20]
+    report.plot_curves(small, os.path.join(out, "ccl_latency.png"), OPS, y="us_p50", title="collectives: time per call")
+
+
 def main(out, quick, max_bytes):
     on_cpu = iris.host.backend.BACKEND == "cpu"
     sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 256 << 20]
@@ -115,6 +122,7 @@ def main(out, quick, max_bytes):
     if ctx.get_rank() == 0:
         os.makedirs(out, exist_ok=True)
         report.write_results(rows, out, "ccl")
+        plots(rows, out)
         if symm is not None and symm.error:
             print(f"[bench] torch symmetric memory unavailable: {symm.error}")
         print(report.format_table(rows, columns=("op", "provider", "bytes", "ms_p50", "busbw_GBps", "timing"),
@@ -129,5 +137,12 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--max-bytes", type=int, default=256 << 20)
     parser.add_argument("--world-size", type=int, default=None)
+    parser.add_argument("--plot-only", metavar="JSON", help="draw the figures from a saved ccl.json into --out")
     args = parser.parse_args()
+    if args.plot_only:
+        import json
+
+        with open(args.plot_only) as f:
+            plots(json.load(f), args.out)
+        raise SystemExit(0)
     iris.run(main, args.world_size or default_world_size(), args.out, args.quick, args.max_bytes)
