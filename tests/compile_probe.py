@@ -72,4 +72,37 @@ for sem in ["relaxed", "release", "acq_rel", "acquire"]:
     # the instruction stream between the data stores and the flag atomic
     between = text[text.rindex("st.global"):text.index("atom.global")]
     out[f"publish/{sem}"] = bool(re.search(r"\b(?:bar|barrier)\.sync", between))
+# Every collective kernel, bf16, with the size arguments marked divisible by 16 as Triton's launcher
+# specialises them for power-of-two sizes.
+from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
+from iris.ccl.all_reduce import _all_reduce_one_shot_kernel, _all_reduce_two_shot_kernel  # noqa: E402
+from iris.ccl.all_to_all import _all_to_all_kernel  # noqa: E402
+from iris.ccl.reduce_scatter import _reduce_scatter_kernel  # noqa: E402
+from iris.ccl.rooted import _pull_from_root_kernel, _root_pulls_kernel  # noqa: E402
+
+
+def ccl_ptx(fn, data_sig, constexprs):
+    sync = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
+            "world_size": "i32"}
+    signature = {**data_sig, **sync, **{k: "constexpr" for k in constexprs}}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(signature.items())
+             if ty.startswith("*") or name in ("n", "shard")}
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+
+
+data = {"out": "*bf16", "inp": "*bf16", "n": "i32"}
+reduce_meta = {"GROUP_SIZE": 2, "OP": "sum", "ACC_FP32": True, "HINT": 16, "BLOCK": 4096}
+move_meta = {"GROUP_SIZE": 2, "HINT": 16, "BLOCK": 4096}
+for fn, sig, meta in [
+    (_all_reduce_one_shot_kernel, data, reduce_meta),
+    (_all_reduce_two_shot_kernel, {**data, "shard": "i32"}, reduce_meta),
+    (_reduce_scatter_kernel, data, reduce_meta),
+    (_all_gather_kernel, data, move_meta),
+    (_all_to_all_kernel, data, move_meta),
+    (_pull_from_root_kernel, {"dst": "*bf16", "src": "*bf16", "n": "i32", "root": "i32", "root_index": "i32"},
+     {**move_meta, "ROOT_COPIES": True}),
+    (_root_pulls_kernel, {**data, "root_index": "i32"}, {**reduce_meta, "REDUCE": True}),
+]:
+    out[f"ccl/{fn.__name__}"] = global_accesses(ccl_ptx(fn, sig, meta))
 print("RESULT" + json.dumps(out))

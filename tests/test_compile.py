@@ -59,3 +59,15 @@ def test_release_covers_every_warp_of_the_program(compiled, sem, synchronised):
     # Triton performs a one-address atomic from a single thread; without a CTA barrier between the other
     # warps' data stores and that release, a peer could acquire the flag before the data is there.
     assert compiled[f"publish/{sem}"] is synchronised
+
+
+CCL_KERNELS = ["_all_reduce_one_shot_kernel", "_all_reduce_two_shot_kernel", "_reduce_scatter_kernel",
+               "_all_gather_kernel", "_all_to_all_kernel", "_pull_from_root_kernel", "_root_pulls_kernel"]
+
+
+@pytest.mark.parametrize("kernel", CCL_KERNELS)
+def test_collective_kernels_compile_with_vector_data_paths(compiled, kernel):
+    accesses = compiled[f"ccl/{kernel}"]
+    # bf16 data moves as 16-byte vectors both ways; the flag spin is an acquire load at sys scope.
+    assert "ld.global.v4.b32" in accesses and "st.global.v4.b32" in accesses, accesses
+    assert "ld.global.sys.acquire.b32" in accesses, accesses
