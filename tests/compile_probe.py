@@ -56,7 +56,9 @@ sig = {"src": "*fp32", "dst": "*fp32", "heap_bases": "*i64", "rank": "i32", "pee
        "HINT": "constexpr", "BLOCK": "constexpr"}
 for op in ["load", "store", "get", "put", "copy"]:
     for hint in [None, 16]:
-        out[f"{op}/{hint}"] = global_accesses(ptx(copy_kernel, sig, {"OP": op, "HINT": hint, "BLOCK": 1024}))
+        text = ptx(copy_kernel, sig, {"OP": op, "HINT": hint, "BLOCK": 1024})
+        out[f"{op}/{hint}"] = global_accesses(text)
+        out[f"debug_code/{op}/{hint}"] = "__assertfail" in text or "vprintf" in text
 sig = {"flag": "*i32", "heap_bases": "*i64", "rank": "i32", "peer": "i32", "SEM": "constexpr", "SCOPE": "constexpr"}
 for sem in ["relaxed", "acquire", "release", "acq_rel"]:
     for scope in ["cta", "gpu", "sys"]:

@@ -5,6 +5,7 @@ and the PTX shows what we promise: translated accesses stay 16-byte vectors when
 Runs in a subprocess because the test process itself may be in interpreter mode (TRITON_INTERPRET=1).
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -14,15 +15,24 @@ import pytest
 PROBE = os.path.join(os.path.dirname(__file__), "compile_probe.py")
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+def _probe(debug):
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEBUG", "IRIS_DEBUG")}
     env["IRIS_BACKEND"] = "cuda"  # compile only: no context is created, so no GPU is needed
+    if debug:
+        env["IRIS_DEBUG"] = "1"
     proc = subprocess.run([sys.executable, PROBE], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    import json
-
     return json.loads(proc.stdout.split("RESULT", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return _probe(debug=False)
+
+
+@pytest.fixture(scope="module")
+def compiled_debug():
+    return _probe(debug=True)
 
 
 @pytest.mark.parametrize("op", ["load", "store", "get", "put", "copy"])
@@ -71,3 +81,13 @@ def test_collective_kernels_compile_with_vector_data_paths(compiled, kernel):
     # bf16 data moves as 16-byte vectors both ways; the flag spin is an acquire load at sys scope.
     assert "ld.global.v4.b32" in accesses and "st.global.v4.b32" in accesses, accesses
     assert "ld.global.sys.acquire.b32" in accesses, accesses
+
+
+@pytest.mark.parametrize("op", ["load", "store", "get", "put", "copy"])
+def test_debug_checks_cost_nothing_when_off(compiled, compiled_debug, op):
+    # Off: not one instruction of the checks is compiled (no assert, no printf), and the data path is the
+    # same 16-byte vectors. On: the checks are there.
+    for hint in (None, 16):
+        assert not compiled[f"debug_code/{op}/{hint}"]
+        assert compiled_debug[f"debug_code/{op}/{hint}"]
+    assert compiled[f"{op}/16"] == [a for a in compiled_debug[f"{op}/16"] if a in compiled[f"{op}/16"]]

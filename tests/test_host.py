@@ -78,7 +78,8 @@ def test_identity_and_tables(pools, world_size):
     for rank, r in enumerate(results):
         assert r["rank"] == rank and r["world"] == world_size and r["cu"] >= 1
         assert len(r["bases"]) == world_size and len(set(r["bases"])) == world_size
-        assert r["context"] == [rank, world_size] + r["bases"]
+        assert r["context"][:1] + r["context"][2:] == [rank, world_size] + r["bases"]
+        assert r["context"][1] >= 1 << 22  # the bytes each base addresses (debug mode reads it)
         assert r["peer_bases"] == [b + r["offset"] for b in r["bases"]]
         assert r["peer_bases"][rank] == r["ptr"]
         assert r["offset"] == results[0]["offset"]
@@ -191,3 +192,18 @@ def test_iris_outside_a_launcher_says_how_to_start():
     proc = subprocess.run([sys.executable, "-c", "import iris; iris.iris(1 << 20)"], env=env, capture_output=True,
                           text=True)
     assert proc.returncode != 0 and "torchrun" in proc.stderr and "RANK" in proc.stderr
+
+
+def _mismatched_heap_body():
+    import torch.distributed as dist
+
+    try:
+        iris.iris(heap_size=(1 << 16) * (1 + dist.get_rank()))
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+def test_heap_size_must_match_across_ranks(pools):
+    for message in pools(2).run(_mismatched_heap_body):
+        assert "iris.iris: ranks asked for different heap sizes [65536, 131072]" in message

@@ -36,7 +36,7 @@ def _order_program_writes(sem: tl.constexpr):
 def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote += val``; returns the old value."""
-    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_add")
     _order_program_writes(sem)
     return tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -45,7 +45,7 @@ def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
 def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote -= val``; returns the old value (an add of ``-val``: the hardware has no subtract)."""
-    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_sub")
     _order_program_writes(sem)
     return tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
 
@@ -54,7 +54,7 @@ def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
 def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
                 scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote = val``; returns the old value."""
-    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_xchg")
     _order_program_writes(sem)
     return tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -63,7 +63,7 @@ def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl
 def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote &= val``; returns the old value."""
-    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_and")
     _order_program_writes(sem)
     return tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -72,7 +72,7 @@ def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
 def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
               scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote |= val``; returns the old value."""
-    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_or")
     _order_program_writes(sem)
     return tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -81,7 +81,7 @@ def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.c
 def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote ^= val``; returns the old value."""
-    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_xor")
     _order_program_writes(sem)
     return tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -90,7 +90,7 @@ def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
 def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote = min(*remote, val)``; returns the old value."""
-    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_min")
     _order_program_writes(sem)
     return tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -99,7 +99,7 @@ def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
 def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote = max(*remote, val)``; returns the old value."""
-    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_max")
     _order_program_writes(sem)
     return tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -108,6 +108,6 @@ def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
 def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem: tl.constexpr = None,
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """If ``*remote == cmp`` then ``*remote = val``; returns the old value either way."""
-    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, None, "atomic_cas")
     _order_program_writes(sem)
     return tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)

@@ -39,7 +39,7 @@ def _st(ptr, value, mask, cache_modifier: tl.constexpr):
 def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_modifier: tl.constexpr = None,
          volatile: tl.constexpr = False, hint: tl.constexpr = None):
     """Read ``pointer`` from ``from_rank``'s heap into registers of the calling rank (``to_rank``)."""
-    remote = translate(pointer, to_rank, from_rank, heap_bases, hint)
+    remote = translate(pointer, to_rank, from_rank, heap_bases, hint, mask, "load")
     return _ld(remote, mask, other, cache_modifier, volatile)
 
 
@@ -47,7 +47,7 @@ def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_m
 def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, hint: tl.constexpr = None,
           cache_modifier: tl.constexpr = None):
     """Write ``value`` from the calling rank (``from_rank``) to ``pointer`` in ``to_rank``'s heap."""
-    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "store")
     _st(remote, value, mask, cache_modifier)
 
 
@@ -56,7 +56,7 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
         load_cache_modifier: tl.constexpr = None, store_cache_modifier: tl.constexpr = None,
         hint: tl.constexpr = None):
     """Copy ``from_ptr`` in ``from_rank``'s heap to ``to_ptr`` in the calling rank's (``to_rank``) memory."""
-    remote = translate(from_ptr, to_rank, from_rank, heap_bases, hint)
+    remote = translate(from_ptr, to_rank, from_rank, heap_bases, hint, mask, "get")
     value = _ld(remote, mask, other, load_cache_modifier, False)
     _st(to_ptr, value, mask, store_cache_modifier)
 
@@ -67,7 +67,7 @@ def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
         hint: tl.constexpr = None):
     """Copy ``from_ptr`` in the calling rank's (``from_rank``) memory to ``to_ptr`` in ``to_rank``'s heap."""
     value = _ld(from_ptr, mask, other, load_cache_modifier, False)
-    remote = translate(to_ptr, from_rank, to_rank, heap_bases, hint)
+    remote = translate(to_ptr, from_rank, to_rank, heap_bases, hint, mask, "put")
     _st(remote, value, mask, store_cache_modifier)
 
 
@@ -77,7 +77,7 @@ def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, 
          hint: tl.constexpr = None):
     """Copy ``src_ptr`` on ``from_rank`` to ``dst_ptr`` on ``to_rank``; both pointers are given in the
     calling rank's (``cur_rank``) heap, and either end may be the caller or a third rank."""
-    src = translate(src_ptr, cur_rank, from_rank, heap_bases, hint)
-    dst = translate(dst_ptr, cur_rank, to_rank, heap_bases, hint)
+    src = translate(src_ptr, cur_rank, from_rank, heap_bases, hint, mask, "copy")
+    dst = translate(dst_ptr, cur_rank, to_rank, heap_bases, hint, mask, "copy")
     value = _ld(src, mask, other, load_cache_modifier, False)
     _st(dst, value, mask, store_cache_modifier)

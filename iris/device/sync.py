@@ -8,6 +8,9 @@ import triton
 import triton.language as tl
 
 from iris.device.atomics import atomic_add
+from iris.device.debug import ENABLED, check_wait
+
+DEBUG = ENABLED
 
 
 @triton.jit
@@ -20,12 +23,20 @@ def signal_all(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr):
 
 
 @triton.jit
-def wait_all(flags, members, epoch, GROUP_SIZE: tl.constexpr):
+def wait_all(flags, members, rank, epoch, GROUP_SIZE: tl.constexpr):
     """Spin until every member's count on our heap has reached ``epoch`` (acquire, sys scope)."""
     for i in range(GROUP_SIZE):
         peer = tl.load(members + i)
-        while tl.atomic_add(flags + peer, 0, sem="acquire", scope="sys") < epoch:
-            pass
+        if DEBUG:  # bounded: report who waited for whom instead of hanging
+            spins = 0
+            seen = tl.atomic_add(flags + peer, 0, sem="acquire", scope="sys")
+            while seen < epoch:
+                spins += 1
+                check_wait(spins, rank, peer, seen, epoch, "barrier")
+                seen = tl.atomic_add(flags + peer, 0, sem="acquire", scope="sys")
+        else:
+            while tl.atomic_add(flags + peer, 0, sem="acquire", scope="sys") < epoch:
+                pass
 
 
 @triton.jit
@@ -34,7 +45,7 @@ def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr):
     epoch: a member that reached this barrier as often as we have has bumped its slot to it too."""
     signal_all(flags, heap_bases, members, rank, GROUP_SIZE)
     epoch = tl.atomic_add(flags + rank, 0, sem="acquire", scope="sys")
-    wait_all(flags, members, epoch, GROUP_SIZE)
+    wait_all(flags, members, rank, epoch, GROUP_SIZE)
 
 
 @triton.jit

@@ -62,7 +62,41 @@ def fix_interpreter_scalars():
     interpreter._patch_lang_tensor = patched
 
 
+def patch_interpreter_asserts():
+    """Triton 3.6's interpreter skips ``tl.device_assert`` (its options never set ``debug``) and would test
+    the truth of a handle object, not of the values. Debug mode needs both to work on the cpu backend."""
+    import dataclasses
+
+    import numpy as np
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder, "_iris_asserts", False):
+        return
+    original_init = builder.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self.options = dataclasses.replace(self.options, debug=True)
+
+    def create_assert(self, condition, message):
+        if not np.all(condition.data):
+            raise AssertionError(message)
+
+    builder.__init__ = init
+    builder.create_assert = create_assert
+    builder._iris_asserts = True
+    shared = getattr(interpreter, "interpreter_builder", None)  # the instance made at triton's import
+    if shared is not None:
+        shared.options = dataclasses.replace(shared.options, debug=True)
+
+
 BACKEND = choose_backend()
+DEBUG = os.environ.get("IRIS_DEBUG", "") == "1"
+if DEBUG:
+    os.environ.setdefault("TRITON_DEBUG", "1")  # device asserts are compiled only in debug builds
 if BACKEND == "cpu":
     enable_interpreter()
     fix_interpreter_scalars()
+    if DEBUG:
+        patch_interpreter_asserts()

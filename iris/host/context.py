@@ -14,6 +14,8 @@ from iris.host.groups import GroupTable, region_bytes
 from iris.host.heap import SymmetricHeap, align_up
 from iris.host.logging import RankLogger
 from iris.host.memory import CudaIpcMemory, SharedMemory
+from iris.device.context import CONTEXT_HEADER
+from iris.device.debug import enable as enable_debug
 from iris.host.tensors import TensorFactory
 
 ALLOCATORS = ("torch", "vmem")
@@ -35,8 +37,10 @@ class Iris(TensorFactory, RankLogger):
     same ``heap_size``. Prefer the factory ``iris.iris(...)``.
     """
 
-    def __init__(self, heap_size=1 << 30, allocator_type="torch", engines=(), timeout_s=None):
+    def __init__(self, heap_size=1 << 30, allocator_type="torch", engines=(), timeout_s=None, debug=None):
         global _context_serial
+        if debug:
+            enable_debug()
         allocator_type = os.environ.get("IRIS_ALLOCATOR", allocator_type)
         if not isinstance(heap_size, int) or isinstance(heap_size, bool) or heap_size <= 0:
             raise ValueError(f"iris.iris: heap_size must be a positive number of bytes, got {heap_size!r}; "
@@ -81,6 +85,10 @@ class Iris(TensorFactory, RankLogger):
         self._store = default_store()
         self._barriers = {}
 
+        sizes = all_gather_object(heap_size)
+        if len(set(sizes)) != 1:
+            raise ValueError(f"iris.iris: ranks asked for different heap sizes {sizes} (bytes, by rank); every rank "
+                             "must pass the same heap_size")
         reserved = region_bytes(self.num_ranks)
         total = align_up(heap_size) + reserved
         if on_cpu:
@@ -89,9 +97,11 @@ class Iris(TensorFactory, RankLogger):
             memory = CudaIpcMemory(total, self.device, self.cur_rank, all_gather_object)
         self.heap = SymmetricHeap(memory, heap_size, reserved, self.cur_rank, self.num_ranks)
         self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device)
-        self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=self.device)
-        self._device_context = torch.tensor([self.cur_rank, self.num_ranks] + self.heap.bases, dtype=torch.int64,
-                                            device=self.device)
+        # [rank, bytes each base addresses, world_size, base_0, ...]: heap_bases is a view of the tail, so the
+        # two words before it (read by debug mode) are the extent and the world size.
+        self._device_context = torch.tensor([self.cur_rank, total, self.num_ranks] + self.heap.bases,
+                                            dtype=torch.int64, device=self.device)
+        self.heap_bases = self._device_context[CONTEXT_HEADER.value:]
         self.barrier()
         self.debug(f"heap of {heap_size} bytes on {self.device} ({self.backend} backend)")
 
@@ -124,7 +134,8 @@ class Iris(TensorFactory, RankLogger):
         return self.heap_bases
 
     def get_device_context(self):
-        """int64 tensor ``[rank, world_size, heap_base_0, ...]`` for ``iris.DeviceContext.initialize``."""
+        """int64 tensor for ``iris.DeviceContext.initialize`` (opaque; today ``[rank, heap bytes, world_size,
+        heap_base_0, ...]``)."""
         return self._device_context
 
     def get_copy_engine_ctx(self):
@@ -164,8 +175,9 @@ class Iris(TensorFactory, RankLogger):
         entry r is the address of this tensor on rank r (entry ``cur_rank`` is its own ``data_ptr()``)."""
         tensor = self.empty(*size, dtype=dtype)
         offset = self.heap.offset_of(tensor)
-        peer_bases = torch.tensor([b + offset for b in self.heap.bases], dtype=torch.int64, device=self.device)
-        return tensor, peer_bases
+        # Preceded, like every bases table iris hands out, by [bytes addressable from each base, world_size].
+        table = [tensor.numel() * tensor.element_size(), self.num_ranks] + [b + offset for b in self.heap.bases]
+        return tensor, torch.tensor(table, dtype=torch.int64, device=self.device)[2:]
 
     # ------------------------------------------------------------------ synchronisation
     def _group_ranks(self, group, caller):
@@ -255,5 +267,7 @@ class Iris(TensorFactory, RankLogger):
 
 def iris(heap_size=1 << 30, allocator_type="torch", engines=(), **kwargs):
     """Create this rank's ``Iris`` context (collective). Initialises ``torch.distributed`` from the
-    environment (NCCL on GPUs, gloo on the cpu backend) unless the caller already did."""
+    environment (NCCL on GPUs, gloo on the cpu backend) unless the caller already did. ``debug=True`` (or
+    ``IRIS_DEBUG=1``) compiles bounds checks and bounded waits into kernels (``iris/device/debug.py``);
+    ``timeout_s`` bounds host-side waits (default ``IRIS_TIMEOUT_S`` or 300 s)."""
     return Iris(heap_size=heap_size, allocator_type=allocator_type, engines=engines, **kwargs)

@@ -34,11 +34,12 @@ def _free_port():
 
 
 @contextmanager
-def _spawn_environment(backend):
-    """Children inherit os.environ at start, and read IRIS_BACKEND / TRITON_INTERPRET when they import
-    iris (before any of our code runs in them), so set those here around the start."""
+def _spawn_environment(backend, env=None):
+    """Children inherit os.environ at start, and read IRIS_BACKEND / TRITON_INTERPRET (and IRIS_DEBUG) when
+    they import iris (before any of our code runs in them), so set those here around the start."""
     saved = dict(os.environ)
     os.environ.update(_ALWAYS)
+    os.environ.update(env or {})
     backend = backend or os.environ.get("IRIS_BACKEND") or choose_backend()
     os.environ["IRIS_BACKEND"] = backend
     if backend == "cpu":
@@ -97,13 +98,14 @@ def _worker(rank, world_size, port, conn):
 
 
 class RankPool:
-    """``world_size`` long-lived rank processes; ``pool.run(fn, *args)`` runs ``fn`` on all of them and returns
-    the list of results, rank by rank. A failure on any rank raises ``RankError`` and tears the pool down (the
+    """``world_size`` long-lived rank processes (``env`` added to their environment); ``pool.run(fn, *args)``
+    runs ``fn`` on all of them and returns the list of results, rank by rank. A failure on any rank raises ``RankError`` and tears the pool down (the
     other ranks may be stuck waiting for the failed one); the next ``run`` starts it afresh."""
 
-    def __init__(self, world_size, backend=None, start_timeout_s=300):
+    def __init__(self, world_size, backend=None, start_timeout_s=300, env=None):
         self.world_size = world_size
         self.backend = backend
+        self.env = env
         self.start_timeout_s = start_timeout_s
         self._procs = []
         self._conns = []
@@ -111,7 +113,7 @@ class RankPool:
     def _start(self):
         port = _free_port()
         ctx = mp.get_context("spawn")
-        with _spawn_environment(self.backend):
+        with _spawn_environment(self.backend, self.env):
             for rank in range(self.world_size):
                 parent, child = ctx.Pipe()
                 proc = ctx.Process(target=_worker, args=(rank, self.world_size, port, child), daemon=True)

@@ -1,0 +1,77 @@
+"""Debug mode: bounds-checked translation and bounded waits, compiled in only when asked for.
+
+``IRIS_DEBUG=1`` in the environment (or ``iris.iris(..., debug=True)`` before the first kernel compiles)
+turns on:
+
+- every translated address is checked to lie inside the target rank's heap (masked-off lanes excepted) and
+  both ranks to lie in ``[0, world_size)``; a violation prints the operation, the ranks and the byte offset
+  and stops the kernel (a device assert on GPUs, a Python ``AssertionError`` on the cpu backend);
+- every device-side wait (``device_barrier``, collective handshakes) gives up after ``SPIN_LIMIT`` polls,
+  printing which rank waited for which rank's flag and for what value.
+
+When off, ``ENABLED`` is a false constexpr and the checks are not compiled at all: the PTX is identical.
+
+The checks read two words that iris stores just before every bases table it hands out (``heap_bases``,
+``get_device_context``, ``allocate_symmetric``'s ``peer_bases``): ``table[-2]`` the bytes each base
+addresses and ``table[-1]`` the world size. A bases table built by hand has no such words; don't use one
+in debug mode.
+"""
+
+import os
+
+import triton
+import triton.language as tl
+
+ENABLED = tl.constexpr(os.environ.get("IRIS_DEBUG", "") == "1")
+# Polls before a wait gives up: 2**22 is a few seconds on a GPU; the interpreter polls far slower.
+SPIN_LIMIT = tl.constexpr(int(os.environ.get("IRIS_DEBUG_SPIN_LIMIT", 1 << 22)))
+
+
+@triton.jit
+def check_ranks(from_rank, to_rank, heap_bases, op: tl.constexpr):
+    world_size = tl.load(heap_bases - 1)
+    ok = (from_rank >= 0) & (from_rank < world_size) & (to_rank >= 0) & (to_rank < world_size)
+    if not ok:
+        tl.device_print("iris debug: " + op + " rank out of range: from_rank, to_rank, world_size", from_rank,
+                        to_rank, world_size)
+    tl.device_assert(ok, "iris." + op + ": a rank argument is outside [0, world_size) (IRIS_DEBUG)")
+
+
+@triton.jit
+def check_offset(offset, elem_bytes, from_rank, to_rank, heap_bases, mask, op: tl.constexpr):
+    extent = tl.load(heap_bases - 2).to(tl.uint64)
+    # An address below the base wraps to a huge unsigned offset, so one comparison covers both ends.
+    inside = offset + elem_bytes <= extent
+    if mask is not None:
+        inside = inside | ~mask
+    # Broadcast against a 1-element block so that scalar and block pointers reduce the same way.
+    inside_any_shape = inside | tl.zeros((1,), tl.int1)
+    outside = tl.sum((~inside_any_shape).to(tl.int32))
+    if outside > 0:
+        first_bad = tl.max(tl.where(inside_any_shape, 0, offset))
+        tl.device_print("iris debug: " + op + " outside the heap: from_rank, to_rank, byte offset, heap bytes",
+                        from_rank, to_rank, first_bad, extent)
+    tl.device_assert(outside == 0, "iris." + op + ": address outside the target rank's symmetric heap (IRIS_DEBUG)")
+
+
+@triton.jit
+def check_wait(spins, rank, peer, seen, expected, what: tl.constexpr):
+    if spins >= SPIN_LIMIT:
+        tl.device_print("iris debug: " + what + " timed out: rank, waiting for rank, flag value seen, expected",
+                        rank, peer, seen, expected)
+    tl.device_assert(spins < SPIN_LIMIT, "iris." + what + ": device wait timed out; a rank never arrived (IRIS_DEBUG)")
+
+
+def enable():
+    """Turn debug mode on for kernels compiled from now on (``iris.iris(debug=True)`` calls this). A kernel
+    compiled before keeps its mode; Triton refuses to launch it again once the switch has changed."""
+    import triton.knobs
+
+    from iris.device import sync, translate
+    from iris.host.backend import BACKEND, patch_interpreter_asserts
+
+    global ENABLED
+    ENABLED = translate.DEBUG = sync.DEBUG = tl.constexpr(True)
+    triton.knobs.runtime.debug = True  # device asserts are compiled only in debug builds
+    if BACKEND == "cpu":
+        patch_interpreter_asserts()
