@@ -76,14 +76,16 @@ def make_sweep(ctx, sizes, dtype, timing):
                       busbw_factor=_busbw_factor(op, world), variant=provider)
         if provider == "iris":
             inp, out = heap_pair(op, n_in, n_out)
-            fn = {"all_reduce": lambda: ctx.ccl.all_reduce(out, inp), "all_gather": lambda: ctx.ccl.all_gather(out, inp),
+            fn = {"all_reduce": lambda: ctx.ccl.all_reduce(out, inp),
+                  "all_gather": lambda: ctx.ccl.all_gather(out, inp),
                   "reduce_scatter": lambda: ctx.ccl.reduce_scatter(out, inp),
                   "all_to_all": lambda: ctx.ccl.all_to_all(out, inp)}[op]
             return Point(fns=[fn], **common)
         if provider == "nccl":
             inp = torch.randn(n_in, device=dev).to(dtype)
             out = torch.empty(n_out, dtype=dtype, device=dev)
-            fn = {"all_reduce": lambda: dist.all_reduce(inp), "all_gather": lambda: dist.all_gather_into_tensor(out, inp),
+            fn = {"all_reduce": lambda: dist.all_reduce(inp),
+                  "all_gather": lambda: dist.all_gather_into_tensor(out, inp),
                   "reduce_scatter": lambda: dist.reduce_scatter_tensor(out, inp),
                   "all_to_all": lambda: dist.all_to_all_single(out, inp)}[op]
             return Point(fns=[fn], **common)

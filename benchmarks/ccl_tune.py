@@ -21,13 +21,15 @@ def main(nbytes):
     lines = []
     for sms, block, warps in itertools.product((16, 32, 64, 128), (2048, 4096, 8192), (4, 8, 16)):
         cfg = CollectiveConfig(algorithm="two_shot", comm_sms=sms, block_size=block, num_warps=warps)
-        for op, fn, factor in (("all_reduce", lambda: ctx.ccl.all_reduce(out, inp, config=cfg), 2 * (world - 1) / world),
-                               ("all_gather", lambda: ctx.ccl.all_gather(out, small, config=cfg), (world - 1) / world)):
+        cases = (("all_reduce", lambda: ctx.ccl.all_reduce(out, inp, config=cfg), 2 * (world - 1) / world),
+                 ("all_gather", lambda: ctx.ccl.all_gather(out, small, config=cfg), (world - 1) / world))
+        for op, fn, factor in cases:
             ms = iris.do_bench(fn, barrier_fn=ctx.barrier, n_warmup=3, n_repeat=10, return_mode="median")
             ms = max(ctx.broadcast(ms, src=r) for r in range(world))  # the slowest rank
-            lines.append(f"{op:10s} sms={sms:3d} block={block:5d} warps={warps:2d}  {nbytes / ms / 1e6 * factor:6.1f} GB/s")
+            busbw = nbytes / ms / 1e6 * factor
+            lines.append(f"{op:10s} sms={sms:3d} block={block:5d} warps={warps:2d}  {busbw:6.1f} GB/s")
     if ctx.get_rank() == 0:
-        print("\n".join(sorted(lines, key=lambda l: (l.split()[0], -float(l.split()[-2])))))
+        print("\n".join(sorted(lines, key=lambda line: (line.split()[0], -float(line.split()[-2])))))
 
 
 if __name__ == "__main__":

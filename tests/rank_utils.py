@@ -37,3 +37,17 @@ def new_context(heap_size=1 << 22):
     import iris
 
     return iris.iris(heap_size)
+
+
+def error_message(fn, *args, **kwargs):
+    """``"Type: message"`` of what ``fn(*args, **kwargs)`` raises, followed by its chained causes (the
+    compiler reports a call site and chains the real error), or ``"no error"``."""
+    try:
+        fn(*args, **kwargs)
+    except Exception as e:
+        messages = []
+        while e is not None:
+            messages.append(f"{type(e).__name__}: {e}")
+            e = e.__cause__ or e.__context__
+        return "\n".join(messages)
+    return "no error"

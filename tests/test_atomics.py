@@ -7,7 +7,7 @@ import triton.language as tl
 
 import iris
 from conftest import on_gpu, world_sizes
-from rank_utils import GPU_SCALE, SCOPES, SEMS, new_context, poison_value, rank_data
+from rank_utils import GPU_SCALE, SCOPES, SEMS, error_message, new_context, poison_value, rank_data
 
 BLOCK = 64
 N = 50  # not a multiple of BLOCK: the tail is masked
@@ -130,7 +130,7 @@ def _contention_kernel(counter, olds, heap_bases, rank, owner, BLOCK: tl.constex
 def _contention_body(programs):
     """Every lane of every program of every rank adds 1 to one int32 on rank 0."""
     ctx = new_context()
-    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    rank = ctx.get_rank()
     counter = ctx.zeros(1, dtype=torch.int32)
     olds = ctx.full((programs * BLOCK,), -1, dtype=torch.int32)
     ctx.barrier()
@@ -158,16 +158,7 @@ def _int8_atomic_kernel(target, heap_bases, rank):
 def _refused_dtype_body():
     ctx = new_context()
     target = ctx.zeros(4, dtype=torch.int8)
-    try:
-        _int8_atomic_kernel[(1,)](target, ctx.get_heap_bases(), ctx.get_rank())
-    except Exception as e:
-        # The compiler reports the call site and chains the cause; the interpreter puts it in the message.
-        messages = []
-        while e is not None:
-            messages.append(str(e))
-            e = e.__cause__ or e.__context__
-        return "\n".join(messages)
-    return ""
+    return error_message(lambda: _int8_atomic_kernel[(1,)](target, ctx.get_heap_bases(), ctx.get_rank()))
 
 
 def test_unsupported_dtype_is_refused(pools):

@@ -4,11 +4,10 @@ in-place, CUDA-graph replay, and bad input."""
 import pytest
 import torch
 
-import iris
 from iris.ccl import CollectiveConfig
 from iris.ccl import reference as ref_ops
 from conftest import on_gpu, world_sizes
-from rank_utils import GPU_SCALE, SEED, new_context
+from rank_utils import GPU_SCALE, SEED, error_message, new_context
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.int8]
 # Relative error against the float64 reference: fp32 sums round in a different order, fp16/bf16 round once.
@@ -201,35 +200,27 @@ def test_collectives_replay_in_cuda_graph(pools):
     assert not fails, "\n".join(fails[:10])
 
 
-def _error(fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except Exception as e:
-        return f"{type(e).__name__}: {e}"
-    return "no error"
-
-
 def _bad_input_body():
     ctx = new_context()
     rank = ctx.get_rank()
     inp, out = ctx.zeros(8, 4), ctx.zeros(8, 4)
     r = {
-        "shape": _error(ctx.ccl.all_reduce, ctx.zeros(5, 4), inp),
-        "dtype": _error(ctx.ccl.all_reduce, ctx.zeros(8, 4, dtype=torch.float16), inp),
-        "heap": _error(ctx.ccl.all_reduce, out, torch.zeros(8, 4, device=ctx.get_device())),
-        "gather_out": _error(ctx.ccl.all_gather, ctx.zeros(10, 4), inp),
-        "divisible": _error(ctx.ccl.reduce_scatter, ctx.zeros(1, 4), ctx.zeros(3, 4)),
-        "op": _error(ctx.ccl.all_reduce, out, inp, op="prod"),
-        "avg_int": _error(ctx.ccl.all_reduce, ctx.zeros(4, dtype=torch.int32), ctx.zeros(4, dtype=torch.int32),
+        "shape": error_message(ctx.ccl.all_reduce, ctx.zeros(5, 4), inp),
+        "dtype": error_message(ctx.ccl.all_reduce, ctx.zeros(8, 4, dtype=torch.float16), inp),
+        "heap": error_message(ctx.ccl.all_reduce, out, torch.zeros(8, 4, device=ctx.get_device())),
+        "gather_out": error_message(ctx.ccl.all_gather, ctx.zeros(10, 4), inp),
+        "divisible": error_message(ctx.ccl.reduce_scatter, ctx.zeros(1, 4), ctx.zeros(3, 4)),
+        "op": error_message(ctx.ccl.all_reduce, out, inp, op="prod"),
+        "avg_int": error_message(ctx.ccl.all_reduce, ctx.zeros(4, dtype=torch.int32), ctx.zeros(4, dtype=torch.int32),
                           op="avg"),
-        "config": _error(CollectiveConfig, comm_sms=0),
-        "one_shot_in_place": _error(ctx.ccl.all_reduce, inp, inp, config=CollectiveConfig(algorithm="one_shot")),
-        "root": _error(ctx.ccl.broadcast, inp, src=7),
+        "config": error_message(CollectiveConfig, comm_sms=0),
+        "one_shot_in_place": error_message(ctx.ccl.all_reduce, inp, inp, config=CollectiveConfig(algorithm="one_shot")),
+        "root": error_message(ctx.ccl.broadcast, inp, src=7),
     }
     # Check mode: rank 1 passes a different shape. Every rank must refuse, before any kernel touches memory.
     mine = ctx.zeros(8 if rank == 0 else 6, 4)
     theirs = ctx.full((8, 4), 5.0)
-    r["mismatch"] = _error(ctx.ccl.all_reduce, theirs, mine if rank == 0 else ctx.zeros(8, 4)[:6],
+    r["mismatch"] = error_message(ctx.ccl.all_reduce, theirs, mine if rank == 0 else ctx.zeros(8, 4)[:6],
                            config=CollectiveConfig(check=True))
     r["untouched"] = bool((theirs == 5.0).all())
     return r
@@ -241,8 +232,10 @@ def test_bad_input(pools):
     assert "ccl.all_reduce: out has 20 elements ((5, 4)), expected inp.numel() = 32" in r["shape"]
     assert "ccl.all_reduce: out has dtype torch.float16 but inp has torch.float32" in r["dtype"]
     assert "ccl.all_reduce: inp is not on the symmetric heap" in r["heap"] and "ctx.zeros" in r["heap"]
-    assert "ccl.all_gather: out has 40 elements" in r["gather_out"] and "group size 2 * inp.numel() 32" in r["gather_out"]
-    assert "ccl.reduce_scatter: inp has 3 rows along dim 0, which the group of 2 ranks does not divide" in r["divisible"]
+    assert "ccl.all_gather: out has 40 elements" in r["gather_out"]
+    assert "group size 2 * inp.numel() 32" in r["gather_out"]
+    assert "ccl.reduce_scatter: inp has 3 rows along dim 0, which the group of 2 ranks does not divide" in \
+        r["divisible"]
     assert "ccl.all_reduce: unknown op 'prod'" in r["op"]
     assert "op='avg' needs a floating-point dtype" in r["avg_int"]
     assert "CollectiveConfig: comm_sms=0 is outside [1, 128]" in r["config"]

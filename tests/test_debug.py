@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 import iris
-from rank_utils import new_context
+from rank_utils import error_message, new_context
 
 DEBUG_ENV = {"IRIS_DEBUG": "1", "IRIS_DEBUG_SPIN_LIMIT": "2000"}
 
@@ -33,18 +33,6 @@ def _peer_store_kernel(dst, heap_bases, rank, peer, BLOCK: tl.constexpr):
     iris.store(dst + offs, offs, rank, peer, heap_bases)
 
 
-def _error_of(fn):
-    try:
-        fn()
-    except Exception as e:
-        messages = []
-        while e is not None:
-            messages.append(str(e))
-            e = e.__cause__ or e.__context__
-        return "\n".join(messages)
-    return "no error"
-
-
 def _debug_body():
     ctx = new_context(heap_size=1 << 16)
     rank, peer = ctx.get_rank(), 1 - ctx.get_rank()
@@ -56,9 +44,9 @@ def _debug_body():
     _peer_load_kernel[(1,)](on_heap, local, 50, bases, rank, peer, BLOCK=64)
     results["ok"] = torch.equal(local[:50], torch.arange(50, dtype=torch.int32))
     # A pointer that is not on the heap (a plain torch tensor) used as a remote address.
-    results["off_heap"] = _error_of(lambda: _peer_load_kernel[(1,)](local, local, 64, bases, rank, peer, BLOCK=64))
+    results["off_heap"] = error_message(lambda: _peer_load_kernel[(1,)](local, local, 64, bases, rank, peer, BLOCK=64))
     # A rank outside [0, world_size).
-    results["bad_rank"] = _error_of(lambda: _peer_store_kernel[(1,)](on_heap, bases, rank, 5, BLOCK=64))
+    results["bad_rank"] = error_message(lambda: _peer_store_kernel[(1,)](on_heap, bases, rank, 5, BLOCK=64))
     ctx.barrier()
     return results
 
@@ -74,7 +62,7 @@ def _skipped_barrier_body():
     ctx = new_context(heap_size=1 << 16)
     if ctx.get_rank() == 1:
         return "skipped"
-    return _error_of(lambda: ctx.device_barrier())
+    return error_message(lambda: ctx.device_barrier())
 
 
 def test_debug_mode_reports_a_wait_that_never_completes(debug_pool, capfd):

@@ -12,7 +12,7 @@ import torch
 
 import iris
 from conftest import world_sizes
-from rank_utils import new_context
+from rank_utils import error_message, new_context
 
 
 def _creation_body():
@@ -67,7 +67,8 @@ def _identity_body():
     return {
         "rank": ctx.get_rank(), "world": ctx.get_num_ranks(), "cu": ctx.get_cu_count(), "device": str(ctx.get_device()),
         "device_id": ctx.get_device_id(), "bases": bases, "context": context,
-        "peer_bases": peer_bases.cpu().tolist(), "ptr": tensor.data_ptr(), "offset": tensor.data_ptr() - bases[ctx.get_rank()],
+        "peer_bases": peer_bases.cpu().tolist(), "ptr": tensor.data_ptr(),
+        "offset": tensor.data_ptr() - bases[ctx.get_rank()],
         "copy_engine": ctx.get_copy_engine_ctx(),
     }
 
@@ -136,30 +137,22 @@ def test_logging_prefix_and_levels(pools):
         assert f"[Iris] [{rank}/2] err" in lines and not any("hidden" in line for line in lines)
 
 
-def _expect_error(fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except Exception as e:
-        return f"{type(e).__name__}: {e}"
-    return "no error"
-
-
 def _bad_input_body():
     ctx = new_context(heap_size=1 << 16)
     left = ctx.heap.bytes_left
     return {
-        "heap_full": _expect_error(ctx.zeros, 1 << 20, dtype=torch.float32),
+        "heap_full": error_message(ctx.zeros, 1 << 20, dtype=torch.float32),
         "left": left,
-        "heap_size": _expect_error(iris.iris, heap_size=0),
-        "heap_size_type": _expect_error(iris.iris, heap_size="big"),
-        "allocator": _expect_error(iris.iris, heap_size=1 << 16, allocator_type="malloc"),
-        "engine": _expect_error(iris.iris, heap_size=1 << 16, engines=("sdma",)),
-        "not_on_heap": _expect_error(ctx.check_symmetric, torch.zeros(4), "my_op", "inp"),
-        "rank": _expect_error(ctx.check_rank, 5, "my_op", "peer"),
-        "src": _expect_error(ctx.broadcast, 1, src=-1),
-        "randn_int": _expect_error(ctx.randn, 4, dtype=torch.int32),
-        "device": _expect_error(ctx.zeros, 4, device="meta"),
-        "size": _expect_error(ctx.zeros, 2.5),
+        "heap_size": error_message(iris.iris, heap_size=0),
+        "heap_size_type": error_message(iris.iris, heap_size="big"),
+        "allocator": error_message(iris.iris, heap_size=1 << 16, allocator_type="malloc"),
+        "engine": error_message(iris.iris, heap_size=1 << 16, engines=("sdma",)),
+        "not_on_heap": error_message(ctx.check_symmetric, torch.zeros(4), "my_op", "inp"),
+        "rank": error_message(ctx.check_rank, 5, "my_op", "peer"),
+        "src": error_message(ctx.broadcast, 1, src=-1),
+        "randn_int": error_message(ctx.randn, 4, dtype=torch.int32),
+        "device": error_message(ctx.zeros, 4, device="meta"),
+        "size": error_message(ctx.zeros, 2.5),
     }
 
 

@@ -49,7 +49,8 @@ def _source_of(op, rank, world_size):
 
 VARIANTS = [
     # (op, load cache modifier, store cache modifier, hint)
-    ("load", None, None, None), ("load", ".cg", None, None), ("load", ".cv", None, 16), ("load_volatile", None, None, None),
+    ("load", None, None, None), ("load", ".cg", None, None), ("load", ".cv", None, 16),
+    ("load_volatile", None, None, None),
     ("store", None, None, None), ("store", None, ".wt", None), ("store", None, ".cs", 16),
     ("get", None, None, None), ("get", ".cg", ".cs", 16),
     ("put", None, None, None), ("put", ".ca", ".wb", 16),

@@ -16,8 +16,8 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import combine, finish, peer_at, program_row
-from iris.device.rma import get, load
+from iris.ccl.device import program_row, reduce_from_group
+from iris.device.rma import get
 from iris.device.sync import group_barrier
 
 
@@ -30,14 +30,9 @@ def _all_reduce_one_shot_kernel(out, inp, n, flags, heap_bases, members, rank, g
     for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < n
-        acc = tl.load(inp + offs, mask=mask)  # [BLOCK]
-        if ACC_FP32:
-            acc = acc.to(tl.float32)
-        for i in range(1, GROUP_SIZE):
-            peer = peer_at(members, group_index, i, GROUP_SIZE)
-            x = load(inp + offs, rank, peer, heap_bases, mask=mask, hint=HINT)
-            acc = combine(acc, x.to(acc.dtype), OP)
-        tl.store(out + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
+        acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP, ACC_FP32,
+                                HINT)  # [BLOCK]
+        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still reads our input
 
 
@@ -54,14 +49,9 @@ def _all_reduce_two_shot_kernel(out, inp, n, shard, flags, heap_bases, members, 
     for start in range(shard_start + tl.program_id(0) * BLOCK, shard_end, step):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < shard_end
-        acc = tl.load(inp + offs, mask=mask)  # [BLOCK]
-        if ACC_FP32:
-            acc = acc.to(tl.float32)
-        for i in range(1, GROUP_SIZE):
-            peer = peer_at(members, group_index, i, GROUP_SIZE)
-            x = load(inp + offs, rank, peer, heap_bases, mask=mask, hint=HINT)
-            acc = combine(acc, x.to(acc.dtype), OP)
-        tl.store(out + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
+        acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP, ACC_FP32,
+                                HINT)  # [BLOCK]
+        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
     # Every shard is reduced, and every rank has finished reading our input (out may be inp).
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
     # ---- all-gather: pull the other shards from their owners

@@ -3,6 +3,8 @@
 import triton
 import triton.language as tl
 
+from iris.device.rma import load
+
 
 @triton.jit
 def program_row(flags, world_size):
@@ -32,3 +34,17 @@ def finish(acc, OP: tl.constexpr, GROUP_SIZE: tl.constexpr):
         return acc / GROUP_SIZE
     else:
         return acc
+
+
+@triton.jit
+def reduce_from_group(ptr, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE: tl.constexpr,
+                      OP: tl.constexpr, ACC_FP32: tl.constexpr, HINT: tl.constexpr):
+    """``OP`` over every member of ``ptr[offs]`` (ours read locally), finished (avg divides) and in the
+    accumulation type: fp32 when ``ACC_FP32`` (fp16/bf16 inputs), else the input type."""
+    acc = tl.load(ptr + offs, mask=mask)  # [BLOCK]
+    if ACC_FP32:
+        acc = acc.to(tl.float32)
+    for i in range(1, GROUP_SIZE):
+        peer = peer_at(members, group_index, i, GROUP_SIZE)
+        acc = combine(acc, load(ptr + offs, rank, peer, heap_bases, mask=mask, hint=HINT).to(acc.dtype), OP)
+    return finish(acc, OP, GROUP_SIZE)

@@ -9,8 +9,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import combine, finish, peer_at, program_row
-from iris.device.rma import load
+from iris.ccl.device import program_row, reduce_from_group
 from iris.device.sync import group_barrier
 
 
@@ -24,14 +23,9 @@ def _reduce_scatter_kernel(out, inp, n, flags, heap_bases, members, rank, group_
     for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < n
-        acc = tl.load(mine + offs, mask=mask)  # [BLOCK]
-        if ACC_FP32:
-            acc = acc.to(tl.float32)
-        for i in range(1, GROUP_SIZE):
-            peer = peer_at(members, group_index, i, GROUP_SIZE)
-            x = load(mine + offs, rank, peer, heap_bases, mask=mask, hint=HINT)
-            acc = combine(acc, x.to(acc.dtype), OP)
-        tl.store(out + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
+        acc = reduce_from_group(mine, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP, ACC_FP32,
+                                HINT)  # [BLOCK]
+        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still reads our input
 
 

@@ -13,8 +13,8 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import combine, finish, peer_at, program_row
-from iris.device.rma import get, load
+from iris.ccl.device import program_row, reduce_from_group
+from iris.device.rma import get
 from iris.device.sync import group_barrier
 
 
@@ -46,14 +46,9 @@ def _root_pulls_kernel(out, inp, n, root_index, flags, heap_bases, members, rank
             offs = start + tl.arange(0, BLOCK)
             mask = offs < n
             if REDUCE:
-                acc = tl.load(inp + offs, mask=mask)  # [BLOCK]
-                if ACC_FP32:
-                    acc = acc.to(tl.float32)
-                for i in range(1, GROUP_SIZE):
-                    peer = peer_at(members, group_index, i, GROUP_SIZE)
-                    acc = combine(acc, load(inp + offs, rank, peer, heap_bases, mask=mask, hint=HINT).to(acc.dtype),
-                                  OP)
-                tl.store(out + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
+                acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP,
+                                        ACC_FP32, HINT)  # [BLOCK]
+                tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
             else:
                 for i in range(GROUP_SIZE):
                     peer = tl.load(members + i)

@@ -31,7 +31,8 @@ class _Methods:
     def initialize(context, rank: tl.constexpr, world_size: tl.constexpr):
         return DeviceContext(rank, world_size, context + CONTEXT_HEADER)
 
-    def load(self, pointer, from_rank, mask=None, other=None, cache_modifier: tl.constexpr = None, volatile: tl.constexpr = False, hint: tl.constexpr = None):
+    def load(self, pointer, from_rank, mask=None, other=None, cache_modifier: tl.constexpr = None,
+             volatile: tl.constexpr = False, hint: tl.constexpr = None):
         return rma.load(pointer, self.rank, from_rank, self.heap_bases, mask, other, cache_modifier, volatile, hint)
 
     def store(self, pointer, value, to_rank, mask=None, hint: tl.constexpr = None, cache_modifier: tl.constexpr = None):
@@ -47,36 +48,46 @@ class _Methods:
         rma.put(from_ptr, to_ptr, self.rank, to_rank, self.heap_bases, mask, other, load_cache_modifier,
                 store_cache_modifier, hint)
 
-    def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None, other=None, load_cache_modifier: tl.constexpr = None,
+    def copy(self, src_ptr, dst_ptr, from_rank, to_rank,
+             mask=None, other=None, load_cache_modifier: tl.constexpr = None,
              store_cache_modifier: tl.constexpr = None, hint: tl.constexpr = None):
         rma.copy(src_ptr, dst_ptr, from_rank, to_rank, self.rank, self.heap_bases, mask, other,
                  load_cache_modifier, store_cache_modifier, hint)
 
-    def atomic_add(self, pointer, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
+    def atomic_add(self, pointer, val, to_rank,
+                   mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
         return atomics.atomic_add(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope, hint)
 
-    def atomic_sub(self, pointer, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
+    def atomic_sub(self, pointer, val, to_rank,
+                   mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
         return atomics.atomic_sub(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope, hint)
 
-    def atomic_xchg(self, pointer, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
+    def atomic_xchg(self, pointer, val, to_rank,
+                    mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
         return atomics.atomic_xchg(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope, hint)
 
-    def atomic_and(self, pointer, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
+    def atomic_and(self, pointer, val, to_rank,
+                   mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
         return atomics.atomic_and(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope, hint)
 
-    def atomic_or(self, pointer, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
+    def atomic_or(self, pointer, val, to_rank,
+                  mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
         return atomics.atomic_or(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope, hint)
 
-    def atomic_xor(self, pointer, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
+    def atomic_xor(self, pointer, val, to_rank,
+                   mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
         return atomics.atomic_xor(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope, hint)
 
-    def atomic_min(self, pointer, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
+    def atomic_min(self, pointer, val, to_rank,
+                   mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
         return atomics.atomic_min(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope, hint)
 
-    def atomic_max(self, pointer, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
+    def atomic_max(self, pointer, val, to_rank,
+                   mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
         return atomics.atomic_max(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope, hint)
 
-    def atomic_cas(self, pointer, cmp, val, to_rank, sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
+    def atomic_cas(self, pointer, cmp, val, to_rank,
+                   sem: tl.constexpr = None, scope: tl.constexpr = None, hint: tl.constexpr = None):
         return atomics.atomic_cas(pointer, cmp, val, self.rank, to_rank, self.heap_bases, sem, scope, hint)
 
 

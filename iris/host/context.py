@@ -160,8 +160,8 @@ class Iris(TensorFactory, RankLogger):
         """Raise a clear error when ``tensor`` is not on the heap (kernels would read a peer's garbage)."""
         if not self.is_symmetric(tensor):
             where = f"on {tensor.device}" if isinstance(tensor, torch.Tensor) else f"a {type(tensor).__name__}"
-            raise ValueError(f"{caller}: {name} is not on the symmetric heap ({where}); allocate it with ctx.zeros(...) "
-                             "/ ctx.empty(...), or copy it there with ctx.as_symmetric(t)")
+            raise ValueError(f"{caller}: {name} is not on the symmetric heap ({where}); allocate it with "
+                             "ctx.zeros(...) / ctx.empty(...), or copy it there with ctx.as_symmetric(t)")
         return tensor
 
     def check_rank(self, rank, caller, name="rank"):

@@ -99,8 +99,9 @@ def _worker(rank, world_size, port, conn):
 
 class RankPool:
     """``world_size`` long-lived rank processes (``env`` added to their environment); ``pool.run(fn, *args)``
-    runs ``fn`` on all of them and returns the list of results, rank by rank. A failure on any rank raises ``RankError`` and tears the pool down (the
-    other ranks may be stuck waiting for the failed one); the next ``run`` starts it afresh."""
+    runs ``fn`` on all of them and returns the list of results, rank by rank. A failure on any rank raises
+    ``RankError`` and tears the pool down (the other ranks may be stuck waiting for the failed one); the next
+    ``run`` starts it afresh."""
 
     def __init__(self, world_size, backend=None, start_timeout_s=300, env=None):
         self.world_size = world_size
