@@ -107,4 +107,27 @@ for fn, sig, meta in [
     (_root_pulls_kernel, {**data, "root_index": "i32"}, {**reduce_meta, "REDUCE": True}),
 ]:
     out[f"ccl/{fn.__name__}"] = global_accesses(ccl_ptx(fn, sig, meta))
+# The fused ops' kernels: tensor-core instructions in the K loop (wgmma on sm_90).
+from iris.ops.all_gather_matmul import _all_gather_matmul_kernel  # noqa: E402
+from iris.ops.gemm import _matmul_kernel  # noqa: E402
+from iris.ops.matmul_all_gather import _matmul_all_gather_kernel  # noqa: E402
+
+gemm_sig = {"a": "*bf16", "b": "*bf16", "c": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32",
+            "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "stride_cm": "i32", "stride_cn": "i32"}
+tiles = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
+text = ptx(_matmul_kernel, {**gemm_sig, **{k: "constexpr" for k in tiles}}, tiles)
+out["ops/_matmul_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
+sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
+            "world_size": "i32"}
+fused = {"GROUP_SIZE": 2, **tiles}
+strides = {"stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "stride_om": "i32",
+           "stride_on": "i32"}
+for fn, sig in [
+    (_matmul_all_gather_kernel, {"a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N_local": "i32",
+                                 "K": "i32", **strides}),
+    (_all_gather_matmul_kernel, {"a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
+                                 "M_local": "i32", **strides}),
+]:
+    text = ptx(fn, {**sig, **sync_sig, **{k: "constexpr" for k in fused}}, fused)
+    out[f"ops/{fn.__name__}"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
 print("RESULT" + json.dumps(out))

@@ -91,3 +91,8 @@ def test_debug_checks_cost_nothing_when_off(compiled, compiled_debug, op):
         assert not compiled[f"debug_code/{op}/{hint}"]
         assert compiled_debug[f"debug_code/{op}/{hint}"]
     assert compiled[f"{op}/16"] == [a for a in compiled_debug[f"{op}/16"] if a in compiled[f"{op}/16"]]
+
+
+@pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_all_gather_kernel", "_all_gather_matmul_kernel"])
+def test_gemm_kernels_use_hopper_tensor_cores(compiled, kernel):
+    assert "wgmma.mma_async" in compiled[f"ops/{kernel}"], compiled[f"ops/{kernel}"]

@@ -44,22 +44,43 @@ def enable_interpreter():
     os.environ["TRITON_INTERPRET"] = "1"
 
 
-def fix_interpreter_scalars():
-    """Triton 3.6's interpreter turns a scalar into a Python int with ``int(array)`` on a one-element 1-D
-    numpy array, which numpy 2.4 refuses ("only 0-dimensional arrays can be converted"), so any loop with
-    a runtime bound (``for b in range(pid, n_blocks, n_programs)``) fails. Index the element instead."""
+def fix_interpreter():
+    """Two bugs of Triton 3.6's interpreter that the cpu backend runs into, mended in place:
+
+    - it turns a scalar into a Python int with ``int(array)`` on a one-element 1-D numpy array, which numpy
+      2.4 refuses ("only 0-dimensional arrays can be converted"), so any loop with a runtime bound
+      (``for b in range(pid, n_blocks, n_programs)``) fails: index the element instead;
+    - it keeps bfloat16 as raw uint16 bits and ``tl.dot`` multiplies those integers (a 16 x 16 bf16 dot is
+      off by a factor of 1e9): widen the bits to float32 first, which holds every bf16 value exactly."""
+    import numpy as np
+    import triton.language as tl
     from triton.runtime import interpreter
 
     original = getattr(interpreter, "_patch_lang_tensor", None)
-    if original is None or getattr(original, "_iris_fixed", False):
+    if original is not None and not getattr(original, "_iris_fixed", False):
+        def patched(tensor, scope):
+            original(tensor, scope)
+            scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+        patched._iris_fixed = True
+        interpreter._patch_lang_tensor = patched
+
+    builder = interpreter.InterpreterBuilder
+    create_dot = builder.create_dot
+    if getattr(create_dot, "_iris_fixed", False):
         return
 
-    def patched(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+    def widen(handle):
+        if handle.dtype.scalar == tl.bfloat16:
+            bits = handle.data.astype(np.uint32) << 16
+            return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+        return handle
 
-    patched._iris_fixed = True
-    interpreter._patch_lang_tensor = patched
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return create_dot(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    dot._iris_fixed = True
+    builder.create_dot = dot
 
 
 def patch_interpreter_asserts():
@@ -97,6 +118,6 @@ if DEBUG:
     os.environ.setdefault("TRITON_DEBUG", "1")  # device asserts are compiled only in debug builds
 if BACKEND == "cpu":
     enable_interpreter()
-    fix_interpreter_scalars()
+    fix_interpreter()
     if DEBUG:
         patch_interpreter_asserts()

@@ -59,6 +59,7 @@ class Iris(TensorFactory, RankLogger):
         self.backend = _backend.BACKEND
         self.timeout_s = timeout_s
         self._ccl = None
+        self._ops = None
         self._closed = False
         on_cpu = self.backend == "cpu"
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
@@ -150,6 +151,15 @@ class Iris(TensorFactory, RankLogger):
 
             self._ccl = CCL(self)
         return self._ccl
+
+    @property
+    def ops(self):
+        """The fused GEMM + communication ops (``iris.ops``) bound to this context: ``ctx.ops.matmul_all_gather``."""
+        if self._ops is None:
+            from iris.ops import Ops
+
+            self._ops = Ops(self)
+        return self._ops
 
     # ------------------------------------------------------------------ heap
     def is_symmetric(self, tensor):

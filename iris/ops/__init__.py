@@ -1,0 +1,33 @@
+"""Fused GEMM + communication on the symmetric heap: ``ctx.ops.<op>(out, A, B, ...)``."""
+
+from iris.ops.all_gather_matmul import all_gather_matmul
+from iris.ops.common import Workspaces
+from iris.ops.config import OpsConfig
+from iris.ops.matmul_all_gather import matmul_all_gather
+from iris.ops.reduce_ops import matmul_all_reduce, matmul_reduce_scatter
+
+_OPS = {f.__name__: f for f in (matmul_all_reduce, all_gather_matmul, matmul_all_gather, matmul_reduce_scatter)}
+
+
+class Ops:
+    """``ctx.ops``: the fused ops bound to one context. Calls written for the reference Iris that pass the
+    context again (``ctx.ops.matmul_all_reduce(out, A, B, ctx)``) work too."""
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        self.workspaces = Workspaces(ctx)
+        for name, fn in _OPS.items():
+            setattr(self, name, _bind(fn, ctx))
+
+
+def _bind(fn, ctx):
+    def bound(out, a, b, *args, **kwargs):
+        if args and args[0] is ctx:  # the reference API passes the context once more
+            args = args[1:]
+        return fn(ctx, out, a, b, *args, **kwargs)
+
+    bound.__name__, bound.__doc__ = fn.__name__, fn.__doc__
+    return bound
+
+
+__all__ = ["Ops", "OpsConfig", "matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"]

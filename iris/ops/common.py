@@ -1,0 +1,64 @@
+"""Host-side checks and workspaces shared by the fused ops."""
+
+import torch
+
+from iris.ops.config import OpsConfig
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+DEFAULT_CONFIG = OpsConfig()
+
+
+def resolve_config(config, caller):
+    config = DEFAULT_CONFIG if config is None else config
+    if not isinstance(config, OpsConfig):
+        raise TypeError(f"{caller}: config must be an iris.ops.OpsConfig, got {type(config).__name__}")
+    return config
+
+
+def check_operands(caller, out, a, b):
+    for name, t in (("out", out), ("A", a), ("B", b)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            raise ValueError(f"{caller}: {name} must be a 2-D tensor, got "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+        if t.dtype not in DTYPES:
+            raise ValueError(f"{caller}: {name} has dtype {t.dtype}; use float16, bfloat16 or float32")
+    if not a.dtype == b.dtype == out.dtype:
+        raise ValueError(f"{caller}: A, B and out must share a dtype, got {a.dtype}, {b.dtype}, {out.dtype}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"{caller}: A is {tuple(a.shape)} and B is {tuple(b.shape)}: inner dimensions differ")
+
+
+def expect_shape(caller, name, tensor, shape, how):
+    if tuple(tensor.shape) != tuple(shape):
+        raise ValueError(f"{caller}: {name} is {tuple(tensor.shape)}, expected {tuple(shape)} ({how})")
+
+
+def divisible(caller, what, value, world_size):
+    if value % world_size:
+        raise ValueError(f"{caller}: {what} = {value} is not divisible by the world size {world_size}; pad it to a "
+                         f"multiple of {world_size}")
+    return value // world_size
+
+
+class Workspaces:
+    """Heap buffers the bulk variants reduce through, made on first use per (name, shape, dtype). Allocation
+    is collective, and every rank makes the same op calls in the same order, so they stay symmetric."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.buffers = {}
+
+    def get(self, name, shape, dtype):
+        key = (name, tuple(shape), dtype)
+        if key not in self.buffers:
+            self.buffers[key] = self.ctx.empty(*shape, dtype=dtype)
+        return self.buffers[key]
+
+
+def add_bias(out, bias, caller):
+    """``out += bias`` (a row vector [N], broadcast over rows); no-op for None."""
+    if bias is not None:
+        if bias.dim() != 1 or bias.shape[0] != out.shape[1]:
+            raise ValueError(f"{caller}: bias is {tuple(bias.shape)}, expected ({out.shape[1]},) (one per column)")
+        out.add_(bias)
+    return out

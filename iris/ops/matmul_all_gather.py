@@ -1,0 +1,75 @@
+"""matmul_all_gather (the paper's GEMM + All-Scatter): ``out = cat_r(A @ B_r, dim=1)`` on every rank.
+
+Fused sequential schedule: each output tile is stored into every rank's ``out`` as soon as it is computed,
+so the link carries tile i while the tensor cores work on tile i + 1.
+
+    program p:  barrier(out free) | tile -> C tile -> store to rank 0..W-1 | tile -> ... | barrier(all landed)
+"""
+
+import triton
+import triton.language as tl
+
+from iris.ccl.device import peer_at, program_row
+from iris.device.rma import store
+from iris.device.sync import group_barrier
+from iris.ops import common
+from iris.ops.gemm import matmul, mainloop, num_programs, tile_coords
+
+
+@triton.jit
+def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
+                              stride_on, flags, heap_bases, members, rank, group_index, world_size,
+                              GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    row = program_row(flags, world_size)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N_local, BLOCK_N)
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
+        # ---- compute: one tile of A @ B_local
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
+                       heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K)  # [BLOCK_M, BLOCK_N] fp32
+        # ---- communicate: the tile lands in our column block of every rank's out
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
+        ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
+        tile_out = acc.to(out.dtype.element_ty)
+        for i in range(GROUP_SIZE):
+            store(ptrs, tile_out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, mask=mask)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's tiles have landed in our out
+
+
+def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
+    """``out`` ([M, N], on the heap) = ``cat([A @ B_r for r in group], dim=1) (+ bias)``; ``A`` [M, K] is the same
+    on every rank, ``B`` [K, N / W] is this rank's column block. Collective; stream-ordered.
+
+        ref = torch.cat([A @ B_r for r in group], dim=1) + bias
+    """
+    caller = "ops.matmul_all_gather"
+    config = common.resolve_config(config, caller)
+    common.check_operands(caller, out, a, b)
+    ctx.check_symmetric(out, caller, "out")
+    sync = ctx.group_sync(group, caller)
+    M, K = a.shape
+    n_local = b.shape[1]
+    common.expect_shape(caller, "out", out, (M, sync.size * n_local), f"[M, group size {sync.size} * B columns]")
+    block_m, block_n, block_k = config.blocks(ctx.get_device().type == "cpu")
+    if config.variant == "bulk":
+        # GEMM, then all_gather. Gathering runs along dim 0, so work in the transpose: our slot of outT is
+        # (A @ B)^T = B^T @ A^T, written in place, then gathered in place.
+        out_t = ctx.ops.workspaces.get("matmul_all_gather", (sync.size * n_local, M), a.dtype)
+        slot = out_t[sync.index * n_local:(sync.index + 1) * n_local]
+        matmul(slot, b.t(), a.t(), config)
+        ctx.ccl.all_gather(out_t, slot, group=group)
+        out.copy_(out_t.t())
+        return common.add_bias(out, bias, caller)
+    tiles = triton.cdiv(M, block_m) * triton.cdiv(n_local, block_n)
+    programs = min(num_programs(ctx.get_device(), tiles), 128)
+    _matmul_all_gather_kernel[(programs,)](
+        a, b, out, M, n_local, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, num_warps=config.num_warps,
+        num_stages=config.num_stages)
+    return common.add_bias(out, bias, caller)

@@ -1,0 +1,104 @@
+"""Fused GEMM + communication ops against their float64 torch references: every op, fused and bulk
+variants, odd K, 2 and 4 ranks, bias, and bad input."""
+
+import pytest
+import torch
+
+from conftest import world_sizes
+from iris.ops import OpsConfig
+from iris.ops import reference as ref_ops
+from rank_utils import GPU_SCALE, SEED, error_message, new_context
+
+# Relative error (Frobenius) against float64: fp32 goes through tf32 on GPUs; bf16 keeps 8 bits.
+TOLERANCE = {torch.float32: 5e-3, torch.float16: 5e-3, torch.bfloat16: 2e-2}
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+M_LOCAL, N_LOCAL, K = (1024, 512, 1000) if GPU_SCALE else (64, 32, 40)  # K is not a multiple of the block
+
+
+def operand(rank, shape, dtype, salt):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(SEED + 31 * salt + rank)).to(dtype)
+
+
+def mismatch(name, tri, ref):
+    err = ((tri.cpu().double() - ref).norm() / ref.norm()).item()
+    return None if err <= TOLERANCE[tri.dtype] else f"{name}: relative error {err:.2e}"
+
+
+def _ops_body(dtype):
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    dev = ctx.get_device()
+    M, N = world * M_LOCAL, world * N_LOCAL
+    fails = []
+    bias = operand(0, (N,), dtype, 9)
+
+    # matmul_all_gather: A [M, K] shared, B_r [K, N / W]
+    a_full = operand(0, (M, K), dtype, 1)
+    b_cols = [operand(r, (K, N_LOCAL), dtype, 2) for r in range(world)]
+    out = ctx.empty(M, N, dtype=dtype)
+    for variant in ("fused", "bulk"):
+        out.fill_(float("nan"))
+        ctx.barrier()
+        ctx.ops.matmul_all_gather(out, a_full.to(dev), b_cols[rank].to(dev), config=OpsConfig(variant=variant))
+        ctx.barrier()
+        fails.append(mismatch(f"matmul_all_gather {variant}", out, ref_ops.matmul_all_gather(a_full, b_cols)))
+
+    # all_gather_matmul: A_r [M / W, K] on the heap, B [K, N] shared
+    a_rows = [operand(r, (M_LOCAL, K), dtype, 3) for r in range(world)]
+    b_full = operand(0, (K, N), dtype, 4)
+    a_heap = ctx.empty(M_LOCAL, K, dtype=dtype)
+    a_heap.copy_(a_rows[rank])
+    result = torch.empty(M, N, dtype=dtype, device=dev)
+    for variant in ("fused", "bulk"):
+        result.fill_(float("nan"))
+        ctx.barrier()
+        ctx.ops.all_gather_matmul(result, a_heap, b_full.to(dev), config=OpsConfig(variant=variant))
+        ctx.barrier()
+        fails.append(mismatch(f"all_gather_matmul {variant}", result, ref_ops.all_gather_matmul(a_rows, b_full)))
+
+    # matmul_all_reduce / matmul_reduce_scatter: A_r [M, K / W], B_r [K / W, N]
+    a_k = [operand(r, (M, K), dtype, 5) for r in range(world)]
+    b_k = [operand(r, (K, N), dtype, 6) for r in range(world)]
+    reduced = torch.full((M, N), float("nan"), dtype=dtype, device=dev)
+    ctx.ops.matmul_all_reduce(reduced, a_k[rank].to(dev), b_k[rank].to(dev), ctx, bias=bias.to(dev))  # ref-API form
+    fails.append(mismatch("matmul_all_reduce", reduced, ref_ops.matmul_all_reduce(a_k, b_k) + bias.double()))
+    scattered = torch.full((M_LOCAL, N), float("nan"), dtype=dtype, device=dev)
+    ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev))
+    fails.append(mismatch("matmul_reduce_scatter", scattered, ref_ops.matmul_reduce_scatter(a_k, b_k, rank)))
+    ctx.barrier()
+    return [f for f in fails if f]
+
+
+@pytest.mark.parametrize("world_size", world_sizes())
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fused_ops(pools, world_size, dtype):
+    results = pools(world_size).run(_ops_body, dtype)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails)
+
+
+def _bad_input_body():
+    ctx = new_context()
+    a, b = ctx.zeros(64, 40), ctx.zeros(40, 32)
+    out = ctx.zeros(64, 64)
+    return {
+        "inner": error_message(ctx.ops.matmul_all_gather, out, a, ctx.zeros(30, 32)),
+        "out_shape": error_message(ctx.ops.matmul_all_gather, ctx.zeros(64, 50), a, b),
+        "not_heap": error_message(ctx.ops.all_gather_matmul, ctx.zeros(128, 32), torch.zeros(64, 40), b),
+        "dtype": error_message(ctx.ops.matmul_all_reduce, ctx.zeros(64, 32), a.half(), b),
+        "divisible": error_message(ctx.ops.matmul_reduce_scatter, ctx.zeros(33, 32), ctx.zeros(65, 40), b),
+        "fused_block": error_message(ctx.ops.all_gather_matmul, ctx.zeros(96, 32), ctx.zeros(48, 40), b,
+                                     config=OpsConfig(variant="fused", block_m=32)),
+        "config": error_message(OpsConfig, block_m=48),
+    }
+
+
+def test_bad_input(pools):
+    r = pools(2).run(_bad_input_body)[0]
+    assert "ops.matmul_all_gather: A is (64, 40) and B is (30, 32): inner dimensions differ" in r["inner"]
+    assert "ops.matmul_all_gather: out is (64, 50), expected (64, 64)" in r["out_shape"]
+    assert "ops.all_gather_matmul: A is not on the symmetric heap" in r["not_heap"]
+    assert "ops.matmul_all_reduce: A, B and out must share a dtype" in r["dtype"]
+    assert "ops.matmul_reduce_scatter: M (rows of A) = 65 is not divisible by the world size 2" in r["divisible"]
+    assert "the fused variant needs block_m=32 to divide M / W = 48" in r["fused_block"]
+    assert "OpsConfig: block_m=48 must be a power of two >= 16" in r["config"]
