@@ -159,37 +159,54 @@ def test_subgroups(pools):
 
 
 def _graph_body(replays):
+    """Each collective captured in its own CUDA graph after one eager call, then replayed with fresh inputs
+    copied in before each replay; every replay is checked against the reference."""
     ctx = new_context(1 << 26)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
-    n = 1 << 16
-    inp, out = ctx.empty(n, dtype=torch.bfloat16), ctx.empty(n, dtype=torch.bfloat16)
-    gathered = ctx.empty(world * n, dtype=torch.bfloat16)
-    inp.copy_(data(rank, (n,), torch.bfloat16).cuda())
-
-    def step():
-        ctx.ccl.all_reduce(out, inp)
-        ctx.ccl.all_gather(gathered, out)
-
+    n = 1 << 14  # elements per rank slice
+    inp = ctx.empty(world * n, dtype=torch.bfloat16)
+    out = ctx.empty(world * n, dtype=torch.bfloat16)
+    piece = ctx.empty(n, dtype=torch.bfloat16)
+    root = world - 1
+    cases = {  # name -> (call, what out should hold given every rank's inputs)
+        "all_reduce one_shot": (lambda: ctx.ccl.all_reduce(out, inp, config=CollectiveConfig(algorithm="one_shot")),
+                                lambda xs: (out, ref_ops.all_reduce(xs, "sum"))),
+        "all_reduce two_shot": (lambda: ctx.ccl.all_reduce(out, inp, config=CollectiveConfig(algorithm="two_shot")),
+                                lambda xs: (out, ref_ops.all_reduce(xs, "sum"))),
+        "all_gather": (lambda: ctx.ccl.all_gather(out, inp[:n]), lambda xs: (out, torch.cat([x[:n] for x in xs]))),
+        "reduce_scatter": (lambda: ctx.ccl.reduce_scatter(piece, inp),
+                           lambda xs: (piece, ref_ops.reduce_scatter(xs, rank, "sum"))),
+        "all_to_all": (lambda: ctx.ccl.all_to_all(out, inp), lambda xs: (out, ref_ops.all_to_all(xs, rank))),
+        "broadcast": (lambda: ctx.ccl.broadcast(inp, src=root), lambda xs: (inp, xs[root])),
+        "scatter": (lambda: ctx.ccl.scatter(piece, inp, src=root), lambda xs: (piece, xs[root].chunk(world)[rank])),
+        "gather": (lambda: ctx.ccl.gather(out, inp[:n], dst=0),
+                   lambda xs: (out, torch.cat([x[:n] for x in xs]) if rank == 0 else None)),
+        "reduce": (lambda: ctx.ccl.reduce(out, inp, dst=0),
+                   lambda xs: (out, ref_ops.all_reduce(xs, "sum") if rank == 0 else None)),
+    }
     stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        step()  # first call outside the capture: compiles, caches the group tables
-        stream.synchronize()
-        ctx.barrier()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            step()
-    ctx.barrier()
     fails = []
-    for i in range(replays):
-        inputs = [data(r, (n,), torch.bfloat16, salt=i + 1) for r in range(world)]
-        inp.copy_(inputs[rank].cuda())
+    for name, (call, expect) in cases.items():
+        with torch.cuda.stream(stream):
+            call()  # the first call, outside the capture, compiles and caches the group tables
+            stream.synchronize()
+            ctx.barrier()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                call()
         ctx.barrier()
-        graph.replay()
-        torch.cuda.synchronize()
-        expect = ref_ops.all_reduce(inputs, "sum")
-        fails.append(mismatch(f"replay {i} all_reduce", out, expect))
-        fails.append(mismatch(f"replay {i} all_gather", gathered, torch.cat([out.cpu()] * world)))
-        ctx.barrier()
+        for i in range(replays):
+            inputs = [data(r, (world * n,), torch.bfloat16, salt=i + 1) for r in range(world)]
+            inp.copy_(inputs[rank].cuda())
+            out.fill_(float("nan"))
+            piece.fill_(float("nan"))
+            ctx.barrier()
+            graph.replay()
+            torch.cuda.synchronize()
+            tri, ref = expect(inputs)
+            if ref is not None:
+                fails.append(mismatch(f"{name} replay {i}", tri, ref))
+            ctx.barrier()  # nobody refills inputs before every rank has checked
     return [f for f in fails if f]
 
 

@@ -191,7 +191,7 @@ def test_device_barrier_in_cuda_graph(pools):
 
 
 def _lifecycle_body(cycles):
-    """Create and destroy contexts; the heap memory must come back each time."""
+    """Create and destroy contexts; the heap memory and every mapping must come back each time."""
     import gc
 
     used = []
@@ -204,12 +204,15 @@ def _lifecycle_body(cycles):
         gc.collect()
         if torch.cuda.is_available():
             used.append(torch.cuda.memory_allocated())
-    return used
+    with open("/proc/self/maps") as maps:  # shared-memory heaps still mapped (their files are unlinked)
+        mapped = sum("/iris-" in line for line in maps)
+    return used, mapped
 
 
 def test_create_destroy_leaves_nothing(pools):
     before = set(glob.glob("/dev/shm/iris-*"))
-    results = pools(2).run(_lifecycle_body, 20)
+    results = pools(2).run(_lifecycle_body, 100)
     assert set(glob.glob("/dev/shm/iris-*")) == before  # segments are unlinked as soon as all ranks map them
-    for used in results:
+    for used, mapped in results:
         assert len(set(used)) <= 1  # GPU memory does not grow with each cycle
+        assert mapped == 0  # every heap mapping (own and peers') was released
