@@ -2,8 +2,11 @@
 # The whole GPU tier in one call, for a machine with 2+ NVIDIA GPUs:
 #   scripts/gpu_tier.sh [OUT_DIR]
 # 1. the test suite at real sizes on the cuda backend (same test bodies as the CPU tier),
-# 2. the microbenchmarks (benchmarks/run_all.py), including the 1 GiB put/get/store check,
+# 2. the benchmarks named in BENCH (default "micro ccl ops"): the microbenchmarks (benchmarks/run_all.py,
+#    including the 1 GiB put/get/store check), the collectives against NCCL and torch symmetric memory
+#    (benchmarks/ccl.py), the fused ops against cuBLAS + NCCL (benchmarks/ops.py),
 # then a short summary table last. Full logs and results go to OUT_DIR (default $OUT or results-local).
+# SKIP_TESTS=1 or SKIP_BENCH=1 leave out a half.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-results-local}}
@@ -22,19 +25,29 @@ unset TRITON_INTERPRET IRIS_BACKEND
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
 } 2>&1 | tee "$OUT_DIR/environment.txt"
 
-python3 -m pytest -q tests --ignore=tests/test_examples.py -p no:cacheprovider --junitxml="$OUT_DIR/gpu_tests.xml" \
-  2>&1 | tee "$OUT_DIR/gpu_tests.log"
-tests_rc=${PIPESTATUS[0]}
+tests_rc=0
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  python3 -m pytest -q tests --ignore=tests/test_examples.py -p no:cacheprovider --junitxml="$OUT_DIR/gpu_tests.xml" \
+    2>&1 | tee "$OUT_DIR/gpu_tests.log"
+  tests_rc=${PIPESTATUS[0]}
+fi
 
 bench_rc=0
-if [ -f benchmarks/run_all.py ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
-  python3 benchmarks/run_all.py --out "$OUT_DIR/microbench" 2>&1 | tee "$OUT_DIR/bench.log"
-  bench_rc=${PIPESTATUS[0]}
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  for bench in ${BENCH:-micro ccl ops}; do
+    case $bench in
+      micro) script=benchmarks/run_all.py; dir=microbench ;;
+      *) script=benchmarks/$bench.py; dir=$bench ;;
+    esac
+    python3 "$script" --out "$OUT_DIR/$dir" 2>&1 | tee "$OUT_DIR/bench_$bench.log"
+    rc=${PIPESTATUS[0]}
+    [ "$rc" = 0 ] || bench_rc=$rc
+  done
 fi
 
 echo
 echo "==================== GPU tier summary ===================="
 cat "$OUT_DIR/environment.txt" | head -4
-grep -E "passed|failed|error" "$OUT_DIR/gpu_tests.log" | tail -1
+[ -f "$OUT_DIR/gpu_tests.log" ] && grep -E "passed|failed|error" "$OUT_DIR/gpu_tests.log" | tail -1
 echo "tests exit code: $tests_rc, benchmarks exit code: $bench_rc"
 exit $(( tests_rc != 0 || bench_rc != 0 ))

@@ -1,0 +1,141 @@
+"""Fused GEMM + communication side by side: iris (fused and bulk), cuBLAS + NCCL, PyTorch's fused
+symmetric-memory ops where they exist, and each half alone (the speed of light is the larger of the two).
+
+    python benchmarks/ops.py --out results/2xH200/ops                    # the issue's shapes, bf16
+    python benchmarks/ops.py --out /tmp/ops --quick                      # tiny shapes (cpu backend)
+
+Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md section 6 says. Providers:
+``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant), ``torch_bulk`` (``torch.matmul`` then the NCCL
+collective), ``torch_fused`` (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``),
+``gemm_only`` and ``comm_only`` (cuBLAS alone, NCCL alone), and ``iris_gemm`` (the shared mainloop alone).
+"""
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+
+import iris
+from iris.bench import report
+from iris.bench.harness import Point, Sweep, Timing, run_sweep
+from iris.bench.suite import default_world_size
+from iris.ops import OpsConfig
+from iris.ops.gemm import matmul
+
+OPS = ("matmul_all_gather", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce")
+SHAPES = ((8192, 3584, 14336), (8192, 4608, 36864), (4096, 8192, 8192), (128, 8192, 8192))
+PROVIDERS = ("iris_fused", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only", "iris_gemm")
+
+
+def local_shapes(op, M, N, K, world):
+    """(A, B, out) shapes on one rank."""
+    return {
+        "matmul_all_gather": ((M, K), (K, N // world), (M, N)),
+        "all_gather_matmul": ((M // world, K), (K, N), (M, N)),
+        "matmul_reduce_scatter": ((M, K // world), (K // world, N), (M // world, N)),
+        "matmul_all_reduce": ((M, K // world), (K // world, N), (M, N)),
+    }[op]
+
+
+def make_sweep(ctx, shapes, dtype, timing):
+    world = ctx.get_num_ranks()
+    dev = ctx.get_device()
+    group_name = dist.group.WORLD.group_name
+    torch_fused = False
+    if dev.type == "cuda":
+        try:  # PyTorch's fused ops need symmetric memory enabled for the group
+            from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+
+            enable_symm_mem_for_group(group_name)
+            torch_fused = True
+        except Exception as e:  # depends on the torch build
+            print(f"[bench] torch fused ops unavailable: {type(e).__name__}: {e}")
+    cache = {}
+
+    def operands(op, shape):
+        key = (op, shape)
+        if key not in cache:  # collective allocation: every rank builds the same, in the same order
+            (a_shape, b_shape, out_shape) = local_shapes(op, *shape, world)
+            a = ctx.randn(*a_shape, dtype=dtype).mul_(0.1)  # in place: A must stay on the heap
+            b = ctx.randn(*b_shape, dtype=dtype).mul_(0.1)
+            out = ctx.empty(*out_shape, dtype=dtype)
+            cache[key] = (a, b, out)
+        return cache[key]
+
+    def comm(op, a, b, local):
+        """The collective the op needs, on NCCL, over buffers of the right size."""
+        if op == "matmul_all_gather":
+            gathered = torch.empty(world * local.numel(), dtype=dtype, device=dev)
+            return lambda: dist.all_gather_into_tensor(gathered, local.reshape(-1))
+        if op == "all_gather_matmul":
+            gathered = torch.empty(world * a.shape[0], a.shape[1], dtype=dtype, device=dev)
+            return lambda: dist.all_gather_into_tensor(gathered, a)
+        if op == "matmul_reduce_scatter":
+            shard = torch.empty(local.shape[0] // world, local.shape[1], dtype=dtype, device=dev)
+            return lambda: dist.reduce_scatter_tensor(shard, local)
+        return lambda: dist.all_reduce(local)
+
+    def make(provider, op, shape):
+        M, N, K = shape
+        a, b, out = operands(op, shape)
+        flops = 2.0 * M * N * K / world  # per rank
+        common = dict(bytes=out.numel() * out.element_size(), dtype=str(dtype).replace("torch.", ""), shape=shape,
+                      flops=flops, variant=provider)
+        gathered_a = op == "all_gather_matmul"
+        if provider in ("iris_fused", "iris_bulk"):
+            variant = provider.split("_")[1]
+            if variant == "fused" and op in ("matmul_reduce_scatter", "matmul_all_reduce"):
+                return None  # no fused kernel yet: bulk only
+            config = OpsConfig(variant=variant)
+            fn = getattr(ctx.ops, op)
+            return Point(fns=[lambda: fn(out, a, b, config=config)], **common)
+        if provider == "torch_fused" and not torch_fused:
+            return None
+        # this rank's GEMM: C_r [M, N / W] for matmul_all_gather, the full [M, N] (partial or gathered) otherwise
+        local_c = torch.empty(M, b.shape[1], dtype=dtype, device=dev)
+        a_full = torch.empty(M, K, dtype=dtype, device=dev) if gathered_a else a
+        if provider == "iris_gemm":
+            return Point(fns=[lambda: matmul(local_c, a_full, b, OpsConfig())], **common)
+        if provider == "gemm_only":
+            return Point(fns=[lambda: torch.matmul(a_full, b, out=local_c)], **common)
+        collective = comm(op, a, b, local_c)
+        if provider == "comm_only":
+            return Point(fns=[collective], **common)
+        if provider == "torch_bulk":
+            if gathered_a:
+                return Point(fns=[lambda: (collective(), torch.matmul(a_full, b, out=local_c))], **common)
+            return Point(fns=[lambda: (torch.matmul(a, b, out=local_c), collective())], **common)
+        if op == "all_gather_matmul":  # torch_fused
+            return Point(fns=[lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [b], 0, group_name)], **common)
+        if op == "matmul_reduce_scatter":
+            return Point(fns=[lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, "sum", 0, group_name)],
+                         **common)
+        return None
+
+    return Sweep("ops", axes={"op": OPS, "shape": shapes}, providers=PROVIDERS, make=make, timing=timing)
+
+
+def main(out, quick):
+    on_cpu = iris.host.backend.BACKEND == "cpu"
+    shapes = ((64, 64, 96),) if quick or on_cpu else SHAPES
+    ctx = iris.iris(heap_size=(1 << 22) if on_cpu else (24 << 30))
+    timing = Timing(warmup=1, repeat=2, min_repeat=1, budget_ms=5) if on_cpu else Timing(repeat=10)
+    dtype = torch.float32 if on_cpu else torch.bfloat16
+    rows = run_sweep(ctx, make_sweep(ctx, shapes, dtype, timing))
+    if ctx.get_rank() == 0:
+        os.makedirs(out, exist_ok=True)
+        report.write_results(rows, out, "ops")
+        print(report.format_table(rows, columns=("op", "provider", "shape", "ms_p50", "tflops", "timing"),
+                                  title="fused GEMM + communication"))
+    ctx.barrier()
+    return len(rows)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--world-size", type=int, default=None)
+    args = parser.parse_args()
+    iris.run(main, args.world_size or default_world_size(), args.out, args.quick)
