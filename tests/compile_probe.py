@@ -120,14 +120,20 @@ out["ops/_matmul_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
 sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
             "world_size": "i32"}
 fused = {"GROUP_SIZE": 2, **tiles}
+traced = {**fused, "TRACE": False}
 strides = {"stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "stride_om": "i32",
            "stride_on": "i32"}
 for fn, sig in [
     (_matmul_all_gather_kernel, {"a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N_local": "i32",
-                                 "K": "i32", **strides}),
+                                 "K": "i32", **strides, **sync_sig, "trace": "*i64"}),
     (_all_gather_matmul_kernel, {"a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
                                  "M_local": "i32", **strides}),
 ]:
-    text = ptx(fn, {**sig, **sync_sig, **{k: "constexpr" for k in fused}}, fused)
+    meta = traced if "trace" in sig else fused
+    text = ptx(fn, {**sig, **sync_sig, **{k: "constexpr" for k in meta}}, meta)
     out[f"ops/{fn.__name__}"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
+    if "trace" in sig:  # and once more with tracing compiled in
+        out["trace/off"] = "%globaltimer" in text
+        text = ptx(fn, {**sig, **sync_sig, **{k: "constexpr" for k in meta}}, {**meta, "TRACE": True})
+        out["trace/on"] = ["%globaltimer" in text, "%smid" in text]
 print("RESULT" + json.dumps(out))

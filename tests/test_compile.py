@@ -96,3 +96,8 @@ def test_debug_checks_cost_nothing_when_off(compiled, compiled_debug, op):
 @pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_all_gather_kernel", "_all_gather_matmul_kernel"])
 def test_gemm_kernels_use_hopper_tensor_cores(compiled, kernel):
     assert "wgmma.mma_async" in compiled[f"ops/{kernel}"], compiled[f"ops/{kernel}"]
+
+
+def test_tracing_reads_the_gpu_clocks_only_when_compiled_in(compiled):
+    assert compiled["trace/off"] is False  # TRACE=False: not one clock read
+    assert compiled["trace/on"] == [True, True]  # %globaltimer for times, %smid for the SM

@@ -60,6 +60,7 @@ class Iris(TensorFactory, RankLogger):
         self.timeout_s = timeout_s
         self._ccl = None
         self._ops = None
+        self._tracing = None
         self._closed = False
         on_cpu = self.backend == "cpu"
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
@@ -151,6 +152,15 @@ class Iris(TensorFactory, RankLogger):
 
             self._ccl = CCL(self)
         return self._ccl
+
+    @property
+    def tracing(self):
+        """Device tracing (``iris/host/tracing.py``): ``enable(max_events)``, ``reset()``, ``export(path)``."""
+        if self._tracing is None:
+            from iris.host.tracing import Tracing
+
+            self._tracing = Tracing(self)
+        return self._tracing
 
     @property
     def ops(self):

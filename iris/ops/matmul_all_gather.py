@@ -12,24 +12,30 @@ import triton.language as tl
 from iris.ccl.device import peer_at, program_row
 from iris.device.rma import store
 from iris.device.sync import group_barrier
+from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.ops import common
 from iris.ops.gemm import matmul, mainloop, num_programs, tile_coords
 
 
 @triton.jit
 def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
-                              stride_on, flags, heap_bases, members, rank, group_index, world_size,
+                              stride_on, flags, heap_bases, members, rank, group_index, world_size, trace,
                               GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TRACE: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N_local, BLOCK_N)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
         # ---- compute: one tile of A @ B_local
+        if TRACE:
+            t_gemm = now(trace)
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
                        heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K)  # [BLOCK_M, BLOCK_N] fp32
+        if TRACE:
+            record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
+            t_send = now(trace)
         # ---- communicate: the tile lands in our column block of every rank's out
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -38,6 +44,10 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
         tile_out = acc.to(out.dtype.element_ty)
         for i in range(GROUP_SIZE):
             store(ptrs, tile_out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, mask=mask)
+        if TRACE:
+            # target -1: every rank; bytes: the tile once per rank (the masked edge counted whole)
+            record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8,
+                   t_send, rank)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's tiles have landed in our out
 
 
@@ -69,7 +79,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     programs = min(num_programs(ctx.get_device(), tiles), 128)
     _matmul_all_gather_kernel[(programs,)](
         a, b, out, M, n_local, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, num_warps=config.num_warps,
-        num_stages=config.num_stages)
+        sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks,
+        ctx.tracing.device_args(), GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        GROUP_M=config.group_m, TRACE=ctx.tracing.enabled, num_warps=config.num_warps, num_stages=config.num_stages)
     return common.add_bias(out, bias, caller)
