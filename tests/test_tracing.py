@@ -12,7 +12,7 @@ M, N_LOCAL, K = (1024, 512, 512) if GPU_SCALE else (64, 32, 40)
 
 def _trace_body(path, max_events):
     ctx = new_context(1 << 26 if GPU_SCALE else 1 << 22)
-    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    world = ctx.get_num_ranks()
     dev = ctx.get_device()
     a, b = torch.randn(M, K, device=dev), torch.randn(K, N_LOCAL, device=dev)
     out = ctx.empty(M, world * N_LOCAL)

@@ -1,8 +1,8 @@
 """Device-side tracing: kernels append (operation, target rank, bytes, program, SM, start, end) records.
 
 ``trace`` is the int64 tensor ``Iris.tracing.device_args()`` returns: ``[max_events, counter address,
-buffer address, logical clock address]``; the buffer holds ``max_events`` rows of ``EVENT_WORDS`` int64. A kernel takes ``trace``
-and a ``TRACE: tl.constexpr`` flag; with ``TRACE`` false nothing below is compiled.
+buffer address, logical clock address]``; the buffer holds ``max_events`` rows of ``EVENT_WORDS`` int64.
+A kernel takes ``trace`` and a ``TRACE: tl.constexpr`` flag; with ``TRACE`` false nothing here is compiled.
 
 Times are the GPU's ``%globaltimer`` in nanoseconds; the Triton interpreter has no clock, so there a
 logical clock (a shared counter advanced by every read) stands in, which keeps the order of events.

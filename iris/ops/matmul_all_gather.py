@@ -45,9 +45,9 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
         for i in range(GROUP_SIZE):
             store(ptrs, tile_out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, mask=mask)
         if TRACE:
-            # target -1: every rank; bytes: the tile once per rank (the masked edge counted whole)
-            record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8,
-                   t_send, rank)
+            # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
+            tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
+            record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * tile_bytes, t_send, rank)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's tiles have landed in our out
 
 
