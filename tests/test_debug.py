@@ -8,6 +8,7 @@ import triton
 import triton.language as tl
 
 import iris
+from conftest import on_gpu
 from rank_utils import error_message, new_context
 
 DEBUG_ENV = {"IRIS_DEBUG": "1", "IRIS_DEBUG_SPIN_LIMIT": "2000"}
@@ -51,6 +52,7 @@ def _debug_body():
     return results
 
 
+@pytest.mark.skipif(on_gpu(), reason="on GPUs a device assert ends the process's CUDA context: see the GPU form")
 def test_debug_mode_checks_addresses_and_ranks(debug_pool):
     for r in debug_pool.run(_debug_body):
         assert r["ok"]
@@ -65,7 +67,53 @@ def _skipped_barrier_body():
     return error_message(lambda: ctx.device_barrier())
 
 
+@pytest.mark.skipif(on_gpu(), reason="on GPUs a device assert ends the process's CUDA context")
 def test_debug_mode_reports_a_wait_that_never_completes(debug_pool, capfd):
     results = debug_pool.run(_skipped_barrier_body)
     assert results[1] == "skipped"
     assert "iris.barrier: device wait timed out; a rank never arrived (IRIS_DEBUG)" in results[0]
+
+
+# On GPUs a device assert ends the CUDA context of the process that hit it, so the GPU check runs the
+# faulty kernel in a fresh program and reads what the device printed.
+_GPU_SCRIPT = """
+import torch
+import iris
+import test_debug
+
+def main():
+    ctx = iris.iris(heap_size=1 << 16, debug=True)
+    local = torch.zeros(64, dtype=torch.int32, device=ctx.get_device())
+    test_debug._peer_load_kernel[(1,)](local, local, 64, ctx.get_heap_bases(), ctx.get_rank(), 1 - ctx.get_rank(),
+                                       BLOCK=64)
+    torch.cuda.synchronize()
+
+def skip_barrier():
+    ctx = iris.iris(heap_size=1 << 16, debug=True)
+    if ctx.get_rank() == 0:
+        ctx.device_barrier()
+        torch.cuda.synchronize()
+
+if __name__ == "__main__":
+    iris.run(skip_barrier if "skip" in __file__ else main, 2)
+"""
+
+
+@pytest.mark.skipif(not on_gpu(), reason="GPU forms of the two tests above")
+@pytest.mark.parametrize("case,message", [
+    ("faulty", "iris.load: address outside the target rank's symmetric heap"),
+    ("skip", "iris.barrier: device wait timed out"),
+])
+def test_debug_mode_device_assert_on_gpu(tmp_path, case, message):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / f"{case}.py"
+    script.write_text(_GPU_SCRIPT)
+    env = dict(os.environ, IRIS_DEBUG_SPIN_LIMIT="100000",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-3000:]
+    assert message in output, output[-3000:]
