@@ -42,9 +42,11 @@ def publish_kernel(data, flag, heap_bases, rank, peer, SEM: tl.constexpr, BLOCK:
     iris.atomic_xchg(flag, 1, rank, peer, heap_bases, sem=SEM, scope="sys")
 
 
-def ptx(fn, signature, constexprs):
-    # Pointer arguments marked 16-byte aligned, as Triton's launcher specialises them for torch tensors.
-    aligned = {(i,): [["tt.divisibility", 16]] for i, ty in enumerate(signature.values()) if ty.startswith("*")}
+def ptx(fn, signature, constexprs, divisible=()):
+    # Pointer arguments marked 16-byte aligned, and the integers named in ``divisible`` multiples of 16, as
+    # Triton's launcher specialises them for torch tensors and such sizes.
+    aligned = {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(signature.items())
+               if ty.startswith("*") or name in divisible}
     src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
 
@@ -120,20 +122,28 @@ out["ops/_matmul_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
 sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
             "world_size": "i32"}
 fused = {"GROUP_SIZE": 2, **tiles}
-traced = {**fused, "TRACE": False}
-strides = {"stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "stride_om": "i32",
-           "stride_on": "i32"}
+traced = {**fused, "VEC": 16, "TRACE": False}
+# As Triton's launcher specialises row-major operands: unit column strides become constants.
+unit = {"stride_ak": 1, "stride_bn": 1, "stride_on": 1}
+strides = {"stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
+           "stride_om": "i32", "stride_on": "constexpr"}
 for fn, sig in [
     (_matmul_all_gather_kernel, {"a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N_local": "i32",
                                  "K": "i32", **strides, **sync_sig, "trace": "*i64"}),
     (_all_gather_matmul_kernel, {"a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
                                  "M_local": "i32", **strides}),
 ]:
-    meta = traced if "trace" in sig else fused
-    text = ptx(fn, {**sig, **sync_sig, **{k: "constexpr" for k in meta}}, meta)
+    meta = {**unit, **(traced if "trace" in sig else {**fused, "A_VEC": 16})}
+    signature = {**sig, **sync_sig, **{k: "constexpr" for k in meta}}
+    sizes = ("M", "N", "N_local", "K", "M_local", "stride_am", "stride_bk", "stride_om")
+    text = ptx(fn, signature, meta, divisible=sizes)
     out[f"ops/{fn.__name__}"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
+    out[f"ops_access/{fn.__name__}"] = global_accesses(text)
+    # Hopper's pipelined K loop fetches operand tiles with cp.async; its last operand is the bytes per copy.
+    out[f"cp_async/{fn.__name__}"] = sorted(set(re.findall(r"cp\.async\.\w+\.shared\.global \[[^\]]*\], "
+                                                          r"\[[^\]]*\], (\w+)", text)))
     if "trace" in sig:  # and once more with tracing compiled in
         out["trace/off"] = "%globaltimer" in text
-        text = ptx(fn, {**sig, **sync_sig, **{k: "constexpr" for k in meta}}, {**meta, "TRACE": True})
+        text = ptx(fn, signature, {**meta, "TRACE": True}, divisible=sizes)
         out["trace/on"] = ["%globaltimer" in text, "%smid" in text]
 print("RESULT" + json.dumps(out))

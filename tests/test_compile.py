@@ -101,3 +101,11 @@ def test_gemm_kernels_use_hopper_tensor_cores(compiled, kernel):
 def test_tracing_reads_the_gpu_clocks_only_when_compiled_in(compiled):
     assert compiled["trace/off"] is False  # TRACE=False: not one clock read
     assert compiled["trace/on"] == [True, True]  # %globaltimer for times, %smid for the SM
+
+
+def test_fused_ops_move_tiles_as_16_byte_vectors(compiled):
+    # the scatter's remote stores and the pull's remote A loads keep their vector width through translate
+    assert "st.global.v4.b32" in compiled["ops_access/_matmul_all_gather_kernel"]
+    assert "st.global.b16" not in compiled["ops_access/_matmul_all_gather_kernel"]
+    assert compiled["cp_async/_all_gather_matmul_kernel"] == ["0x10"]  # A (remote) and B tiles: 16 B per copy
+    assert "ld.global.b16" not in compiled["ops_access/_all_gather_matmul_kernel"]

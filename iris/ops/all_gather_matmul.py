@@ -20,7 +20,7 @@ from iris.ops.gemm import mainloop, matmul, num_programs, tile_coords
 def _all_gather_matmul_kernel(a, b, out, M, N, K, M_local, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                               stride_on, flags, heap_bases, members, rank, group_index, world_size,
                               GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, A_VEC: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's A is ready
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -32,7 +32,7 @@ def _all_gather_matmul_kernel(a, b, out, M, N, K, M_local, stride_am, stride_ak,
         owner = tl.load(members + owner_index)
         a_owner = a - owner_index * M_local * stride_am  # global row r sits at local row r - owner_index * M_local
         acc = mainloop(a_owner, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, owner,
-                       heap_bases, True, BLOCK_M, BLOCK_N, BLOCK_K)  # [BLOCK_M, BLOCK_N] fp32
+                       heap_bases, True, BLOCK_M, BLOCK_N, BLOCK_K, A_VEC)  # [BLOCK_M, BLOCK_N] fp32
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -73,5 +73,5 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         a, b, out, M, N, K, m_local, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
         out.stride(1), sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks,
         GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
-        num_warps=config.num_warps, num_stages=config.num_stages)
+        A_VEC=common.row_vector_width(a, block_k), num_warps=config.num_warps, num_stages=config.num_stages)
     return common.add_bias(out, bias, caller)

@@ -62,3 +62,14 @@ def add_bias(out, bias, caller):
             raise ValueError(f"{caller}: bias is {tuple(bias.shape)}, expected ({out.shape[1]},) (one per column)")
         out.add_(bias)
     return out
+
+
+def row_vector_width(tensor, column_offset_step=0):
+    """16 when every row of ``tensor`` starts on a 16-byte boundary and its columns are contiguous, so a kernel
+    can pass ``hint=(1, 16)`` and remote accesses along a row become 16-byte vectors; else 1 (a hint that
+    claims nothing). A column offset that is a multiple of ``column_offset_step`` elements must keep the
+    alignment too."""
+    size = tensor.element_size()
+    aligned = (tensor.data_ptr() % 16 == 0 and tensor.stride(1) == 1 and (tensor.stride(0) * size) % 16 == 0
+               and (column_offset_step * size) % 16 == 0)
+    return 16 if aligned else 1

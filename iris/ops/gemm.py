@@ -28,9 +28,11 @@ def tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 @triton.jit
 def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, a_rank, heap_bases,
-             REMOTE_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+             REMOTE_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             A_VEC: tl.constexpr = 1):
     """acc = A[pid_m rows, :] @ B[:, pid_n cols] in fp32. With ``REMOTE_A`` the A rows are read from rank
-    ``a_rank``'s heap (``a`` then points into our own heap at the same offset)."""
+    ``a_rank``'s heap (``a`` then points into our own heap at the same offset); ``A_VEC`` (16 when A's rows are
+    16-byte aligned: ``iris.ops.common.row_vector_width``) keeps those remote loads vectorised."""
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -41,8 +43,8 @@ def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, p
         k_left = K - k * BLOCK_K
         a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
         if REMOTE_A:
-            a_tile = tl.load(translate(a_ptrs, rank, a_rank, heap_bases, mask=a_mask, op="mainloop"), mask=a_mask,
-                             other=0.0)
+            a_tile = tl.load(translate(a_ptrs, rank, a_rank, heap_bases, hint=(1, A_VEC), mask=a_mask, op="mainloop"),
+                             mask=a_mask, other=0.0)
         else:
             a_tile = tl.load(a_ptrs, mask=a_mask, other=0.0)
         b_tile = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)

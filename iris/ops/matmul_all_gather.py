@@ -21,7 +21,7 @@ from iris.ops.gemm import matmul, mainloop, num_programs, tile_coords
 def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace,
                               GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TRACE: tl.constexpr):
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -43,7 +43,8 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
         ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
         tile_out = acc.to(out.dtype.element_ty)
         for i in range(GROUP_SIZE):
-            store(ptrs, tile_out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, mask=mask)
+            store(ptrs, tile_out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, mask=mask,
+                  hint=(1, VEC))
         if TRACE:
             # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
             tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
@@ -81,5 +82,6 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         a, b, out, M, n_local, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks,
         ctx.tracing.device_args(), GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        GROUP_M=config.group_m, TRACE=ctx.tracing.enabled, num_warps=config.num_warps, num_stages=config.num_stages)
+        GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled,
+        num_warps=config.num_warps, num_stages=config.num_stages)
     return common.add_bias(out, bias, caller)
