@@ -4,7 +4,8 @@
 # 1. the test suite at real sizes on the cuda backend (same test bodies as the CPU tier),
 # 2. the benchmarks named in BENCH (default "micro ccl ops"): the microbenchmarks (benchmarks/run_all.py,
 #    including the 1 GiB put/get/store check), the collectives against NCCL and torch symmetric memory
-#    (benchmarks/ccl.py), the fused ops against cuBLAS + NCCL (benchmarks/ops.py),
+#    (benchmarks/ccl.py), the fused ops against cuBLAS + NCCL (benchmarks/ops.py), and "soak" (SOAK_COUNT
+#    random collectives, default 10000, each checked: benchmarks/soak.py),
 # then a short summary table last. Full logs and results go to OUT_DIR (default $OUT or results-local).
 # SKIP_TESTS=1 or SKIP_BENCH=1 leave out a half.
 set -uo pipefail
@@ -35,11 +36,13 @@ fi
 bench_rc=0
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for bench in ${BENCH:-micro ccl ops}; do
+    extra=()
     case $bench in
       micro) script=benchmarks/run_all.py; dir=microbench ;;
+      soak) script=benchmarks/soak.py; dir=soak; extra=(--count "${SOAK_COUNT:-10000}") ;;
       *) script=benchmarks/$bench.py; dir=$bench ;;
     esac
-    python3 "$script" --out "$OUT_DIR/$dir" 2>&1 | tee "$OUT_DIR/bench_$bench.log"
+    python3 "$script" --out "$OUT_DIR/$dir" "${extra[@]}" 2>&1 | tee "$OUT_DIR/bench_$bench.log"
     rc=${PIPESTATUS[0]}
     [ "$rc" = 0 ] || bench_rc=$rc
   done

@@ -261,3 +261,20 @@ def test_bad_input(pools):
     for rank_result in results:
         assert "ranks disagree on the call" in rank_result["mismatch"], rank_result["mismatch"]
         assert rank_result["untouched"]
+
+
+def test_soak_of_random_collectives():
+    """benchmarks/soak.py at CPU size: random kinds, dtypes, sizes and roots, every result checked. The GPU
+    tier runs it with --count 10000."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    count = 200 if GPU_SCALE else 25
+    proc = subprocess.run([sys.executable, "benchmarks/soak.py", "--count", str(count), "--world-size", "2"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert f"soak: {count} collectives checked, none wrong" in output
