@@ -62,8 +62,8 @@ def _root_index(sync, root, caller, name):
     return sync.ranks.index(root)
 
 
-def _pull(ctx, caller, dst, src, n, root, group, config, async_op):
-    p = common.plan(ctx, caller, n, group, config)
+def _pull(ctx, caller, dst, src, n, root, group, config, async_op, sync=None):
+    p = common.plan(ctx, caller, n, group, config, sync=sync)
     root_index = _root_index(p.sync, root, caller, "src")
     _pull_from_root_kernel[p.grid](dst, src, n, root, root_index, *p.sync_args(ctx), GROUP_SIZE=p.sync.size,
                                    ROOT_COPIES=dst.data_ptr() != src.data_ptr(), HINT=common.vector_hint(dst, src),
@@ -151,26 +151,18 @@ def send(ctx, tensor, dst, async_op=False, config=None):
     """Make ``tensor`` (on the heap) available to ``dst``, which must call ``recv`` on the same heap tensor
     (same allocation, hence the same offset); returns to the stream once ``dst`` has copied it.
     Pairwise, not collective over the world; stream-ordered; graph-capturable."""
-    caller = "ccl.send"
-    flat = common.flat(tensor, caller, "tensor")
-    ctx.check_symmetric(tensor, caller, "tensor")
-    pair = _pair(ctx, caller, dst)
-    return _pull_pair(ctx, caller, flat, pair, ctx.cur_rank, config, async_op)
+    return _point_to_point(ctx, "ccl.send", tensor, dst, ctx.cur_rank, config, async_op)
 
 
 def recv(ctx, tensor, src, async_op=False, config=None):
     """Copy ``src``'s ``tensor`` (the same heap allocation ``src`` passes to ``send``) into ours."""
-    caller = "ccl.recv"
+    return _point_to_point(ctx, "ccl.recv", tensor, src, src, config, async_op)
+
+
+def _point_to_point(ctx, caller, tensor, peer, sender, config, async_op):
+    """The receiver pulls from the sender, in a group of the two ranks: its own flags, so the other ranks are
+    not involved."""
     flat = common.flat(tensor, caller, "tensor")
     ctx.check_symmetric(tensor, caller, "tensor")
-    pair = _pair(ctx, caller, src)
-    return _pull_pair(ctx, caller, flat, pair, src, config, async_op)
-
-
-def _pull_pair(ctx, caller, flat, pair, root, config, async_op):
-    # A group of the two ranks: its own flags, so the other ranks are not involved.
-    p = common.plan(ctx, caller, flat.numel(), None, config, sync=pair)
-    _pull_from_root_kernel[p.grid](flat, flat, flat.numel(), root, pair.ranks.index(root), *p.sync_args(ctx),
-                                   GROUP_SIZE=2, ROOT_COPIES=False, HINT=common.vector_hint(flat), BLOCK=p.block,
-                                   num_warps=p.config.num_warps)
-    return common.done(ctx, async_op)
+    pair = _pair(ctx, caller, peer)
+    return _pull(ctx, caller, flat, flat, flat.numel(), sender, None, config, async_op, sync=pair)

@@ -1,5 +1,6 @@
 """``Iris``: the host side of one rank: its heap, its peers, and PyTorch-style tensor creation on the heap."""
 
+import functools
 import math
 import os
 
@@ -58,9 +59,6 @@ class Iris(TensorFactory, RankLogger):
 
         self.backend = _backend.BACKEND
         self.timeout_s = timeout_s
-        self._ccl = None
-        self._ops = None
-        self._tracing = None
         self._closed = False
         on_cpu = self.backend == "cpu"
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
@@ -144,32 +142,27 @@ class Iris(TensorFactory, RankLogger):
         """No copy-engine queues exist in this build (``engines=()``), so this is None, as in the reference."""
         return None
 
-    @property
+    # Made on first use: importing iris stays light, and a program that never calls them pays nothing.
+    @functools.cached_property
     def ccl(self):
         """The collectives (``iris.ccl``) bound to this context: ``ctx.ccl.all_reduce(out, inp)``, ..."""
-        if self._ccl is None:
-            from iris.ccl import CCL
+        from iris.ccl import CCL
 
-            self._ccl = CCL(self)
-        return self._ccl
+        return CCL(self)
 
-    @property
+    @functools.cached_property
     def tracing(self):
         """Device tracing (``iris/host/tracing.py``): ``enable(max_events)``, ``reset()``, ``export(path)``."""
-        if self._tracing is None:
-            from iris.host.tracing import Tracing
+        from iris.host.tracing import Tracing
 
-            self._tracing = Tracing(self)
-        return self._tracing
+        return Tracing(self)
 
-    @property
+    @functools.cached_property
     def ops(self):
         """The fused GEMM + communication ops (``iris.ops``) bound to this context: ``ctx.ops.matmul_all_gather``."""
-        if self._ops is None:
-            from iris.ops import Ops
+        from iris.ops import Ops
 
-            self._ops = Ops(self)
-        return self._ops
+        return Ops(self)
 
     # ------------------------------------------------------------------ heap
     def is_symmetric(self, tensor):
