@@ -25,7 +25,7 @@ from iris.ops.gemm import matmul
 
 OPS = ("matmul_all_gather", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce")
 SHAPES = ((8192, 3584, 14336), (8192, 4608, 36864), (4096, 8192, 8192), (128, 8192, 8192))
-PROVIDERS = ("iris_fused", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only", "iris_gemm")
+PROVIDERS = ("iris", "iris_fused", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only", "iris_gemm")
 
 
 def local_shapes(op, M, N, K, world):
@@ -83,12 +83,15 @@ def make_sweep(ctx, shapes, dtype, timing):
         common = dict(bytes=out.numel() * out.element_size(), dtype=str(dtype).replace("torch.", ""), shape=shape,
                       flops=flops, variant=provider)
         gathered_a = op == "all_gather_matmul"
-        if provider in ("iris_fused", "iris_bulk"):
-            variant = provider.split("_")[1]
-            if variant == "fused" and op in ("matmul_reduce_scatter", "matmul_all_reduce"):
-                return None  # no fused kernel yet: bulk only
-            config = OpsConfig(variant=variant)
+        if provider.startswith("iris") and provider != "iris_gemm":
+            config = OpsConfig(variant=provider.partition("_")[2] or "auto")  # "iris": what a user gets
             fn = getattr(ctx.ops, op)
+            try:
+                fn(out, a, b, config=config)  # the same shape check on every rank, so all skip alike
+            except ValueError as e:
+                if ctx.get_rank() == 0:
+                    print(f"[bench] {op} {shape} {provider}: skipped ({e})")
+                return None
             return Point(fns=[lambda: fn(out, a, b, config=config)], **common)
         if provider == "torch_fused" and not torch_fused:
             return None

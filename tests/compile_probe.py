@@ -117,12 +117,25 @@ from iris.ops.matmul_all_gather import _matmul_all_gather_kernel  # noqa: E402
 gemm_sig = {"a": "*bf16", "b": "*bf16", "c": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32",
             "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "stride_cm": "i32", "stride_cn": "i32"}
 tiles = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
-text = ptx(_matmul_kernel, {**gemm_sig, **{k: "constexpr" for k in tiles}}, tiles)
+pointer_meta = {**tiles, "TMA": False, "FLATTEN": False}
+text = ptx(_matmul_kernel, {**gemm_sig, **{k: "constexpr" for k in pointer_meta}}, pointer_meta)
 out["ops/_matmul_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
+
+
+def desc(rows, cols):
+    return f"tensordesc<bf16[{rows}, {cols}]>"
+
+
+# The TMA-fed mainloop: operand tiles arrive by cp.async.bulk.tensor (the SM's tensor-memory accelerator).
+tma_meta = {**tiles, "TMA": True, "FLATTEN": False}
+tma_sig = {**gemm_sig, "a": desc(128, 64), "b": desc(64, 128), "c": desc(128, 128)}
+text = ptx(_matmul_kernel, {**tma_sig, **{k: "constexpr" for k in tma_meta}}, tma_meta)
+out["ops/_matmul_kernel_tma"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
+out["tma/_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
 sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
             "world_size": "i32"}
 fused = {"GROUP_SIZE": 2, **tiles}
-traced = {**fused, "VEC": 16, "TRACE": False}
+traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False}
 # As Triton's launcher specialises row-major operands: unit column strides become constants.
 unit = {"stride_ak": 1, "stride_bn": 1, "stride_on": 1}
 strides = {"stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
@@ -133,7 +146,7 @@ for fn, sig in [
     (_all_gather_matmul_kernel, {"a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
                                  "M_local": "i32", **strides}),
 ]:
-    meta = {**unit, **(traced if "trace" in sig else {**fused, "A_VEC": 16})}
+    meta = {**unit, **(traced if "trace" in sig else {**fused, "A_VEC": 16, "TMA": False})}
     signature = {**sig, **sync_sig, **{k: "constexpr" for k in meta}}
     sizes = ("M", "N", "N_local", "K", "M_local", "stride_am", "stride_bk", "stride_om")
     text = ptx(fn, signature, meta, divisible=sizes)
@@ -146,4 +159,15 @@ for fn, sig in [
         out["trace/off"] = "%globaltimer" in text
         text = ptx(fn, signature, {**meta, "TRACE": True}, divisible=sizes)
         out["trace/on"] = ["%globaltimer" in text, "%smid" in text]
+# The fused GEMM + reduce-scatter / all-reduce kernel, TMA-fed.
+from iris.ops.reduce_ops import _matmul_reduce_kernel  # noqa: E402
+
+reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_VEC": 16, **unit}
+reduce_sig = {"a": desc(128, 64), "b": desc(64, 128), "out": "*bf16", "staging": "*bf16", "tile_flags": "*i32",
+              "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig}
+text = ptx(_matmul_reduce_kernel, {**reduce_sig, **{k: "constexpr" for k in reduce_meta}}, reduce_meta,
+           divisible=("M_local", "N", "K", "stride_am", "stride_bk", "stride_om"))
+out["ops/_matmul_reduce_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
+out["tma/_matmul_reduce_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
+out["ops_access/_matmul_reduce_kernel"] = global_accesses(text)
 print("RESULT" + json.dumps(out))

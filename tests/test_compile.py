@@ -93,9 +93,21 @@ def test_debug_checks_cost_nothing_when_off(compiled, compiled_debug, op):
     assert compiled[f"{op}/16"] == [a for a in compiled_debug[f"{op}/16"] if a in compiled[f"{op}/16"]]
 
 
-@pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_all_gather_kernel", "_all_gather_matmul_kernel"])
+@pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_kernel_tma", "_matmul_all_gather_kernel",
+                                    "_all_gather_matmul_kernel", "_matmul_reduce_kernel"])
 def test_gemm_kernels_use_hopper_tensor_cores(compiled, kernel):
     assert "wgmma.mma_async" in compiled[f"ops/{kernel}"], compiled[f"ops/{kernel}"]
+
+
+@pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_reduce_kernel"])
+def test_gemm_mainloop_is_fed_by_tma(compiled, kernel):
+    assert compiled[f"tma/{kernel}"], "no cp.async.bulk.tensor load in the TMA mainloop"
+
+
+def test_fused_reduce_pushes_16_byte_vectors(compiled):
+    # staged partials and finished tiles cross the link as st.global.v4; no 2-byte scalar stores
+    accesses = compiled["ops_access/_matmul_reduce_kernel"]
+    assert "st.global.v4.b32" in accesses and "st.global.b16" not in accesses, accesses
 
 
 def test_tracing_reads_the_gpu_clocks_only_when_compiled_in(compiled):

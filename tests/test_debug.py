@@ -117,3 +117,31 @@ def test_debug_mode_device_assert_on_gpu(tmp_path, case, message):
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output[-3000:]
     assert message in output, output[-3000:]
+
+
+_COMPILE_AFTER_ENABLE = """
+import sys
+import iris, triton
+import test_debug
+from triton.backends.compiler import GPUTarget
+iris.device.debug.enable()  # what iris.iris(debug=True) calls, after the kernels' modules were imported
+sig = {"src": "*i32", "dst": "*i32", "n": "i32", "heap_bases": "*i64", "rank": "i32", "peer": "i32", "BLOCK": "constexpr"}
+src = triton.compiler.ASTSource(fn=test_debug._peer_load_kernel, signature=sig, constexprs={"BLOCK": 64})
+print("ASSERT", "__assertfail" in triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"debug": True}).asm["ptx"])
+"""
+
+
+def test_debug_switch_at_runtime_reaches_translate():
+    """``debug=True`` flips debug mode after import: the address checks must be compiled into kernels built
+    from then on (checked on the sm_90 PTX, no GPU needed)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, IRIS_BACKEND="cuda",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    env.pop("TRITON_INTERPRET", None)
+    env.pop("IRIS_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_AFTER_ENABLE], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert "ASSERT True" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]

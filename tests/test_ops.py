@@ -59,12 +59,30 @@ def _ops_body(dtype):
     # matmul_all_reduce / matmul_reduce_scatter: A_r [M, K / W], B_r [K / W, N]
     a_k = [operand(r, (M, K), dtype, 5) for r in range(world)]
     b_k = [operand(r, (K, N), dtype, 6) for r in range(world)]
-    reduced = torch.full((M, N), float("nan"), dtype=dtype, device=dev)
-    ctx.ops.matmul_all_reduce(reduced, a_k[rank].to(dev), b_k[rank].to(dev), ctx, bias=bias.to(dev))  # ref-API form
-    fails.append(mismatch("matmul_all_reduce", reduced, ref_ops.matmul_all_reduce(a_k, b_k) + bias.double()))
-    scattered = torch.full((M_LOCAL, N), float("nan"), dtype=dtype, device=dev)
-    ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev))
-    fails.append(mismatch("matmul_reduce_scatter", scattered, ref_ops.matmul_reduce_scatter(a_k, b_k, rank)))
+    reduced_ref = ref_ops.matmul_all_reduce(a_k, b_k)
+    scattered_ref = ref_ops.matmul_reduce_scatter(a_k, b_k, rank)
+    off_heap = torch.empty(M, N, dtype=dtype, device=dev)
+    on_heap = ctx.empty(M, N, dtype=dtype)
+    scattered = torch.empty(M_LOCAL, N, dtype=dtype, device=dev)
+    for variant in ("fused", "bulk"):
+        config = OpsConfig(variant=variant)
+        for reduced in ((on_heap, off_heap) if variant == "bulk" else (on_heap,)):
+            reduced.fill_(float("nan"))
+            ctx.barrier()
+            # the reference API's form: the context passed once more
+            ctx.ops.matmul_all_reduce(reduced, a_k[rank].to(dev), b_k[rank].to(dev), ctx, bias=bias.to(dev),
+                                      config=config)
+            fails.append(mismatch(f"matmul_all_reduce {variant}", reduced, reduced_ref + bias.double()))
+        scattered.fill_(float("nan"))
+        ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=config)
+        fails.append(mismatch(f"matmul_reduce_scatter {variant}", scattered, scattered_ref))
+    # twice more, fused: per-tile flags from the last call must not let this one read stale partials
+    for salt in (7, 8):
+        a_k = [operand(r, (M, K), dtype, salt) for r in range(world)]
+        ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev),
+                                      config=OpsConfig(variant="fused"))
+        fails.append(mismatch(f"matmul_reduce_scatter again ({salt})", scattered,
+                              ref_ops.matmul_reduce_scatter(a_k, b_k, rank)))
     ctx.barrier()
     return [f for f in fails if f]
 
@@ -89,6 +107,8 @@ def _bad_input_body():
         "divisible": error_message(ctx.ops.matmul_reduce_scatter, ctx.zeros(33, 32), ctx.zeros(65, 40), b),
         "fused_block": error_message(ctx.ops.all_gather_matmul, ctx.zeros(96, 32), ctx.zeros(48, 40), b,
                                      config=OpsConfig(variant="fused", block_m=32)),
+        "fused_out": error_message(ctx.ops.matmul_all_reduce, torch.zeros(64, 32), a, b,
+                                   config=OpsConfig(variant="fused")),
         "config": error_message(OpsConfig, block_m=48),
     }
 
@@ -101,4 +121,6 @@ def test_bad_input(pools):
     assert "ops.matmul_all_reduce: A, B and out must share a dtype" in r["dtype"]
     assert "ops.matmul_reduce_scatter: M (rows of A) = 65 is not divisible by the world size 2" in r["divisible"]
     assert "the fused variant needs block_m=32 to divide M / W = 48" in r["fused_block"]
+    assert "ops.matmul_all_reduce: the fused variant needs" in r["fused_out"]
+    assert "out on the symmetric heap (peers store the reduced tiles into it)" in r["fused_out"]
     assert "OpsConfig: block_m=48 must be a power of two >= 16" in r["config"]

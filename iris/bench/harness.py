@@ -146,6 +146,11 @@ class _Progress:
         sys.stderr.write(f"\r{line:<100}" if self.tty else line + "\n")
         sys.stderr.flush()
 
+    def result(self, row):
+        """One line per measured point on stdout, so a log keeps what was measured even if the run is cut."""
+        if self.enabled:
+            print(f"[row] {row['op']} {row['shape']} {row['provider']}: {row['ms_p50']:.4f} ms", flush=True)
+
     def close(self):
         if self.tty:
             sys.stderr.write("\n")
@@ -166,6 +171,7 @@ def run_sweep(ctx, sweep, progress=True):
             continue
         stats = measure(ctx, point, sweep.timing)
         rows.append(_row(ctx, sweep, provider, params, point, stats, env))
+        bar.result(rows[-1])
     bar.close()
     return rows
 

@@ -65,13 +65,17 @@ def check_wait(spins, rank, peer, seen, expected, what: tl.constexpr):
 def enable():
     """Turn debug mode on for kernels compiled from now on (``iris.iris(debug=True)`` calls this). A kernel
     compiled before keeps its mode; Triton refuses to launch it again once the switch has changed."""
+    import importlib
+
     import triton.knobs
 
-    from iris.device import sync, translate
     from iris.host.backend import BACKEND, patch_interpreter_asserts
 
     global ENABLED
-    ENABLED = translate.DEBUG = sync.DEBUG = tl.constexpr(True)
+    ENABLED = tl.constexpr(True)
+    # By module path: ``iris.device.translate`` the attribute is the function, which shadows its module.
+    for name in ("iris.device.translate", "iris.device.sync"):
+        importlib.import_module(name).DEBUG = ENABLED
     triton.knobs.runtime.debug = True  # device asserts are compiled only in debug builds
     if BACKEND == "cpu":
         patch_interpreter_asserts()

@@ -23,29 +23,38 @@ def signal_all(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr):
 
 
 @triton.jit
+def wait_until(flag, target, rank, peer, what: tl.constexpr):
+    """Spin until the local counter ``flag`` (which ``peer`` advances) reaches ``target``: acquire, sys scope.
+    In debug mode the spin is bounded and reports ``what``, who waited for whom and the values."""
+    if DEBUG:
+        spins = 0
+        seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+        while seen < target:
+            spins += 1
+            check_wait(spins, rank, peer, seen, target, what)
+            seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+    else:
+        while tl.atomic_add(flag, 0, sem="acquire", scope="sys") < target:
+            pass
+
+
+@triton.jit
 def wait_all(flags, members, rank, epoch, GROUP_SIZE: tl.constexpr):
     """Spin until every member's count on our heap has reached ``epoch`` (acquire, sys scope)."""
     for i in range(GROUP_SIZE):
         peer = tl.load(members + i)
-        if DEBUG:  # bounded: report who waited for whom instead of hanging
-            spins = 0
-            seen = tl.atomic_add(flags + peer, 0, sem="acquire", scope="sys")
-            while seen < epoch:
-                spins += 1
-                check_wait(spins, rank, peer, seen, epoch, "barrier")
-                seen = tl.atomic_add(flags + peer, 0, sem="acquire", scope="sys")
-        else:
-            while tl.atomic_add(flags + peer, 0, sem="acquire", scope="sys") < epoch:
-                pass
+        wait_until(flags + peer, epoch, rank, peer, "barrier")
 
 
 @triton.jit
 def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr):
     """All members' same-numbered programs meet here. Our own count on our heap, once bumped, is the
-    epoch: a member that reached this barrier as often as we have has bumped its slot to it too."""
+    epoch: a member that reached this barrier as often as we have has bumped its slot to it too. Returns the
+    epoch, the same number on every member: a kernel can stamp per-call flags with it."""
     signal_all(flags, heap_bases, members, rank, GROUP_SIZE)
     epoch = tl.atomic_add(flags + rank, 0, sem="acquire", scope="sys")
     wait_all(flags, members, rank, epoch, GROUP_SIZE)
+    return epoch
 
 
 @triton.jit

@@ -13,14 +13,14 @@ import triton.language as tl
 from iris.ccl.device import program_row
 from iris.device.sync import group_barrier
 from iris.ops import common
-from iris.ops.gemm import mainloop, matmul, num_programs, tile_coords
+from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
 
 
 @triton.jit
 def _all_gather_matmul_kernel(a, b, out, M, N, K, M_local, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                               stride_on, flags, heap_bases, members, rank, group_index, world_size,
                               GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, A_VEC: tl.constexpr):
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, A_VEC: tl.constexpr, TMA: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's A is ready
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -32,12 +32,8 @@ def _all_gather_matmul_kernel(a, b, out, M, N, K, M_local, stride_am, stride_ak,
         owner = tl.load(members + owner_index)
         a_owner = a - owner_index * M_local * stride_am  # global row r sits at local row r - owner_index * M_local
         acc = mainloop(a_owner, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, owner,
-                       heap_bases, True, BLOCK_M, BLOCK_N, BLOCK_K, A_VEC)  # [BLOCK_M, BLOCK_N] fp32
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tl.store(out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on, acc.to(out.dtype.element_ty),
-                 mask=mask)
+                       heap_bases, True, BLOCK_M, BLOCK_N, BLOCK_K, A_VEC, TMA)  # [BLOCK_M, BLOCK_N] fp32
+        store_tile(out, acc, pid_m, pid_n, M, N, stride_om, stride_on, BLOCK_M, BLOCK_N, TMA)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # nobody still reads our A
 
 
@@ -57,21 +53,20 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     N = b.shape[1]
     M = sync.size * m_local
     common.expect_shape(caller, "out", out, (M, N), f"[group size {sync.size} * A rows, B columns]")
-    block_m, block_n, block_k = config.blocks(ctx.get_device().type == "cpu")
-    fused = config.variant != "bulk" and m_local % block_m == 0
-    if config.variant == "fused" and not fused:
-        raise ValueError(f"{caller}: the fused variant needs block_m={block_m} to divide M / W = {m_local}; pick "
-                         "another block_m or variant='auto'")
-    if not fused:
+    block_m, block_n, block_k = config.blocks(ctx.get_device().type, a.dtype)
+    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+    needs = [] if m_local % block_m == 0 else [f"block_m={block_m} to divide M / W = {m_local}"]
+    if not common.choose_fused(caller, config, ctx, tiles, needs):
         gathered = ctx.ops.workspaces.get("all_gather_matmul", (M, K), a.dtype)
         ctx.ccl.all_gather(gathered, a, group=group)
-        matmul(out, gathered, b, config)
+        common.bulk_gemm(out, gathered, b, config)
         return common.add_bias(out, bias, caller)
-    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+    tma = config.tma and descriptors_fit(b, out)
     programs = min(num_programs(ctx.get_device(), tiles), 128)
     _all_gather_matmul_kernel[(programs,)](
-        a, b, out, M, N, K, m_local, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
-        out.stride(1), sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks,
-        GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
-        A_VEC=common.row_vector_width(a, block_k), num_warps=config.num_warps, num_stages=config.num_stages)
+        a, operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), M, N, K, m_local, a.stride(0),
+        a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases, sync.members,
+        ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_K=block_k, GROUP_M=config.group_m, A_VEC=common.row_vector_width(a, block_k), TMA=tma,
+        num_warps=config.num_warps, num_stages=config.stages(a.dtype))
     return common.add_bias(out, bias, caller)

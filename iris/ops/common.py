@@ -48,11 +48,39 @@ class Workspaces:
         self.ctx = ctx
         self.buffers = {}
 
-    def get(self, name, shape, dtype):
+    def get(self, name, shape, dtype, zero=False):
         key = (name, tuple(shape), dtype)
         if key not in self.buffers:
-            self.buffers[key] = self.ctx.empty(*shape, dtype=dtype)
+            self.buffers[key] = (self.ctx.zeros if zero else self.ctx.empty)(*shape, dtype=dtype)
         return self.buffers[key]
+
+
+def choose_fused(caller, config, ctx, tiles, needs=()):
+    """Whether to run the fused kernel. ``needs`` lists what the shape or operands lack for it: "fused" then
+    raises, "auto" falls back to bulk. "auto" also goes bulk when the output has fewer tiles than the GPU has
+    SMs (small M): the fused kernel would leave SMs idle, while the bulk GEMM (cuBLAS) picks smaller tiles or
+    splits K, and the collective is short."""
+    if config.variant == "bulk":
+        return False
+    if needs:
+        if config.variant == "fused":
+            raise ValueError(f"{caller}: the fused variant needs {' and '.join(needs)}; pick another block size "
+                             "or variant='auto'")
+        return False
+    if config.variant == "fused":
+        return True
+    device = ctx.get_device()
+    return device.type != "cuda" or tiles >= torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def bulk_gemm(out, a, b, config):
+    """The GEMM of a bulk variant: cuBLAS on GPUs (the best unfused pair is what fusion must beat), the shared
+    Triton mainloop elsewhere."""
+    if a.device.type == "cuda":
+        return torch.matmul(a, b, out=out)
+    from iris.ops.gemm import matmul
+
+    return matmul(out, a, b, config)
 
 
 def add_bias(out, bias, caller):

@@ -16,8 +16,12 @@ class OpsConfig:
     ``variant``: ``"fused"`` moves each output tile (or operand tile) across the link inside the GEMM
     kernel, so communication overlaps compute at tile granularity; ``"bulk"`` runs the GEMM, then the
     collective (the baseline, and the fallback where fusion cannot win or the shape does not tile evenly);
-    ``"auto"`` picks fused where the op has a fused kernel and the shape allows it. ``None`` block sizes pick
-    by backend (128 x 128 x 64 on GPUs; 32 x 32 x 32 in the interpreter)."""
+    ``"auto"`` picks fused where the op has a fused kernel and fusion can win (enough output tiles to fill
+    the GPU), bulk otherwise.
+
+    ``None`` block sizes and stages pick by backend and dtype (``blocks``, ``stages``). ``tma`` feeds the
+    mainloop through tensor descriptors where the layouts allow (16-byte aligned rows, contiguous last
+    dimension); ``flatten`` lets the compiler software-pipeline across tile boundaries."""
 
     variant: str = "auto"
     block_m: int | None = None
@@ -25,7 +29,9 @@ class OpsConfig:
     block_k: int | None = None
     group_m: int = 8
     num_warps: int = 8
-    num_stages: int = 3
+    num_stages: int | None = None
+    tma: bool = True
+    flatten: bool = False
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -38,9 +44,17 @@ class OpsConfig:
             raise ValueError(f"OpsConfig: group_m={self.group_m} must be >= 1")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"OpsConfig: num_warps={self.num_warps}; use 1, 2, 4, 8 or 16")
-        if not 1 <= self.num_stages <= 8:
+        if self.num_stages is not None and not 1 <= self.num_stages <= 8:
             raise ValueError(f"OpsConfig: num_stages={self.num_stages} is outside [1, 8]")
 
-    def blocks(self, on_cpu):
-        default = 32 if on_cpu else None
-        return (self.block_m or default or 128, self.block_n or default or 128, self.block_k or default or 64)
+    def blocks(self, device_type, dtype):
+        """(block_m, block_n, block_k): 32 cubed in the interpreter; on GPUs the tile that fills an H100/H200
+        SM's shared memory at ``stages`` deep (fp32 goes through tf32 at twice the bytes, so half the K)."""
+        if device_type == "cpu":
+            default = (32, 32, 32)
+        else:
+            default = (128, 128, 32) if dtype.itemsize == 4 else (128, 256, 64)
+        return tuple(value or fallback for value, fallback in zip((self.block_m, self.block_n, self.block_k), default))
+
+    def stages(self, dtype):
+        return self.num_stages or 3

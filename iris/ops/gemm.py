@@ -4,8 +4,11 @@
                A row-blocks and B column-blocks in L2
     K loop:    acc[BLOCK_M, BLOCK_N] += A[BLOCK_M, BLOCK_K] @ B[BLOCK_K, BLOCK_N]
 
-``mainloop`` reads A either locally or, for the pull variant of all_gather_matmul, from the rank that owns
-the tile's rows (``A_RANK``), through the one ``translate``.
+Operands arrive either as tensor descriptors (``TMA``: the copy engine of each SM fetches whole tiles into
+shared memory, out of bounds filled with zeros) or as pointers with strides. Descriptors need 16-byte aligned
+rows and a contiguous last dimension (``descriptors_fit``); anything else takes the pointer path. ``mainloop``
+can also read A from the rank that owns the tile's rows (``REMOTE_A``, the pull of all_gather_matmul),
+through the one ``translate``.
 """
 
 import triton
@@ -29,44 +32,68 @@ def tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 @triton.jit
 def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, a_rank, heap_bases,
              REMOTE_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             A_VEC: tl.constexpr = 1):
-    """acc = A[pid_m rows, :] @ B[:, pid_n cols] in fp32. With ``REMOTE_A`` the A rows are read from rank
-    ``a_rank``'s heap (``a`` then points into our own heap at the same offset); ``A_VEC`` (16 when A's rows are
-    16-byte aligned: ``iris.ops.common.row_vector_width``) keeps those remote loads vectorised."""
+             A_VEC: tl.constexpr = 1, TMA: tl.constexpr = False):
+    """acc = A[pid_m rows, :] @ B[:, pid_n cols] in fp32.
+
+    With ``TMA`` the operands are tensor descriptors (A only when it is local) and the strides go unused.
+    With ``REMOTE_A`` the A rows are read from rank ``a_rank``'s heap (``a`` then points into our own heap at
+    the same offset); ``A_VEC`` (16 when A's rows are 16-byte aligned: ``iris.ops.common.row_vector_width``)
+    keeps those remote loads vectorised."""
+    POINTER_A: tl.constexpr = REMOTE_A or not TMA
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak  # [BLOCK_M, BLOCK_K]
-    b_ptrs = b + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn  # [BLOCK_K, BLOCK_N]
+    if POINTER_A:
+        a_ptrs = a + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak  # [BLOCK_M, BLOCK_K]
+    if not TMA:
+        b_ptrs = b + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn  # [BLOCK_K, BLOCK_N]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - k * BLOCK_K
-        a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
-        if REMOTE_A:
-            a_tile = tl.load(translate(a_ptrs, rank, a_rank, heap_bases, hint=(1, A_VEC), mask=a_mask, op="mainloop"),
-                             mask=a_mask, other=0.0)
+        if POINTER_A:
+            a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
+            if REMOTE_A:
+                a_tile = tl.load(translate(a_ptrs, rank, a_rank, heap_bases, hint=(1, A_VEC), mask=a_mask,
+                                           op="mainloop"), mask=a_mask, other=0.0)
+            else:
+                a_tile = tl.load(a_ptrs, mask=a_mask, other=0.0)
+            a_ptrs += BLOCK_K * stride_ak
         else:
-            a_tile = tl.load(a_ptrs, mask=a_mask, other=0.0)
-        b_tile = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+            a_tile = a.load([pid_m * BLOCK_M, k * BLOCK_K])
+        if TMA:
+            b_tile = b.load([k * BLOCK_K, pid_n * BLOCK_N])
+        else:
+            b_tile = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+            b_ptrs += BLOCK_K * stride_bk
         acc = tl.dot(a_tile, b_tile, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
     return acc
 
 
 @triton.jit
-def _matmul_kernel(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
-        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, 0, 0, None,
-                       False, BLOCK_M, BLOCK_N, BLOCK_K)  # [BLOCK_M, BLOCK_N] fp32
+def store_tile(c, tile, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               TMA: tl.constexpr):
+    """c[pid_m block, pid_n block] = tile, rounded to c's dtype; a descriptor store clips at the edges."""
+    if TMA:
+        c.store([pid_m * BLOCK_M, pid_n * BLOCK_N], tile.to(c.dtype))
+    else:
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tl.store(c + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c.dtype.element_ty), mask=mask)
+        tl.store(c + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, tile.to(c.dtype.element_ty),
+                 mask=mask)
+
+
+@triton.jit
+def _matmul_kernel(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                   TMA: tl.constexpr, FLATTEN: tl.constexpr):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, 0, 0, None,
+                       False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
+        store_tile(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, TMA)
 
 
 def num_programs(device, tiles):
@@ -78,14 +105,32 @@ def num_programs(device, tiles):
     return max(1, min(tiles, 4))
 
 
+def descriptors_fit(*tensors):
+    """True when every tensor can back a TMA descriptor: 2-D, contiguous rows, 16-byte aligned start and rows."""
+    return all(t.dim() == 2 and t.stride(1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+               for t in tensors)
+
+
+def operand(tensor, block_shape, tma):
+    """``tensor`` as a kernel argument: a tensor descriptor with ``block_shape`` tiles, or itself."""
+    if not tma:
+        return tensor
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(tensor, list(block_shape))
+
+
 def matmul(out, a, b, config):
-    """``out = a @ b`` with the shared mainloop (fp32 accumulation); any device, any strides."""
+    """``out = a @ b`` with the shared mainloop (fp32 accumulation); any device, any strides (TMA where the
+    layouts allow and ``config.tma``)."""
     M, K = a.shape
     N = b.shape[1]
-    block_m, block_n, block_k = config.blocks(a.device.type == "cpu")
+    block_m, block_n, block_k = config.blocks(a.device.type, a.dtype)
+    tma = config.tma and descriptors_fit(a, b, out)
     tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
     _matmul_kernel[(num_programs(a.device, tiles),)](
-        a, b, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, num_warps=config.num_warps,
-        num_stages=config.num_stages)
+        operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma),
+        M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, FLATTEN=config.flatten,
+        num_warps=config.num_warps, num_stages=config.stages(a.dtype))
     return out

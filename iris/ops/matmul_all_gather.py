@@ -14,14 +14,15 @@ from iris.device.rma import store
 from iris.device.sync import group_barrier
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.ops import common
-from iris.ops.gemm import matmul, mainloop, num_programs, tile_coords
+from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, tile_coords
 
 
 @triton.jit
 def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace,
                               GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr):
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr,
+                              TMA: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -32,7 +33,7 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
             t_gemm = now(trace)
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
-                       heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K)  # [BLOCK_M, BLOCK_N] fp32
+                       heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
         if TRACE:
             record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
             t_send = now(trace)
@@ -66,22 +67,21 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     M, K = a.shape
     n_local = b.shape[1]
     common.expect_shape(caller, "out", out, (M, sync.size * n_local), f"[M, group size {sync.size} * B columns]")
-    block_m, block_n, block_k = config.blocks(ctx.get_device().type == "cpu")
-    if config.variant == "bulk":
-        # GEMM, then all_gather. Gathering runs along dim 0, so work in the transpose: our slot of outT is
-        # (A @ B)^T = B^T @ A^T, written in place, then gathered in place.
-        out_t = ctx.ops.workspaces.get("matmul_all_gather", (sync.size * n_local, M), a.dtype)
-        slot = out_t[sync.index * n_local:(sync.index + 1) * n_local]
-        matmul(slot, b.t(), a.t(), config)
-        ctx.ccl.all_gather(out_t, slot, group=group)
-        out.copy_(out_t.t())
-        return common.add_bias(out, bias, caller)
+    block_m, block_n, block_k = config.blocks(ctx.get_device().type, a.dtype)
     tiles = triton.cdiv(M, block_m) * triton.cdiv(n_local, block_n)
+    if not common.choose_fused(caller, config, ctx, tiles):
+        # GEMM into our slot of a [W, M, N / W] workspace, all_gather it in place, then lay the slots side by side.
+        gathered = ctx.ops.workspaces.get("matmul_all_gather", (sync.size, M, n_local), a.dtype)
+        common.bulk_gemm(gathered[sync.index], a, b, config)
+        ctx.ccl.all_gather(gathered, gathered[sync.index], group=group)
+        out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
+        return common.add_bias(out, bias, caller)
+    tma = config.tma and descriptors_fit(a, b)
     programs = min(num_programs(ctx.get_device(), tiles), 128)
     _matmul_all_gather_kernel[(programs,)](
-        a, b, out, M, n_local, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks,
-        ctx.tracing.device_args(), GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled,
-        num_warps=config.num_warps, num_stages=config.num_stages)
+        operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
+        a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases, sync.members,
+        ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), GROUP_SIZE=sync.size, BLOCK_M=block_m,
+        BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local),
+        TRACE=ctx.tracing.enabled, TMA=tma, num_warps=config.num_warps, num_stages=config.stages(a.dtype))
     return common.add_bias(out, bias, caller)

@@ -1,48 +1,149 @@
-"""matmul_all_reduce and matmul_reduce_scatter: each rank holds a K-slice, the partial products are summed.
+"""matmul_reduce_scatter and matmul_all_reduce: each rank holds a K-slice, the partial products are summed.
 
-Both run bulk-synchronous today: the shared GEMM writes this rank's partial product into a heap workspace,
-then the Triton collective reduces it (one-shot or two-shot all_reduce, pull reduce_scatter), all on the
-stream. They share this file because they differ only in the collective.
+Fused schedule (one persistent kernel). The output rows are split into W row blocks; rank q owns block q.
+Every rank computes its partial product for every tile, peers' row blocks first, and pushes each such tile
+into a staging slot on the owner's heap, stamped with a per-tile flag. Its own row block comes last: by
+then the peers' partials for those tiles have (mostly) landed, so the epilogue only waits on the flags, adds
+the staged tiles to its fp32 accumulator and stores. For all_reduce the finished tile is then pushed to every
+rank's ``out``: a reduce-scatter and an all-gather, both inside the GEMM.
 
-    GEMM: partial = A_r @ B_r  ->  all_reduce(out, partial)      or      reduce_scatter(out, partial)
+    program p, rank q:  barrier | for d != q: tile t of block d -> staging[q] on d, flag[q, t] = epoch
+                                | tile t of block q + sum over s != q of staging[s][t] (after flag[s, t]) -> out
+                                | (all_reduce: push to every rank, barrier)
+
+A tile's producer on rank s and its consumer on rank q are the same program index, so the epoch (the
+program row's barrier count) matches and the waits are deadlock-free even when programs run one at a time
+(the interpreter). The bulk variant runs the GEMM (cuBLAS on GPUs), then the Triton collective.
 """
 
+import torch
+import triton
+import triton.language as tl
+
+from iris.ccl.config import CollectiveConfig
+from iris.ccl.device import program_row
+from iris.device.atomics import atomic_xchg
+from iris.device.rma import store
+from iris.device.sync import group_barrier, wait_until
 from iris.ops import common
-from iris.ops.gemm import matmul
+from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, tile_coords
+
+ONE_SHOT_MAX_BYTES = CollectiveConfig().one_shot_max_bytes  # below it all_reduce writes an out anywhere
 
 
-def _partial(ctx, caller, out, a, b, config):
-    config = common.resolve_config(config, caller)
-    common.check_operands(caller, out, a, b)
-    if config.variant == "fused":
-        raise ValueError(f"{caller}: no fused kernel yet; use variant='bulk' or 'auto'")
-    partial = ctx.ops.workspaces.get(caller, (a.shape[0], b.shape[1]), a.dtype)
-    return matmul(partial, a, b, config)
+@triton.jit
+def _matmul_reduce_kernel(a, b, out, staging, tile_flags, M_local, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                          stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
+                          GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, ALL_REDUCE: tl.constexpr,
+                          STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr):
+    row = program_row(flags, world_size)
+    epoch = group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # staging is free: last call's reads are done
+    num_pid_m = M_local // BLOCK_M  # row blocks per rank
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    tiles = num_pid_m * num_pid_n
+    M = GROUP_SIZE * M_local
+    offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
+    # ---- peers' row blocks: compute, push to the owner's staging slot for us, stamp the tile's flag
+    for step in range(1, GROUP_SIZE):
+        dest_index = (group_index + step) % GROUP_SIZE
+        dest = tl.load(members + dest_index)
+        for t in range(tl.program_id(0), tiles, tl.num_programs(0)):
+            pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+            acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, dest_index * num_pid_m + pid_m,
+                           pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+            slot = staging + group_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+            store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases,
+                  mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N, hint=(1, STAGE_VEC))
+            atomic_xchg(tile_flags + group_index * tiles + t, epoch, rank, dest, heap_bases, sem="release",
+                        scope="sys")
+    # ---- our row block: our partial plus every peer's, then out
+    for t in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, group_index * num_pid_m + pid_m,
+                       pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+        n_mask = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N
+        for step in range(1, GROUP_SIZE):
+            src_index = (group_index + GROUP_SIZE - step) % GROUP_SIZE
+            wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index), "matmul_reduce")
+            slot = staging + src_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+            acc += tl.load(slot + offs, mask=n_mask, other=0.0).to(tl.float32)
+        tile = acc.to(out.dtype.element_ty)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        if ALL_REDUCE:  # rows group_index * M_local + ... of every rank's out
+            ptrs = out + (group_index * M_local + offs_m)[:, None] * stride_om + offs_n[None, :] * stride_on
+            for i in range(GROUP_SIZE):
+                store(ptrs, tile, rank, tl.load(members + (group_index + i) % GROUP_SIZE), heap_bases, mask=n_mask,
+                      hint=(1, OUT_VEC))
+        else:
+            tl.store(out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on, tile, mask=n_mask)
+    if ALL_REDUCE:
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's finished tiles are in our out
+
+
+def _run(ctx, caller, out, a, b, group, config, all_reduce):
+    """Fused kernel or bulk pair, whichever ``config`` and the shape call for."""
+    sync = ctx.group_sync(group, caller)
+    M, N = a.shape[0], b.shape[1]
+    m_local = common.divisible(caller, "M (rows of A)", M, sync.size)
+    block_m, block_n, block_k = config.blocks(ctx.get_device().type, a.dtype)
+    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+    needs = [] if m_local % block_m == 0 else [f"block_m={block_m} to divide M / W = {m_local}"]
+    if all_reduce and not ctx.is_symmetric(out):
+        needs.append("out on the symmetric heap (peers store the reduced tiles into it)")
+    if not common.choose_fused(caller, config, ctx, tiles, needs):
+        partial = ctx.ops.workspaces.get(caller, (M, N), a.dtype)
+        common.bulk_gemm(partial, a, b, config)
+        if not all_reduce:
+            ctx.ccl.reduce_scatter(out, partial, group=group)
+        elif ctx.is_symmetric(out) or partial.numel() * partial.element_size() <= ONE_SHOT_MAX_BYTES:
+            ctx.ccl.all_reduce(out, partial, group=group)
+        else:  # two-shot writes its result into every rank's out, so out must be on the heap: reduce in place
+            ctx.ccl.all_reduce(partial, partial, group=group)
+            out.copy_(partial)
+        return out
+    staging = ctx.ops.workspaces.get(caller + ".staging", (sync.size, m_local, N), a.dtype)
+    tile_flags = ctx.ops.workspaces.get(caller + ".flags", (sync.size, tiles // sync.size), torch.int32, zero=True)
+    tma = config.tma and descriptors_fit(a, b)
+    programs = min(num_programs(ctx.get_device(), tiles // sync.size), 128)
+    _matmul_reduce_kernel[(programs,)](
+        operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, m_local, N,
+        a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags,
+        ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size, BLOCK_M=block_m,
+        BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
+        STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out),
+        num_warps=config.num_warps, num_stages=config.stages(a.dtype))
+    return out
 
 
 def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
-    """``out`` ([M, N], anywhere) = ``sum over r of A_r @ B_r (+ bias)``; ``A`` [M, K / W] and ``B`` [K / W, N] are
-    this rank's slices. Collective; stream-ordered. fp16/bf16 partials are summed in fp32 by the collective.
+    """``out`` ([M, N]) = ``sum over r of A_r @ B_r (+ bias)``; ``A`` [M, K / W] and ``B`` [K / W, N] are this
+    rank's slices. Collective; stream-ordered. Partials are summed in fp32 and rounded once (fused), or rounded
+    to the dtype first and summed in fp32 by the collective (bulk). The fused kernel needs ``out`` on the heap
+    and block_m dividing M / W; otherwise "auto" runs the bulk pair.
 
         ref = sum(A_r @ B_r for r in group) + bias
     """
     caller = "ops.matmul_all_reduce"
+    config = common.resolve_config(config, caller)
+    common.check_operands(caller, out, a, b)
     common.expect_shape(caller, "out", out, (a.shape[0], b.shape[1]), "[A rows, B columns]")
-    partial = _partial(ctx, caller, out, a, b, config)
-    ctx.ccl.all_reduce(out, partial, group=group)
+    _run(ctx, caller, out, a, b, group, config, all_reduce=True)
     return common.add_bias(out, bias, caller)
 
 
 def matmul_reduce_scatter(ctx, out, a, b, bias=None, group=None, config=None):
     """``out`` ([M / W, N], anywhere) = rows ``group_rank`` of ``sum over r of A_r @ B_r (+ bias)``. Collective;
-    stream-ordered.
+    stream-ordered. The fused kernel needs block_m dividing M / W; otherwise "auto" runs the bulk pair.
 
         ref = sum(A_r @ B_r for r in group).chunk(W)[group_rank] + bias
     """
     caller = "ops.matmul_reduce_scatter"
+    config = common.resolve_config(config, caller)
+    common.check_operands(caller, out, a, b)
     size = ctx.group_sync(group, caller).size
     m_local = common.divisible(caller, "M (rows of A)", a.shape[0], size)
     common.expect_shape(caller, "out", out, (m_local, b.shape[1]), f"[A rows / group size {size}, B columns]")
-    partial = _partial(ctx, caller, out, a, b, config)
-    ctx.ccl.reduce_scatter(out, partial, group=group)
+    _run(ctx, caller, out, a, b, group, config, all_reduce=False)
     return common.add_bias(out, bias, caller)
