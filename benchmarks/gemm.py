@@ -34,7 +34,8 @@ CONFIGS = [OpsConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=s, num_warps
 
 
 def describe(c):
-    return f"{c.block_m}x{c.block_n}x{c.block_k} s{c.stages(torch.bfloat16)} w{c.num_warps}" + (" flat" if c.flatten else "")
+    flat = " flat" if c.flatten else ""
+    return f"{c.block_m}x{c.block_n}x{c.block_k} s{c.stages(torch.bfloat16)} w{c.num_warps}{flat}"
 
 
 def main(out, quick):
@@ -64,7 +65,6 @@ def main(out, quick):
                              error=error))
             print(f"[gemm] {name} iris {describe(config)} {ms:.4f} ms {flop / ms / 1e9:.0f} TFLOP/s "
                   f"(rel. error {error:.1e})", flush=True)
-        del a, b, c, ref
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "gemm.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -76,8 +76,8 @@ def main(out, quick):
         ours = [r for r in rows if r["shape"] == name and r["provider"] == "iris"]
         if ours:
             best = max(ours, key=lambda r: r["tflops"])
-            print(f"{name:<28} {base['tflops']:>14.0f} {best['tflops']:>12.0f} {100 * best['tflops'] / base['tflops']:>10.1f}%"
-                  f"  {best['config']}")
+            share = 100 * best["tflops"] / base["tflops"]
+            print(f"{name:<28} {base['tflops']:>14.0f} {best['tflops']:>12.0f} {share:>10.1f}%  {best['config']}")
 
 
 if __name__ == "__main__":

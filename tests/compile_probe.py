@@ -135,7 +135,7 @@ out["tma/_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2
 sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
             "world_size": "i32"}
 fused = {"GROUP_SIZE": 2, **tiles}
-traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False}
+traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "FLATTEN": True}
 # As Triton's launcher specialises row-major operands: unit column strides become constants.
 unit = {"stride_ak": 1, "stride_bn": 1, "stride_on": 1}
 strides = {"stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
@@ -143,10 +143,8 @@ strides = {"stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "st
 for fn, sig in [
     (_matmul_all_gather_kernel, {"a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N_local": "i32",
                                  "K": "i32", **strides, **sync_sig, "trace": "*i64"}),
-    (_all_gather_matmul_kernel, {"a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
-                                 "M_local": "i32", **strides}),
 ]:
-    meta = {**unit, **(traced if "trace" in sig else {**fused, "A_VEC": 16, "TMA": False})}
+    meta = {**unit, **traced}
     signature = {**sig, **sync_sig, **{k: "constexpr" for k in meta}}
     sizes = ("M", "N", "N_local", "K", "M_local", "stride_am", "stride_bk", "stride_om")
     text = ptx(fn, signature, meta, divisible=sizes)
@@ -170,4 +168,14 @@ text = ptx(_matmul_reduce_kernel, {**reduce_sig, **{k: "constexpr" for k in redu
 out["ops/_matmul_reduce_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
 out["tma/_matmul_reduce_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
 out["ops_access/_matmul_reduce_kernel"] = global_accesses(text)
+# all_gather_matmul: communication programs copy A rows to peers; GEMM programs run the TMA mainloop.
+ag_meta = {**fused, "COMM_PROGRAMS": 16, "COPY_K": 128, "VEC": 16, "TMA": True, **unit}
+ag_sig = {"a": desc(128, 64), "a_rows": "*bf16", "gathered": desc(128, 64), "gathered_rows": "*bf16",
+          "b": desc(64, 128), "out": desc(128, 128), "ready": "*i32", "call": "*i32", "M_local": "i32", "N": "i32",
+          "K": "i32", **strides, **sync_sig}
+text = ptx(_all_gather_matmul_kernel, {**ag_sig, **{k: "constexpr" for k in ag_meta}}, ag_meta,
+           divisible=("M_local", "N", "K", "stride_am", "stride_bk", "stride_om"))
+out["ops/_all_gather_matmul_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
+out["tma/_all_gather_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
+out["ops_access/_all_gather_matmul_kernel"] = global_accesses(text)
 print("RESULT" + json.dumps(out))

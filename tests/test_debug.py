@@ -125,9 +125,11 @@ import iris, triton
 import test_debug
 from triton.backends.compiler import GPUTarget
 iris.device.debug.enable()  # what iris.iris(debug=True) calls, after the kernels' modules were imported
-sig = {"src": "*i32", "dst": "*i32", "n": "i32", "heap_bases": "*i64", "rank": "i32", "peer": "i32", "BLOCK": "constexpr"}
+sig = {"src": "*i32", "dst": "*i32", "n": "i32", "heap_bases": "*i64", "rank": "i32", "peer": "i32",
+       "BLOCK": "constexpr"}
 src = triton.compiler.ASTSource(fn=test_debug._peer_load_kernel, signature=sig, constexprs={"BLOCK": 64})
-print("ASSERT", "__assertfail" in triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"debug": True}).asm["ptx"])
+kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"debug": True})
+print("ASSERT", "__assertfail" in kernel.asm["ptx"])
 """
 
 

@@ -43,18 +43,16 @@ def _ops_body(dtype):
         ctx.barrier()
         fails.append(mismatch(f"matmul_all_gather {variant}", out, ref_ops.matmul_all_gather(a_full, b_cols)))
 
-    # all_gather_matmul: A_r [M / W, K] on the heap, B [K, N] shared
-    a_rows = [operand(r, (M_LOCAL, K), dtype, 3) for r in range(world)]
+    # all_gather_matmul: A_r [M / W, K] anywhere, B [K, N] shared; fused three times with fresh A, so flags
+    # left by one call must not release the next call's GEMM early
     b_full = operand(0, (K, N), dtype, 4)
-    a_heap = ctx.empty(M_LOCAL, K, dtype=dtype)
-    a_heap.copy_(a_rows[rank])
     result = torch.empty(M, N, dtype=dtype, device=dev)
-    for variant in ("fused", "bulk"):
+    for variant, salt in (("fused", 3), ("fused", 10), ("bulk", 11), ("fused", 12)):
+        a_rows = [operand(r, (M_LOCAL, K), dtype, salt) for r in range(world)]
         result.fill_(float("nan"))
-        ctx.barrier()
-        ctx.ops.all_gather_matmul(result, a_heap, b_full.to(dev), config=OpsConfig(variant=variant))
-        ctx.barrier()
-        fails.append(mismatch(f"all_gather_matmul {variant}", result, ref_ops.all_gather_matmul(a_rows, b_full)))
+        ctx.ops.all_gather_matmul(result, a_rows[rank].to(dev), b_full.to(dev), config=OpsConfig(variant=variant))
+        fails.append(mismatch(f"all_gather_matmul {variant} ({salt})", result,
+                              ref_ops.all_gather_matmul(a_rows, b_full)))
 
     # matmul_all_reduce / matmul_reduce_scatter: A_r [M, K / W], B_r [K / W, N]
     a_k = [operand(r, (M, K), dtype, 5) for r in range(world)]
@@ -102,7 +100,7 @@ def _bad_input_body():
     return {
         "inner": error_message(ctx.ops.matmul_all_gather, out, a, ctx.zeros(30, 32)),
         "out_shape": error_message(ctx.ops.matmul_all_gather, ctx.zeros(64, 50), a, b),
-        "not_heap": error_message(ctx.ops.all_gather_matmul, ctx.zeros(128, 32), torch.zeros(64, 40), b),
+        "not_heap": error_message(ctx.ops.matmul_all_gather, torch.zeros(64, 64), a, b),
         "dtype": error_message(ctx.ops.matmul_all_reduce, ctx.zeros(64, 32), a.half(), b),
         "divisible": error_message(ctx.ops.matmul_reduce_scatter, ctx.zeros(33, 32), ctx.zeros(65, 40), b),
         "fused_block": error_message(ctx.ops.all_gather_matmul, ctx.zeros(96, 32), ctx.zeros(48, 40), b,
@@ -117,7 +115,7 @@ def test_bad_input(pools):
     r = pools(2).run(_bad_input_body)[0]
     assert "ops.matmul_all_gather: A is (64, 40) and B is (30, 32): inner dimensions differ" in r["inner"]
     assert "ops.matmul_all_gather: out is (64, 50), expected (64, 64)" in r["out_shape"]
-    assert "ops.all_gather_matmul: A is not on the symmetric heap" in r["not_heap"]
+    assert "ops.matmul_all_gather: out is not on the symmetric heap" in r["not_heap"]
     assert "ops.matmul_all_reduce: A, B and out must share a dtype" in r["dtype"]
     assert "ops.matmul_reduce_scatter: M (rows of A) = 65 is not divisible by the world size 2" in r["divisible"]
     assert "the fused variant needs block_m=32 to divide M / W = 48" in r["fused_block"]

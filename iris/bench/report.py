@@ -226,3 +226,39 @@ def plot_heatmap(rows, path, ops, provider, peak_GBps, title=""):
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_trace(trace_path, path, lanes_per_rank=12):
+    """A timeline PNG of a ``ctx.tracing.export`` file: one band per rank, one lane per SM (the first
+    ``lanes_per_rank`` SMs that recorded anything), GEMM tiles and transfers in two colours. Returns the path
+    written, or None when matplotlib is missing."""
+    with open(trace_path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    if not events:
+        return None
+    plt = _pyplot(path)
+    if plt is None:
+        return None
+    colours = {"gemm tile": "#4C72B0", "scatter tile": "#DD8452"}
+    ranks = sorted({e["pid"] for e in events})
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.28 * lanes_per_rank * len(ranks)))
+    ticks, labels, y = [], [], 0
+    for rank in ranks:
+        mine = [e for e in events if e["pid"] == rank]
+        for tid in sorted({e["tid"] for e in mine})[:lanes_per_rank]:
+            for e in (e for e in mine if e["tid"] == tid):
+                ax.barh(y, e["dur"], left=e["ts"], height=0.8, color=colours.get(e["name"], "#888888"))
+            ticks.append(y)
+            labels.append(f"rank {rank} · SM {tid}")
+            y += 1
+        y += 1  # a gap between ranks
+    ax.set_yticks(ticks, labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the common origin (us on GPUs; event order on the cpu backend)")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()], labels=list(colours),
+              loc="upper right", fontsize=8)
+    ax.set_title(os.path.basename(trace_path))
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path

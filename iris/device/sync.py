@@ -61,3 +61,20 @@ def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr):
 def _device_barrier_kernel(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr):
     """One program, on row 0 of the group's flags."""
     group_barrier(flags, heap_bases, members, rank, GROUP_SIZE)
+
+
+@triton.jit
+def call_epoch(call):
+    """This launch's number, from a per-op counter ``call`` (int32[2] on the device, zeroed once): 1 on the
+    first call, then 2, ... Every rank makes the same calls, so the number agrees across ranks and can stamp
+    flags that are never reset. Pair with ``finish_call`` at the end of every program."""
+    return tl.atomic_add(call, 0, sem="acquire", scope="gpu") + 1
+
+
+@triton.jit
+def finish_call(call):
+    """The last program of the launch to get here advances the counter: every program read it before."""
+    ticket = tl.atomic_add(call + 1, 1, sem="acq_rel", scope="gpu")
+    if ticket == tl.num_programs(0) - 1:
+        tl.atomic_xchg(call + 1, 0, sem="relaxed", scope="gpu")
+        tl.atomic_add(call, 1, sem="release", scope="gpu")

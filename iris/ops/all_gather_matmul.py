@@ -1,53 +1,87 @@
-"""all_gather_matmul: ``out = cat_r(A_r, dim=0) @ B`` on every rank, without materialising the gathered A.
+"""all_gather_matmul: ``out = cat_r(A_r, dim=0) @ B`` on every rank.
 
-Fused pull schedule: the tile of rows owned by rank q reads its A rows straight from q's heap inside the K
-loop, so the gather overlaps the tensor-core work tile by tile.
+Fused schedule, workgroup-specialised: one persistent kernel whose first ``comm_sms`` programs move data
+while the others compute.
 
-    program p:  barrier(A ready) | tile (rows of rank q) -> K loop over A_q (remote) @ B -> store | ... |
-                barrier(nobody still reads our A)
+    communication programs:  barrier | push row block b of our A into every peer's gathered A -> flag[r, b]
+    GEMM programs:           tiles of our own rows (A is local, no wait) | tiles of rank q's rows, each after
+                             flag[q, b] on our heap says the block has landed | ... -> out
+
+Every A row crosses the link once per peer, by stores the communication SMs issue, and the GEMM starts on
+our own rows at once, so the gather hides behind the first 1/W of the GEMM. (Pulling A tiles inside the K
+loop instead re-reads each remote row block once per column of tiles: N / BLOCK_N times over the link.)
+Flags are stamped with the call number (``call_epoch``), the same on every rank, so they are never reset.
 """
 
+import torch
 import triton
 import triton.language as tl
 
 from iris.ccl.device import program_row
-from iris.device.sync import group_barrier
+from iris.device.atomics import atomic_xchg
+from iris.device.rma import store
+from iris.device.sync import call_epoch, finish_call, group_barrier, wait_until
 from iris.ops import common
 from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
 
+COPY_K = 128  # columns per step of a communication program's copy: [BLOCK_M, COPY_K] per store
+
 
 @triton.jit
-def _all_gather_matmul_kernel(a, b, out, M, N, K, M_local, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
-                              stride_on, flags, heap_bases, members, rank, group_index, world_size,
-                              GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, A_VEC: tl.constexpr, TMA: tl.constexpr):
-    row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's A is ready
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
-        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        # ---- the rank that owns these rows (BLOCK_M divides M_local, so a tile has one owner)
-        owner_index = (pid_m * BLOCK_M) // M_local
-        owner = tl.load(members + owner_index)
-        a_owner = a - owner_index * M_local * stride_am  # global row r sits at local row r - owner_index * M_local
-        acc = mainloop(a_owner, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, owner,
-                       heap_bases, True, BLOCK_M, BLOCK_N, BLOCK_K, A_VEC, TMA)  # [BLOCK_M, BLOCK_N] fp32
-        store_tile(out, acc, pid_m, pid_n, M, N, stride_om, stride_on, BLOCK_M, BLOCK_N, TMA)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # nobody still reads our A
+def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready, call, M_local, N, K, stride_am,
+                              stride_ak, stride_bk, stride_bn, stride_om, stride_on, flags, heap_bases, members,
+                              rank, group_index, world_size, GROUP_SIZE: tl.constexpr, COMM_PROGRAMS: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                              GROUP_M: tl.constexpr, COPY_K: tl.constexpr, VEC: tl.constexpr, TMA: tl.constexpr):
+    pid = tl.program_id(0)
+    M = GROUP_SIZE * M_local
+    blocks = M_local // BLOCK_M  # row blocks per rank
+    epoch = call_epoch(call)
+    if pid < COMM_PROGRAMS:
+        # ---- communication: our A, row block by row block, into every peer's gathered A
+        # peers' previous call no longer reads their gathered A
+        group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE)
+        for blk in range(pid, blocks, COMM_PROGRAMS):
+            rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+            for step in range(1, GROUP_SIZE):
+                peer = tl.load(members + (group_index + step) % GROUP_SIZE)
+                for k0 in range(0, K, COPY_K):
+                    cols = k0 + tl.arange(0, COPY_K)
+                    mask = cols[None, :] < K
+                    piece = tl.load(a_rows + rows[:, None] * stride_am + cols[None, :], mask=mask)
+                    dst = gathered_rows + (group_index * M_local + rows)[:, None] * K + cols[None, :]
+                    store(dst, piece, rank, peer, heap_bases, mask=mask, hint=(1, VEC))
+                atomic_xchg(ready + group_index * blocks + blk, epoch, rank, peer, heap_bases, sem="release",
+                            scope="sys")
+    else:
+        # ---- GEMM: our own row blocks first (local A), then rank group_index + 1's, and so on
+        num_pid_n = tl.cdiv(N, BLOCK_N)
+        per_rank = blocks * num_pid_n
+        for t in range(pid - COMM_PROGRAMS, GROUP_SIZE * per_rank, tl.num_programs(0) - COMM_PROGRAMS):
+            step = t // per_rank
+            owner = (group_index + step) % GROUP_SIZE
+            pid_m, pid_n = tile_coords(t % per_rank, blocks, num_pid_n, GROUP_M)
+            if step == 0:
+                acc = mainloop(a, b, M_local, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank,
+                               rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+            else:
+                wait_until(ready + owner * blocks + pid_m, epoch, rank, tl.load(members + owner), "all_gather_matmul")
+                acc = mainloop(gathered, b, M, N, K, K, 1, stride_bk, stride_bn, owner * blocks + pid_m, pid_n, rank,
+                               rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+            store_tile(out, acc, owner * blocks + pid_m, pid_n, M, N, stride_om, stride_on, BLOCK_M, BLOCK_N, TMA)
+    finish_call(call)
 
 
 def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
-    """``out`` ([M, N], anywhere) = ``cat([A_r for r in group], dim=0) @ B (+ bias)``; ``A`` [M / W, K] (on the
-    heap) is this rank's row block, ``B`` [K, N] the same on every rank. Collective; stream-ordered. The fused
-    pull needs block_m to divide M / W; otherwise (or with variant="bulk") A is gathered first.
+    """``out`` ([M, N], anywhere) = ``cat([A_r for r in group], dim=0) @ B (+ bias)``; ``A`` [M / W, K] is this
+    rank's row block, ``B`` [K, N] the same on every rank. Collective; stream-ordered. The fused kernel needs
+    block_m to divide M / W; otherwise (or with variant="bulk") A is gathered first, then multiplied.
 
         ref = torch.cat([A_r for r in group], dim=0) @ B + bias
     """
     caller = "ops.all_gather_matmul"
     config = common.resolve_config(config, caller)
     common.check_operands(caller, out, a, b)
-    ctx.check_symmetric(a, caller, "A")
     sync = ctx.group_sync(group, caller)
     m_local, K = a.shape
     N = b.shape[1]
@@ -56,17 +90,26 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     block_m, block_n, block_k = config.blocks(ctx.get_device().type, a.dtype)
     tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
     needs = [] if m_local % block_m == 0 else [f"block_m={block_m} to divide M / W = {m_local}"]
+    if a.stride(1) != 1:
+        needs.append("A with contiguous rows")
     if not common.choose_fused(caller, config, ctx, tiles, needs):
         gathered = ctx.ops.workspaces.get("all_gather_matmul", (M, K), a.dtype)
-        ctx.ccl.all_gather(gathered, a, group=group)
+        gathered[sync.index * m_local:(sync.index + 1) * m_local].copy_(a)
+        ctx.ccl.all_gather(gathered, gathered[sync.index * m_local:(sync.index + 1) * m_local], group=group)
         common.bulk_gemm(out, gathered, b, config)
         return common.add_bias(out, bias, caller)
-    tma = config.tma and descriptors_fit(b, out)
-    programs = min(num_programs(ctx.get_device(), tiles), 128)
+    gathered = ctx.ops.workspaces.get("all_gather_matmul", (M, K), a.dtype)
+    ready = ctx.ops.workspaces.get("all_gather_matmul.ready", (sync.size, m_local // block_m), torch.int32, zero=True)
+    call = ctx.ops.workspaces.get("all_gather_matmul.call", (2,), torch.int32, zero=True)
+    tma = config.tma and descriptors_fit(a, b, out)
+    programs = num_programs(ctx.get_device(), tiles)
+    comm = common.comm_programs(config, programs)
     _all_gather_matmul_kernel[(programs,)](
-        a, operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), M, N, K, m_local, a.stride(0),
-        a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases, sync.members,
-        ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=block_k, GROUP_M=config.group_m, A_VEC=common.row_vector_width(a, block_k), TMA=tma,
-        num_warps=config.num_warps, num_stages=config.stages(a.dtype))
+        operand(a, (block_m, block_k), tma), a, operand(gathered, (block_m, block_k), tma), gathered,
+        operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), ready, call, m_local, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases,
+        sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size, COMM_PROGRAMS=comm,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, COPY_K=COPY_K,
+        VEC=common.row_vector_width(gathered), TMA=tma, num_warps=config.num_warps,
+        num_stages=config.stages(a.dtype))
     return common.add_bias(out, bias, caller)

@@ -73,6 +73,12 @@ def choose_fused(caller, config, ctx, tiles, needs=()):
     return device.type != "cuda" or tiles >= torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def comm_programs(config, programs):
+    """Programs a workgroup-specialised kernel gives to communication: ``config.comm_sms``, leaving at least
+    three quarters of the grid to the GEMM (the interpreter's grid is tiny)."""
+    return max(1, min(config.comm_sms, programs // 4))
+
+
 def bulk_gemm(out, a, b, config):
     """The GEMM of a bulk variant: cuBLAS on GPUs (the best unfused pair is what fusion must beat), the shared
     Triton mainloop elsewhere."""

@@ -21,7 +21,8 @@ class OpsConfig:
 
     ``None`` block sizes and stages pick by backend and dtype (``blocks``, ``stages``). ``tma`` feeds the
     mainloop through tensor descriptors where the layouts allow (16-byte aligned rows, contiguous last
-    dimension); ``flatten`` lets the compiler software-pipeline across tile boundaries."""
+    dimension); ``flatten`` lets the compiler software-pipeline across tile boundaries (the plain GEMM).
+    ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data."""
 
     variant: str = "auto"
     block_m: int | None = None
@@ -31,7 +32,8 @@ class OpsConfig:
     num_warps: int = 8
     num_stages: int | None = None
     tma: bool = True
-    flatten: bool = False
+    flatten: bool = True
+    comm_sms: int = 16
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -42,6 +44,8 @@ class OpsConfig:
                 raise ValueError(f"OpsConfig: {name}={value} must be a power of two >= 16 (tl.dot needs 16)")
         if self.group_m < 1:
             raise ValueError(f"OpsConfig: group_m={self.group_m} must be >= 1")
+        if self.comm_sms < 1:
+            raise ValueError(f"OpsConfig: comm_sms={self.comm_sms} must be >= 1")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"OpsConfig: num_warps={self.num_warps}; use 1, 2, 4, 8 or 16")
         if self.num_stages is not None and not 1 <= self.num_stages <= 8:

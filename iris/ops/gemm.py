@@ -107,8 +107,8 @@ def num_programs(device, tiles):
 
 def descriptors_fit(*tensors):
     """True when every tensor can back a TMA descriptor: 2-D, contiguous rows, 16-byte aligned start and rows."""
-    return all(t.dim() == 2 and t.stride(1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
-               for t in tensors)
+    return all(t.dim() == 2 and t.stride(1) == 1 and t.data_ptr() % 16 == 0
+               and (t.stride(0) * t.element_size()) % 16 == 0 for t in tensors)
 
 
 def operand(tensor, block_shape, tma):
