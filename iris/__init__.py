@@ -12,12 +12,13 @@ from iris.host.context import Iris, iris
 from iris.host.distributed import RankTimeoutError
 from iris.host.launcher import RankError, RankPool, launch, run
 from iris.host.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
+from iris.host.watchdog import PeerError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "iris", "Iris", "DeviceContext", "translate", "load", "store", "get", "put", "copy", "atomic_add", "atomic_sub",
     "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "atomic_min", "atomic_max", "atomic_cas", "do_bench",
-    "launch", "run", "RankPool", "RankError", "RankTimeoutError", "set_logger_level", "DEBUG", "INFO", "WARNING",
-    "ERROR",
+    "launch", "run", "RankPool", "RankError", "RankTimeoutError", "PeerError", "set_logger_level", "DEBUG", "INFO",
+    "WARNING", "ERROR",
 ]

@@ -135,7 +135,7 @@ out["tma/_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2
 sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
             "world_size": "i32"}
 fused = {"GROUP_SIZE": 2, **tiles}
-traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "FLATTEN": True}
+traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False}
 # As Triton's launcher specialises row-major operands: unit column strides become constants.
 unit = {"stride_ak": 1, "stride_bn": 1, "stride_on": 1}
 strides = {"stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
@@ -178,4 +178,5 @@ text = ptx(_all_gather_matmul_kernel, {**ag_sig, **{k: "constexpr" for k in ag_m
 out["ops/_all_gather_matmul_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
 out["tma/_all_gather_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
 out["ops_access/_all_gather_matmul_kernel"] = global_accesses(text)
+out["fence/_all_gather_matmul_kernel"] = "fence.proxy.async" in text
 print("RESULT" + json.dumps(out))

@@ -119,6 +119,8 @@ def test_fused_ops_move_tiles_as_16_byte_vectors(compiled):
     # the scatter's remote stores and the pull's remote A loads keep their vector width through translate
     assert "st.global.v4.b32" in compiled["ops_access/_matmul_all_gather_kernel"]
     assert "st.global.b16" not in compiled["ops_access/_matmul_all_gather_kernel"]
+    # all_gather_matmul: rows that arrived by stores are read by TMA only after an async-proxy fence
+    assert compiled["fence/_all_gather_matmul_kernel"]
     # all_gather_matmul's communication programs copy A rows to peers as 16-byte vectors
     assert "st.global.v4.b32" in compiled["ops_access/_all_gather_matmul_kernel"]
     assert "st.global.b16" not in compiled["ops_access/_all_gather_matmul_kernel"]

@@ -191,8 +191,10 @@ def test_device_barrier_in_cuda_graph(pools):
 
 
 def _lifecycle_body(cycles):
-    """Create and destroy contexts; the heap memory and every mapping must come back each time."""
+    """Create and destroy contexts; the heap memory, every mapping and every watchdog thread must come back
+    each time."""
     import gc
+    import threading
 
     used = []
     for _ in range(cycles):
@@ -206,13 +208,15 @@ def _lifecycle_body(cycles):
             used.append(torch.cuda.memory_allocated())
     with open("/proc/self/maps") as maps:  # shared-memory heaps still mapped (their files are unlinked)
         mapped = sum("/iris-" in line for line in maps)
-    return used, mapped
+    watchdogs = [t.name for t in threading.enumerate() if t.name.startswith("iris-watchdog")]
+    return used, mapped, watchdogs
 
 
 def test_create_destroy_leaves_nothing(pools):
     before = set(glob.glob("/dev/shm/iris-*"))
     results = pools(2).run(_lifecycle_body, 100)
     assert set(glob.glob("/dev/shm/iris-*")) == before  # segments are unlinked as soon as all ranks map them
-    for used, mapped in results:
+    for used, mapped, watchdogs in results:
         assert len(set(used)) <= 1  # GPU memory does not grow with each cycle
-        assert mapped == 0  # every heap mapping (own and peers') was released
+        assert mapped == 0  # every heap and status-page mapping (own and peers') was released
+        assert watchdogs == []  # every context's watchdog thread was stopped

@@ -228,14 +228,22 @@ def plot_heatmap(rows, path, ops, provider, peak_GBps, title=""):
     return path
 
 
-def plot_trace(trace_path, path, lanes_per_rank=12):
+def plot_trace(trace_path, path, lanes_per_rank=12, align_ranks=False):
     """A timeline PNG of a ``ctx.tracing.export`` file: one band per rank, one lane per SM (the first
-    ``lanes_per_rank`` SMs that recorded anything), GEMM tiles and transfers in two colours. Returns the path
-    written, or None when matplotlib is missing."""
+    ``lanes_per_rank`` SMs that recorded anything), GEMM tiles and transfers in two colours. ``align_ranks``
+    lines the ranks up on the median SM's first event (for kernels that open with a cross-rank barrier). Returns
+    the path written, or None when matplotlib is missing."""
     with open(trace_path) as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     if not events:
         return None
+    starts = {}  # rank -> SM -> first event
+    for e in events:
+        sms = starts.setdefault(e["pid"], {})
+        sms[e["tid"]] = min(sms.get(e["tid"], e["ts"]), e["ts"])
+    first = {rank: sorted(sms.values())[len(sms) // 2] for rank, sms in starts.items()}
+    start = min(min(sms.values()) for sms in starts.values())
+    events = [dict(e, ts=e["ts"] - (first[e["pid"]] if align_ranks else start)) for e in events]
     plt = _pyplot(path)
     if plt is None:
         return None
@@ -254,7 +262,8 @@ def plot_trace(trace_path, path, lanes_per_rank=12):
         y += 1  # a gap between ranks
     ax.set_yticks(ticks, labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("time since the common origin (us on GPUs; event order on the cpu backend)")
+    ax.set_xlabel(("time since the rank's median first event" if align_ranks else "time since the first event") +
+                  " (us on GPUs; event order on the cpu backend)")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()], labels=list(colours),
               loc="upper right", fontsize=8)
     ax.set_title(os.path.basename(trace_path))

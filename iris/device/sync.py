@@ -9,6 +9,7 @@ import triton.language as tl
 
 from iris.device.atomics import atomic_add
 from iris.device.debug import ENABLED, check_wait
+from iris.device.tracing import INTERPRETED
 
 DEBUG = ENABLED
 
@@ -78,3 +79,14 @@ def finish_call(call):
     if ticket == tl.num_programs(0) - 1:
         tl.atomic_xchg(call + 1, 0, sem="relaxed", scope="gpu")
         tl.atomic_add(call, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def fence_async_proxy():
+    """Order what this thread observed through ordinary loads (an acquired flag, and with it a peer's stores)
+    before its later tensor-memory (TMA) reads: those go through the async proxy, which an acquire alone
+    does not order on Hopper. Call after a wait, before TMA loads of the data it guards. No-op when
+    interpreted."""
+    if not INTERPRETED:
+        tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
+                                  is_pure=False, pack=1)

@@ -45,16 +45,37 @@ def enable_interpreter():
 
 
 def fix_interpreter():
-    """Two bugs of Triton 3.6's interpreter that the cpu backend runs into, mended in place:
+    """Two bugs of Triton 3.6's interpreter that the cpu backend runs into, mended in place, and one habit:
 
     - it turns a scalar into a Python int with ``int(array)`` on a one-element 1-D numpy array, which numpy
       2.4 refuses ("only 0-dimensional arrays can be converted"), so any loop with a runtime bound
       (``for b in range(pid, n_blocks, n_programs)``) fails: index the element instead;
     - it keeps bfloat16 as raw uint16 bits and ``tl.dot`` multiplies those integers (a 16 x 16 bf16 dot is
-      off by a factor of 1e9): widen the bits to float32 first, which holds every bf16 value exactly."""
+      off by a factor of 1e9): widen the bits to float32 first, which holds every bf16 value exactly;
+    - it wraps whatever a kernel raises in ``InterpreterError(repr(e))``, once per nested device function:
+      let ``iris.PeerError`` (raised into a spinning kernel by the watchdog) out as itself, so that
+      ``except iris.PeerError`` works as on GPUs."""
     import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter
+
+    run_grid = interpreter.GridExecutor.__call__
+    if not getattr(run_grid, "_iris_fixed", False):
+        def run_grid_unwrapping_peer_errors(self, *args, **kwargs):
+            try:
+                return run_grid(self, *args, **kwargs)
+            except interpreter.InterpreterError as e:
+                from iris.host.watchdog import PeerError
+
+                cause = e
+                while isinstance(cause, interpreter.InterpreterError):
+                    cause = cause.__cause__
+                if isinstance(cause, PeerError):
+                    raise cause from None
+                raise
+
+        run_grid_unwrapping_peer_errors._iris_fixed = True
+        interpreter.GridExecutor.__call__ = run_grid_unwrapping_peer_errors
 
     original = getattr(interpreter, "_patch_lang_tensor", None)
     if original is not None and not getattr(original, "_iris_fixed", False):

@@ -18,6 +18,7 @@ from iris.host.memory import CudaIpcMemory, SharedMemory
 from iris.device.context import CONTEXT_HEADER
 from iris.device.debug import enable as enable_debug
 from iris.host.tensors import TensorFactory
+from iris.host.watchdog import Watchdog
 
 ALLOCATORS = ("torch", "vmem")
 _context_serial = 0  # advances on every rank with each (collective) context creation
@@ -92,17 +93,19 @@ class Iris(TensorFactory, RankLogger):
         reserved = region_bytes(self.num_ranks)
         total = align_up(heap_size) + reserved
         if on_cpu:
-            memory = SharedMemory(total, self.cur_rank, self.num_ranks, all_gather_object, lambda: self.barrier())
+            memory = SharedMemory(total, self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier)
         else:
             memory = CudaIpcMemory(total, self.device, self.cur_rank, all_gather_object)
         self.heap = SymmetricHeap(memory, heap_size, reserved, self.cur_rank, self.num_ranks)
         self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device)
+        self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
         # [rank, bytes each base addresses, world_size, base_0, ...]: heap_bases is a view of the tail, so the
         # two words before it (read by debug mode) are the extent and the world size.
         self._device_context = torch.tensor([self.cur_rank, total, self.num_ranks] + self.heap.bases,
                                             dtype=torch.int64, device=self.device)
         self.heap_bases = self._device_context[CONTEXT_HEADER.value:]
         self.barrier()
+        self.watchdog.start()
         self.debug(f"heap of {heap_size} bytes on {self.device} ({self.backend} backend)")
 
     # ------------------------------------------------------------------ identity
@@ -141,6 +144,11 @@ class Iris(TensorFactory, RankLogger):
     def get_copy_engine_ctx(self):
         """No copy-engine queues exist in this build (``engines=()``), so this is None, as in the reference."""
         return None
+
+    @property
+    def failure(self):
+        """None, or why this context stopped waiting for peers: a peer raised or died (``iris.PeerError``)."""
+        return self.groups.failure
 
     # Made on first use: importing iris stays light, and a program that never calls them pays nothing.
     @functools.cached_property
@@ -205,9 +213,15 @@ class Iris(TensorFactory, RankLogger):
         """Collective, host-blocking. Wait for this rank's device work (``stream`` only, if given), then
         for every rank of ``group``. Raises ``iris.RankTimeoutError`` naming the ranks that did not
         arrive after ``timeout_s`` (default ``IRIS_TIMEOUT_S`` or 300 s). Not graph-capturable; use
-        ``device_barrier`` inside graphs."""
+        ``device_barrier`` inside graphs. Raises ``iris.PeerError`` once a peer has failed."""
+        self.groups.check("Iris.barrier")
         device_synchronize(self.device, stream)
-        ranks = self._group_ranks(group, "Iris.barrier")
+        self._host_barrier(self._group_ranks(group, "Iris.barrier"), timeout_s)
+
+    def _host_barrier(self, ranks=None, timeout_s=None):
+        """The store barrier alone: what ``barrier`` does after its checks, and the barrier of context
+        creation (before ``groups`` exists)."""
+        ranks = list(range(self.num_ranks)) if ranks is None else ranks
         barrier = self._barriers.get(tuple(ranks))
         if barrier is None:
             name = f"{self._serial}/{'-'.join(map(str, ranks))}"
@@ -215,7 +229,8 @@ class Iris(TensorFactory, RankLogger):
         barrier.wait(self.timeout_s if timeout_s is None else timeout_s, what="Iris.barrier")
 
     def group_sync(self, group, caller):
-        """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks)."""
+        """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises
+        ``iris.PeerError`` once a peer has failed (every collective starts here or at ``groups.get``)."""
         return self.groups.get(self._group_ranks(group, caller), caller)
 
     def device_barrier(self, group=None):
@@ -233,6 +248,7 @@ class Iris(TensorFactory, RankLogger):
         """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back
         as numpy arrays (moved with a tensor broadcast; bfloat16 arrives as float32, which numpy lacks), anything
         else as the same Python object."""
+        self.groups.check("Iris.broadcast")
         self.check_rank(src, "Iris.broadcast", "src")
         header = [None]
         if self.cur_rank == src:
@@ -257,13 +273,17 @@ class Iris(TensorFactory, RankLogger):
 
     # ------------------------------------------------------------------ lifetime
     def close(self):
-        """Release the peer mappings. Tensors on the local heap stay valid while referenced."""
+        """Release the peer mappings and tell peers this rank closed cleanly (so its exit is no failure).
+        Tensors on the local heap stay valid while referenced."""
         if self._closed:
             return
         self._closed = True
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self.heap.memory.close()
+        try:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # the watchdog still runs: a wait for a dead peer ends
+        finally:
+            self.watchdog.close()
+            self.heap.memory.close()
 
     def __del__(self):
         try:
@@ -282,5 +302,7 @@ def iris(heap_size=1 << 30, allocator_type="torch", engines=(), **kwargs):
     """Create this rank's ``Iris`` context (collective). Initialises ``torch.distributed`` from the
     environment (NCCL on GPUs, gloo on the cpu backend) unless the caller already did. ``debug=True`` (or
     ``IRIS_DEBUG=1``) compiles bounds checks and bounded waits into kernels (``iris/device/debug.py``);
-    ``timeout_s`` bounds host-side waits (default ``IRIS_TIMEOUT_S`` or 300 s)."""
+    ``timeout_s`` bounds host-side waits (default ``IRIS_TIMEOUT_S`` or 300 s). A watchdog thread turns a
+    peer that raised or died into ``iris.PeerError`` on this rank (``iris/host/watchdog.py``; off with
+    ``IRIS_WATCHDOG=0``)."""
     return Iris(heap_size=heap_size, allocator_type=allocator_type, engines=engines, **kwargs)

@@ -69,3 +69,27 @@ def ipc_open(handle_bytes):
 
 def ipc_close(ptr):
     _check(_fn("cuIpcCloseMemHandle")(ctypes.c_uint64(ptr)), "cuIpcCloseMemHandle")
+
+
+CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE = 1, 2
+
+
+class _Memcpy2D(ctypes.Structure):
+    # CUDA_MEMCPY2D; ctypes pads after each CUmemorytype enum as the C compiler does.
+    _fields_ = [("srcXInBytes", ctypes.c_size_t), ("srcY", ctypes.c_size_t), ("srcMemoryType", ctypes.c_int),
+                ("srcHost", ctypes.c_void_p), ("srcDevice", ctypes.c_uint64), ("srcArray", ctypes.c_void_p),
+                ("srcPitch", ctypes.c_size_t),
+                ("dstXInBytes", ctypes.c_size_t), ("dstY", ctypes.c_size_t), ("dstMemoryType", ctypes.c_int),
+                ("dstHost", ctypes.c_void_p), ("dstDevice", ctypes.c_uint64), ("dstArray", ctypes.c_void_p),
+                ("dstPitch", ctypes.c_size_t),
+                ("WidthInBytes", ctypes.c_size_t), ("Height", ctypes.c_size_t)]
+
+
+def copy_to_device_2d(dst, dst_pitch, src, src_pitch, width, height, stream):
+    """Copy ``height`` rows of ``width`` bytes from host address ``src`` to device address ``dst`` on
+    ``stream`` (a ``cudaStream_t``): one copy-engine transfer however strided, unlike ``Tensor.copy_`` into
+    a strided view, which launches a kernel. Uses the calling thread's current context."""
+    copy = _Memcpy2D(srcMemoryType=CU_MEMORYTYPE_HOST, srcHost=src, srcPitch=src_pitch,
+                     dstMemoryType=CU_MEMORYTYPE_DEVICE, dstDevice=dst, dstPitch=dst_pitch,
+                     WidthInBytes=width, Height=height)
+    _check(_fn("cuMemcpy2DAsync")(ctypes.byref(copy), ctypes.c_void_p(stream)), "cuMemcpy2DAsync")

@@ -10,15 +10,24 @@ at the same offset without an extra collective and without allocating on the hea
 only the members would do, leaving the heaps of members and non-members out of step). That costs
 ``2**world_size`` arrays: 1 MiB at 8 ranks. Past ``MAX_SUBGROUP_WORLD`` ranks only the whole world is a
 group.
+
+When a peer fails (``iris/host/watchdog.py``), its column of every row on our heap is set to ``POISON``, so
+every wait for it completes, and from then on the table refuses to hand out sync state: every collective,
+``device_barrier`` and host barrier raises ``PeerError``.
 """
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from iris.host import cuda_driver
+from iris.host.watchdog import PeerError
 
 MAX_COMM_PROGRAMS = 128  # the most programs a collective kernel may use; the flag rows are sized by it
 ROWS = 1 + MAX_COMM_PROGRAMS
 MAX_SUBGROUP_WORLD = 8
+POISON = 1 << 30  # above any count a run reaches, with room for a failed peer's late increments
 
 
 def region_bytes(world_size):
@@ -44,11 +53,19 @@ class GroupTable:
         self.world_size = world_size
         self.rank = rank
         self.device = device
+        self.failure = None  # set by the watchdog: why peers can no longer be waited for
         self._groups = {}
+
+    def check(self, caller):
+        """Raise ``PeerError`` once a peer has failed: a call that waits for peers would wait forever."""
+        if self.failure is not None:
+            raise PeerError(f"{caller}: {self.failure}")
 
     def get(self, ranks, caller):
         """The sync state of the group of ``ranks`` (this rank must be one of them). First use allocates a
-        small device tensor, so call once outside a CUDA graph capture before capturing."""
+        small device tensor, so call once outside a CUDA graph capture before capturing. Raises
+        ``PeerError`` once a peer has failed."""
+        self.check(caller)
         key = tuple(ranks)
         state = self._groups.get(key)
         if state is None:
@@ -64,3 +81,21 @@ class GroupTable:
             members = torch.tensor(ranks, dtype=torch.int32, device=self.device)
             state = self._groups[key] = GroupSync(list(ranks), ranks.index(self.rank), flags, members)
         return state
+
+    def poison(self, peer):
+        """Complete every wait for ``peer`` on this rank: its column of every row of every group's flags
+        becomes ``POISON``. Only ``peer`` writes that column, so no live rank's signal is lost. Called from
+        the watchdog thread."""
+        rows = self.region.view(-1, self.world_size)  # [subsets * ROWS, world_size]
+        if self.device.type == "cpu":
+            rows[:, peer] = POISON
+            return
+        # A kernel spinning on the compute stream must not delay the write, nor may a kernel that needs SMs
+        # do it: one strided host-to-device copy (a copy engine, beside the spinning kernel) on a stream of
+        # this thread's own.
+        torch.cuda.set_device(self.device)
+        stream = torch.cuda.Stream(self.device)
+        values = np.full(rows.shape[0], POISON, dtype=np.int32)
+        cuda_driver.copy_to_device_2d(rows[:, peer].data_ptr(), rows.stride(0) * 4, values.ctypes.data, 4, 4,
+                                      rows.shape[0], stream.cuda_stream)
+        stream.synchronize()

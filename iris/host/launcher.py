@@ -12,15 +12,20 @@ Processes are spawned, not forked: CUDA and the Triton interpreter both need a f
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import socket
 import time
 import traceback
 from contextlib import contextmanager
 
 from iris.host.backend import choose_backend
+from iris.host.watchdog import mark_failed
 
 # Multicast (NVLS) stays off in every process we start.
 _ALWAYS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# Once a rank has failed, how long the others may still take: with the watchdog they fail within a second
+# or so; without it (IRIS_WATCHDOG=0) a rank spinning on the failed one is stopped here.
+FAILURE_GRACE_S = 15
 
 
 class RankError(RuntimeError):
@@ -62,7 +67,8 @@ def _call(payload):
     fn, args, kwargs = pickle.loads(payload)
     try:
         return "ok", fn(*args, **kwargs)
-    except BaseException:
+    except BaseException as e:
+        mark_failed(e)  # first: peers waiting for this rank fail now, not at their timeout
         return "err", traceback.format_exc()
 
 
@@ -124,27 +130,49 @@ class RankPool:
                 self._conns.append(parent)
         self._collect(self.start_timeout_s, "starting the ranks")
 
+    def _answer(self, rank):
+        """``(status, value)`` once ``rank`` has answered or died, else None."""
+        conn, proc = self._conns[rank], self._procs[rank]
+        try:
+            if conn.poll(0.01):
+                return conn.recv()
+            if proc.is_alive():
+                return None
+        except (EOFError, OSError):  # the pipe closed under us: the process is gone
+            pass
+        proc.join(timeout=5)
+        code = proc.exitcode
+        if code is not None and code < 0:
+            return "err", f"rank {rank} died: killed by signal {-code} ({signal.strsignal(-code)})"
+        return "err", f"rank {rank} died (exit code {code})"
+
     def _collect(self, timeout_s, what):
         deadline = time.monotonic() + timeout_s
         results, errors = [None] * self.world_size, {}
         pending = set(range(self.world_size))
+        first_failure = None  # (rank, when): the others may be waiting on it
         while pending:
             for rank in sorted(pending):
-                conn, proc = self._conns[rank], self._procs[rank]
-                if conn.poll(0.01):
-                    status, value = conn.recv()
-                    pending.discard(rank)
-                    if status == "err":
-                        errors[rank] = value
-                        deadline = min(deadline, time.monotonic() + 15)  # the others may be waiting on it
-                    else:
-                        results[rank] = value
-                elif not proc.is_alive():
-                    pending.discard(rank)
-                    errors[rank] = f"rank {rank} died (exit code {proc.exitcode})"
+                answer = self._answer(rank)
+                if answer is None:
+                    continue
+                pending.discard(rank)
+                status, value = answer
+                if status != "err":  # "ok", or "ready" at start-up
+                    results[rank] = value
+                    continue
+                errors[rank] = value
+                if first_failure is None:
+                    first_failure = (rank, time.monotonic())
+                    deadline = min(deadline, first_failure[1] + FAILURE_GRACE_S)
             if pending and time.monotonic() > deadline:
                 for rank in pending:
-                    errors[rank] = f"rank {rank} did not finish within the time limit"
+                    if first_failure is None:
+                        errors[rank] = f"rank {rank} did not finish within the time limit ({timeout_s:g} s)"
+                    else:
+                        failed, when = first_failure
+                        errors[rank] = (f"rank {rank} was still running {time.monotonic() - when:.0f} s after rank "
+                                        f"{failed} failed (likely waiting for it)")
                 self.close(force=True)
                 break
         if errors:

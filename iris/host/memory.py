@@ -46,7 +46,7 @@ class CudaIpcMemory:
         self._opened = []
 
 
-def _segment_directory(total_bytes):
+def segment_directory(total_bytes):
     """/dev/shm when it can hold every rank's heap (containers often give it 64 MiB), else the temp directory:
     a shared file mapping there behaves the same, the page cache backs both."""
     override = os.environ.get("IRIS_SHM_DIR")
@@ -70,7 +70,7 @@ class SharedMemory:
     """
 
     def __init__(self, size, rank, world_size, exchange, barrier):
-        path = os.path.join(_segment_directory(size * world_size), f"iris-{secrets.token_hex(16)}-r{rank}")
+        path = os.path.join(segment_directory(size * world_size), f"iris-{secrets.token_hex(16)}-r{rank}")
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.ftruncate(fd, size)

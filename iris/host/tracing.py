@@ -43,8 +43,11 @@ class Tracing:
         self._require("reset")
         self.counter.zero_()
         self.clock.zero_()
-        self.ctx.device_barrier()
         origin = torch.zeros(1, dtype=torch.int64, device=self.ctx.get_device())
+        # Compile the clock read first: a first launch after the barrier would read each rank's clock only
+        # after that rank's compile (tens of ms apart). Then barrier and read, back to back on the stream.
+        _read_clock_kernel[(1,)](self._args, origin, num_warps=1)
+        self.ctx.device_barrier()
         _read_clock_kernel[(1,)](self._args, origin, num_warps=1)
         self.origin = int(origin.item())
 

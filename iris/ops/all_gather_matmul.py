@@ -20,7 +20,7 @@ import triton.language as tl
 from iris.ccl.device import program_row
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
-from iris.device.sync import call_epoch, finish_call, group_barrier, wait_until
+from iris.device.sync import call_epoch, fence_async_proxy, finish_call, group_barrier, wait_until
 from iris.ops import common
 from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
 
@@ -66,6 +66,8 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready,
                                rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
             else:
                 wait_until(ready + owner * blocks + pid_m, epoch, rank, tl.load(members + owner), "all_gather_matmul")
+                if TMA:  # the rows arrived by ordinary stores; the descriptor loads below read via the async proxy
+                    fence_async_proxy()
                 acc = mainloop(gathered, b, M, N, K, K, 1, stride_bk, stride_bn, owner * blocks + pid_m, pid_n, rank,
                                rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
             store_tile(out, acc, owner * blocks + pid_m, pid_n, M, N, stride_om, stride_on, BLOCK_M, BLOCK_N, TMA)
@@ -92,7 +94,11 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     needs = [] if m_local % block_m == 0 else [f"block_m={block_m} to divide M / W = {m_local}"]
     if a.stride(1) != 1:
         needs.append("A with contiguous rows")
-    if not common.choose_fused(caller, config, ctx, tiles, needs):
+    # auto_on_gpus=False: the push kernel's figures on H200 are still to be taken, so "auto" stays on the
+    # measured bulk pair there; variant="fused" runs it.
+    sent = (sync.size - 1) * m_local * K * a.element_size()
+    if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent, flops=2 * M * N * K,
+                               auto_on_gpus=False):
         gathered = ctx.ops.workspaces.get("all_gather_matmul", (M, K), a.dtype)
         gathered[sync.index * m_local:(sync.index + 1) * m_local].copy_(a)
         ctx.ccl.all_gather(gathered, gathered[sync.index * m_local:(sync.index + 1) * m_local], group=group)

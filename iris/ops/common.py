@@ -55,11 +55,20 @@ class Workspaces:
         return self.buffers[key]
 
 
-def choose_fused(caller, config, ctx, tiles, needs=()):
+# What "auto" weighs on GPUs, measured on H200 (docs/perf-notes.md): SM-issued NVLink bytes per second, bf16
+# GEMM FLOP/s, and the share of GEMM time the traffic must reach before fusing it pays: below it the fused
+# kernels' few per cent of GEMM slowdown costs more than the transfer they hide.
+LINK_BYTES_PER_S = 370e9
+GEMM_FLOPS_PER_S = 700e12
+FUSE_ABOVE = 0.12
+
+
+def choose_fused(caller, config, ctx, tiles, needs=(), comm_bytes=0, flops=1, auto_on_gpus=True):
     """Whether to run the fused kernel. ``needs`` lists what the shape or operands lack for it: "fused" then
-    raises, "auto" falls back to bulk. "auto" also goes bulk when the output has fewer tiles than the GPU has
-    SMs (small M): the fused kernel would leave SMs idle, while the bulk GEMM (cuBLAS) picks smaller tiles or
-    splits K, and the collective is short."""
+    raises, "auto" falls back to bulk. On GPUs "auto" also goes bulk when the output has fewer tiles than the
+    GPU has SMs (small M: the fused kernel would leave SMs idle, while cuBLAS splits K), or when the traffic
+    (``comm_bytes`` sent per rank) is too short next to the GEMM (``flops`` per rank) to be worth hiding.
+    ``auto_on_gpus=False`` keeps "auto" on the bulk pair on GPUs: for a fused kernel that measured slower."""
     if config.variant == "bulk":
         return False
     if needs:
@@ -70,7 +79,11 @@ def choose_fused(caller, config, ctx, tiles, needs=()):
     if config.variant == "fused":
         return True
     device = ctx.get_device()
-    return device.type != "cuda" or tiles >= torch.cuda.get_device_properties(device).multi_processor_count
+    if device.type != "cuda":
+        return True
+    if not auto_on_gpus or tiles < torch.cuda.get_device_properties(device).multi_processor_count:
+        return False
+    return comm_bytes / LINK_BYTES_PER_S >= FUSE_ABOVE * flops / GEMM_FLOPS_PER_S
 
 
 def comm_programs(config, programs):

@@ -21,7 +21,8 @@ class OpsConfig:
 
     ``None`` block sizes and stages pick by backend and dtype (``blocks``, ``stages``). ``tma`` feeds the
     mainloop through tensor descriptors where the layouts allow (16-byte aligned rows, contiguous last
-    dimension); ``flatten`` lets the compiler software-pipeline across tile boundaries (the plain GEMM).
+    dimension); ``flatten`` lets the compiler software-pipeline across tile boundaries (the plain GEMM and
+    the bulk variants' GEMM off GPUs).
     ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data."""
 
     variant: str = "auto"

@@ -22,12 +22,12 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace,
                               GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr,
-                              TMA: tl.constexpr, FLATTEN: tl.constexpr):
+                              TMA: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N_local, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
         # ---- compute: one tile of A @ B_local
         if TRACE:
             t_gemm = now(trace)
@@ -69,7 +69,8 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     common.expect_shape(caller, "out", out, (M, sync.size * n_local), f"[M, group size {sync.size} * B columns]")
     block_m, block_n, block_k = config.blocks(ctx.get_device().type, a.dtype)
     tiles = triton.cdiv(M, block_m) * triton.cdiv(n_local, block_n)
-    if not common.choose_fused(caller, config, ctx, tiles):
+    sent = (sync.size - 1) * M * n_local * out.element_size()
+    if not common.choose_fused(caller, config, ctx, tiles, comm_bytes=sent, flops=2 * M * n_local * K):
         # GEMM into our slot of a [W, M, N / W] workspace, all_gather it in place, then lay the slots side by side.
         gathered = ctx.ops.workspaces.get("matmul_all_gather", (sync.size, M, n_local), a.dtype)
         common.bulk_gemm(gathered[sync.index], a, b, config)
@@ -83,6 +84,6 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases, sync.members,
         ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), GROUP_SIZE=sync.size, BLOCK_M=block_m,
         BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local),
-        TRACE=ctx.tracing.enabled, TMA=tma, FLATTEN=config.flatten, num_warps=config.num_warps,
+        TRACE=ctx.tracing.enabled, TMA=tma, num_warps=config.num_warps,
         num_stages=config.stages(a.dtype))
     return common.add_bias(out, bias, caller)

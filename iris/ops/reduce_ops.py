@@ -92,7 +92,12 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     needs = [] if m_local % block_m == 0 else [f"block_m={block_m} to divide M / W = {m_local}"]
     if all_reduce and not ctx.is_symmetric(out):
         needs.append("out on the symmetric heap (peers store the reduced tiles into it)")
-    if not common.choose_fused(caller, config, ctx, tiles, needs):
+    # per rank: (W - 1) / W of the partial out, and for all_reduce as much of the result back
+    sent = (2 if all_reduce else 1) * (sync.size - 1) * m_local * N * out.element_size()
+    # auto_on_gpus: the fused reduce-scatter measured slower than cuBLAS + the iris reduce_scatter on every
+    # large shape (docs/results.md), so "auto" keeps the bulk pair for it on GPUs
+    if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent, flops=2 * M * N * a.shape[1],
+                               auto_on_gpus=all_reduce):
         partial = ctx.ops.workspaces.get(caller, (M, N), a.dtype)
         common.bulk_gemm(partial, a, b, config)
         if not all_reduce:
