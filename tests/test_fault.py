@@ -222,3 +222,52 @@ def test_exit_of_a_peer_process(tmp_path, case):
     else:
         assert procs[1].returncode == 0, outputs[1]
         assert procs[0].returncode == 0 and "rank 0 done, failure: None" in outputs[0], outputs[0]
+
+
+def _killed_in_fused_op_body():
+    from iris.ops import OpsConfig
+
+    ctx = new_context(1 << 24)
+    m, n, k = 256, 256, 64  # M / W a multiple of the GPU's 128-row tile, so the fused kernel runs there too
+    dev = ctx.get_device()
+    a = torch.randn(m, k, device=dev)
+    b = torch.randn(k, n, device=dev)
+    out = torch.empty(m // ctx.get_num_ranks(), n, device=dev)
+    fused = OpsConfig(variant="fused")
+    ctx.ops.matmul_reduce_scatter(out, a, b, config=fused)  # compiled, and its per-tile flags registered
+    _wait_for_device(ctx)
+    ctx.barrier()
+    if ctx.get_rank() == 1:
+        time.sleep(1.0)  # rank 0 is waiting on rank 1's tile flags by now
+        os.kill(os.getpid(), signal.SIGKILL)
+    ctx.ops.matmul_reduce_scatter(out, a, b, config=fused)
+    _wait_for_device(ctx)
+    return "matmul_reduce_scatter returned"
+
+
+def test_killed_peer_fails_a_fused_op_fast():
+    """A fused op's own per-tile flags (outside the collectives' sync region) are released too."""
+    message, elapsed = _failing_run(_killed_in_fused_op_body)
+    waiting = _rank_section(message, 0)
+    assert "PeerError" in waiting and "peer rank 1" in waiting and "died" in waiting, waiting
+    assert elapsed < FAST_S + 10, f"rank 0 failed after {elapsed:.1f} s\n{message}"
+
+
+def _poison_body():
+    from iris.host.groups import POISON
+
+    ctx = new_context(heap_size=1 << 16)
+    flags = ctx.ops.workspaces.peer_flags("test.flags", [0, 1], 5)
+    ctx.barrier()
+    ctx.groups.poison(1 - ctx.get_rank())
+    region = ctx.groups.region.view(-1, ctx.get_num_ranks())
+    return flags.cpu().tolist(), bool((region[:, 1 - ctx.get_rank()] == POISON).all())
+
+
+def test_poison_releases_registered_peer_flags(pools):
+    from iris.host.groups import POISON
+
+    for rank, (flags, column_poisoned) in enumerate(pools(2).run(_poison_body)):
+        peer = 1 - rank
+        assert flags[peer] == [POISON] * 5 and flags[rank] == [0] * 5, flags  # only the failed peer's row
+        assert column_poisoned

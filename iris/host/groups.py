@@ -55,6 +55,7 @@ class GroupTable:
         self.device = device
         self.failure = None  # set by the watchdog: why peers can no longer be waited for
         self._groups = {}
+        self._peer_flags = []  # (int32 tensor [group size, n], group ranks): kernels' own per-peer flag rows
 
     def check(self, caller):
         """Raise ``PeerError`` once a peer has failed: a call that waits for peers would wait forever."""
@@ -82,20 +83,30 @@ class GroupTable:
             state = self._groups[key] = GroupSync(list(ranks), ranks.index(self.rank), flags, members)
         return state
 
+    def register_peer_flags(self, flags, ranks):
+        """Have ``poison`` release waits on ``flags`` too: an int32 [len(ranks), n] heap tensor whose row i
+        only group member ``ranks[i]`` advances (the fused ops' per-tile and per-block flags)."""
+        self._peer_flags.append((flags, list(ranks)))
+
     def poison(self, peer):
-        """Complete every wait for ``peer`` on this rank: its column of every row of every group's flags
-        becomes ``POISON``. Only ``peer`` writes that column, so no live rank's signal is lost. Called from
-        the watchdog thread."""
+        """Complete every wait for ``peer`` on this rank: its column of every row of every group's flags, and
+        its row of every registered flag array, become ``POISON``. Only ``peer`` writes them, so no live
+        rank's signal is lost. Called from the watchdog thread."""
         rows = self.region.view(-1, self.world_size)  # [subsets * ROWS, world_size]
+        targets = [rows[:, peer:peer + 1]] + [flags[ranks.index(peer)].view(1, -1)
+                                              for flags, ranks in self._peer_flags if peer in ranks]
         if self.device.type == "cpu":
-            rows[:, peer] = POISON
+            for target in targets:
+                target.fill_(POISON)
             return
         # A kernel spinning on the compute stream must not delay the write, nor may a kernel that needs SMs
-        # do it: one strided host-to-device copy (a copy engine, beside the spinning kernel) on a stream of
+        # do it: strided host-to-device copies (a copy engine, beside the spinning kernel) on a stream of
         # this thread's own.
         torch.cuda.set_device(self.device)
         stream = torch.cuda.Stream(self.device)
-        values = np.full(rows.shape[0], POISON, dtype=np.int32)
-        cuda_driver.copy_to_device_2d(rows[:, peer].data_ptr(), rows.stride(0) * 4, values.ctypes.data, 4, 4,
-                                      rows.shape[0], stream.cuda_stream)
-        stream.synchronize()
+        for target in targets:  # [height, width] int32 views with a row pitch
+            height, width = target.shape
+            values = np.full(height * width, POISON, dtype=np.int32)
+            cuda_driver.copy_to_device_2d(target.data_ptr(), target.stride(0) * 4, values.ctypes.data, width * 4,
+                                          width * 4, height, stream.cuda_stream)
+            stream.synchronize()

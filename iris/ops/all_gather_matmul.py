@@ -105,7 +105,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         common.bulk_gemm(out, gathered, b, config)
         return common.add_bias(out, bias, caller)
     gathered = ctx.ops.workspaces.get("all_gather_matmul", (M, K), a.dtype)
-    ready = ctx.ops.workspaces.get("all_gather_matmul.ready", (sync.size, m_local // block_m), torch.int32, zero=True)
+    ready = ctx.ops.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
     call = ctx.ops.workspaces.get("all_gather_matmul.call", (2,), torch.int32, zero=True)
     tma = config.tma and descriptors_fit(a, b, out)
     programs = num_programs(ctx.get_device(), tiles)

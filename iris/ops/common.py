@@ -54,6 +54,15 @@ class Workspaces:
             self.buffers[key] = (self.ctx.zeros if zero else self.ctx.empty)(*shape, dtype=dtype)
         return self.buffers[key]
 
+    def peer_flags(self, name, ranks, width):
+        """Zeroed int32 flags [len(ranks), width] whose row i only member ``ranks[i]`` advances, registered
+        with the watchdog so that a failed member's row is released (``GroupTable.poison``)."""
+        key = (name, (len(ranks), width), torch.int32)
+        if key not in self.buffers:
+            self.get(name, (len(ranks), width), torch.int32, zero=True)
+            self.ctx.groups.register_peer_flags(self.buffers[key], ranks)
+        return self.buffers[key]
+
 
 # What "auto" weighs on GPUs, measured on H200 (docs/perf-notes.md): SM-issued NVLink bytes per second, bf16
 # GEMM FLOP/s, and the share of GEMM time the traffic must reach before fusing it pays: below it the fused

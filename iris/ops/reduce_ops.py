@@ -16,7 +16,6 @@ program row's barrier count) matches and the waits are deadlock-free even when p
 (the interpreter). The bulk variant runs the GEMM (cuBLAS on GPUs), then the Triton collective.
 """
 
-import torch
 import triton
 import triton.language as tl
 
@@ -109,7 +108,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             out.copy_(partial)
         return out
     staging = ctx.ops.workspaces.get(caller + ".staging", (sync.size, m_local, N), a.dtype)
-    tile_flags = ctx.ops.workspaces.get(caller + ".flags", (sync.size, tiles // sync.size), torch.int32, zero=True)
+    tile_flags = ctx.ops.workspaces.peer_flags(caller + ".flags", sync.ranks, tiles // sync.size)
     tma = config.tma and descriptors_fit(a, b)
     programs = min(num_programs(ctx.get_device(), tiles // sync.size), 128)
     _matmul_reduce_kernel[(programs,)](
