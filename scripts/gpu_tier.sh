@@ -7,7 +7,9 @@
 #    (benchmarks/ccl.py), the fused ops against cuBLAS + NCCL (benchmarks/ops.py), and "soak" (SOAK_COUNT
 #    random collectives, default 10000, each checked: benchmarks/soak.py),
 # then a short summary table last. Full logs and results go to OUT_DIR (default $OUT or results-local).
-# SKIP_TESTS=1 or SKIP_BENCH=1 leave out a half.
+# SKIP_TESTS=1 or SKIP_BENCH=1 leave out a half. TESTS="test_rma test_ops ..." runs only those test files
+# (default: every tests/test_*.py but test_examples); each file runs on its own with its failures reported as
+# soon as it ends, under FILE_TIMEOUT_S (default 240), so a slow or hung file cannot hide the others' results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-results-local}}
@@ -28,9 +30,17 @@ unset TRITON_INTERPRET IRIS_BACKEND
 
 tests_rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  python3 -m pytest -q tests --ignore=tests/test_examples.py -p no:cacheprovider --junitxml="$OUT_DIR/gpu_tests.xml" \
-    2>&1 | tee "$OUT_DIR/gpu_tests.log"
-  tests_rc=${PIPESTATUS[0]}
+  files=${TESTS:-$(cd tests && ls test_*.py | sed 's/\.py$//' | grep -v '^test_examples$')}
+  : > "$OUT_DIR/gpu_tests.log"
+  for name in $files; do
+    echo "=== tests/$name.py" >> "$OUT_DIR/gpu_tests.log"
+    timeout "${FILE_TIMEOUT_S:-240}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider "tests/$name.py" \
+      --junitxml="$OUT_DIR/junit_$name.xml" >> "$OUT_DIR/gpu_tests.log" 2>&1
+    rc=$?
+    [ "$rc" = 124 ] && echo "tests/$name.py: stopped after ${FILE_TIMEOUT_S:-240} s" >> "$OUT_DIR/gpu_tests.log"
+    echo "tests/$name.py: exit $rc, $(grep -E '[0-9]+ (passed|failed)' "$OUT_DIR/gpu_tests.log" | tail -1)"
+    [ "$rc" = 0 ] || tests_rc=$rc
+  done
 fi
 
 bench_rc=0
@@ -51,6 +61,6 @@ fi
 echo
 echo "==================== GPU tier summary ===================="
 cat "$OUT_DIR/environment.txt" | head -4
-[ -f "$OUT_DIR/gpu_tests.log" ] && grep -E "passed|failed|error" "$OUT_DIR/gpu_tests.log" | tail -1
+[ -f "$OUT_DIR/gpu_tests.log" ] && grep -E "^(FAILED|ERROR) |stopped after" "$OUT_DIR/gpu_tests.log"
 echo "tests exit code: $tests_rc, benchmarks exit code: $bench_rc"
 exit $(( tests_rc != 0 || bench_rc != 0 ))
