@@ -35,7 +35,7 @@ CONFIGS = [OpsConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=s, num_warps
 
 def describe(c):
     flat = " flat" if c.flatten else ""
-    return f"{c.block_m}x{c.block_n}x{c.block_k} s{c.stages(torch.bfloat16)} w{c.num_warps}{flat}"
+    return f"{c.block_m}x{c.block_n}x{c.block_k} s{c.stages()} w{c.num_warps}{flat}"
 
 
 def main(out, quick):

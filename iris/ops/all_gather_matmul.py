@@ -117,5 +117,5 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size, COMM_PROGRAMS=comm,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, COPY_K=COPY_K,
         VEC=common.row_vector_width(gathered), TMA=tma, num_warps=config.num_warps,
-        num_stages=config.stages(a.dtype))
+        num_stages=config.stages())
     return common.add_bias(out, bias, caller)

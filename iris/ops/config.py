@@ -16,8 +16,8 @@ class OpsConfig:
     ``variant``: ``"fused"`` moves each output tile (or operand tile) across the link inside the GEMM
     kernel, so communication overlaps compute at tile granularity; ``"bulk"`` runs the GEMM, then the
     collective (the baseline, and the fallback where fusion cannot win or the shape does not tile evenly);
-    ``"auto"`` picks fused where the op has a fused kernel and fusion can win (enough output tiles to fill
-    the GPU), bulk otherwise.
+    ``"auto"`` picks fused where it measured faster: at least one output tile per SM, and traffic worth at
+    least 12% of the GEMM's time (``iris.ops.common.choose_fused``); bulk otherwise.
 
     ``None`` block sizes and stages pick by backend and dtype (``blocks``, ``stages``). ``tma`` feeds the
     mainloop through tensor descriptors where the layouts allow (16-byte aligned rows, contiguous last
@@ -54,12 +54,13 @@ class OpsConfig:
 
     def blocks(self, device_type, dtype):
         """(block_m, block_n, block_k): 32 cubed in the interpreter; on GPUs the tile that fills an H100/H200
-        SM's shared memory at ``stages`` deep (fp32 goes through tf32 at twice the bytes, so half the K)."""
+        SM's shared memory at ``stages()`` deep (fp32 goes through tf32 at twice the bytes: half of N and K)."""
         if device_type == "cpu":
             default = (32, 32, 32)
         else:
             default = (128, 128, 32) if dtype.itemsize == 4 else (128, 256, 64)
         return tuple(value or fallback for value, fallback in zip((self.block_m, self.block_n, self.block_k), default))
 
-    def stages(self, dtype):
+    def stages(self):
+        """Pipeline depth of the K loop: 3 unless set (4 does not fit a 128 x 256 bf16 tile's shared memory)."""
         return self.num_stages or 3

@@ -132,5 +132,5 @@ def matmul(out, a, b, config):
         operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma),
         M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, FLATTEN=config.flatten,
-        num_warps=config.num_warps, num_stages=config.stages(a.dtype))
+        num_warps=config.num_warps, num_stages=config.stages())
     return out

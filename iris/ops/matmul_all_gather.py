@@ -85,5 +85,5 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), GROUP_SIZE=sync.size, BLOCK_M=block_m,
         BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local),
         TRACE=ctx.tracing.enabled, TMA=tma, num_warps=config.num_warps,
-        num_stages=config.stages(a.dtype))
+        num_stages=config.stages())
     return common.add_bias(out, bias, caller)
