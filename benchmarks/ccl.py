@@ -1,7 +1,7 @@
 """Collectives side by side, nccl-tests style: iris (``ctx.ccl``), NCCL through torch.distributed, and for
 all_reduce PyTorch symmetric memory (``torch.ops.symm_mem.one_shot_all_reduce`` / ``two_shot_all_reduce_``).
 
-    python benchmarks/ccl.py --out results/2xH200/ccl            # every GPU, 8 KiB .. 256 MiB, bf16
+    python benchmarks/ccl.py --out results/2xH200/ccl            # every GPU, 8 KiB .. 1 GiB, bf16
     python benchmarks/ccl.py --out /tmp/ccl --quick              # tiny sizes on the cpu backend
 
 ``bytes`` is the nccl-tests size (all_reduce: the buffer; all_gather: the output; reduce_scatter: the input;
@@ -112,7 +112,7 @@ def plots(rows, out):
 
 def main(out, quick, max_bytes):
     on_cpu = iris.host.backend.BACKEND == "cpu"
-    sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 256 << 20]
+    sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30]
     if quick or on_cpu:
         sizes = [4 << 10, 16 << 10]
     sizes = [s for s in sizes if s <= max_bytes]
@@ -137,7 +137,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--max-bytes", type=int, default=256 << 20)
+    parser.add_argument("--max-bytes", type=int, default=1 << 30)
     parser.add_argument("--world-size", type=int, default=None)
     parser.add_argument("--plot-only", metavar="JSON", help="draw the figures from a saved ccl.json into --out")
     args = parser.parse_args()
