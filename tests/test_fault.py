@@ -126,11 +126,11 @@ def test_later_calls_raise_peer_error_at_once():
         results = pool.run(_later_calls_body, timeout_s=POOL_TIMEOUT_S)
     first, waited, later, failure = results[0]
     assert first.startswith("PeerError") and "peer rank 1" in first, first
-    assert waited < FAST_S
+    assert waited < FAST_S, waited
     assert "peer rank 1" in failure
     for name, (error, took) in later.items():
         assert error.startswith("PeerError") and "peer rank 1" in error, (name, error)
-        assert took < 1.0, (name, took)
+        assert took < 5.0, (name, took)  # at once: no wait for a peer (a loaded 2-core CI machine can stall ~1 s)
 
 
 def _clean_close_body(linger_s):

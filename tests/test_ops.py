@@ -122,3 +122,43 @@ def test_bad_input(pools):
     assert "ops.matmul_all_reduce: the fused variant needs" in r["fused_out"]
     assert "out on the symmetric heap (peers store the reduced tiles into it)" in r["fused_out"]
     assert "OpsConfig: block_m=48 must be a power of two >= 16" in r["config"]
+
+
+def _subgroup_ops_body(dtype):
+    """4 ranks: pairs {0,1},{2,3}, then {0,2},{1,3}, then the first pairs again, each call with fresh operands.
+    Per-call flags and staging must belong to one group: a rank that meets another group must not take the
+    flags left by the previous one for this call's."""
+    import torch.distributed as dist
+
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    rank, dev = ctx.get_rank(), ctx.get_device()
+    pairings = [[[0, 1], [2, 3]], [[0, 2], [1, 3]]]
+    groups = [[dist.new_group(pair) for pair in pairing] for pairing in pairings]  # every rank makes every group
+    fused = OpsConfig(variant="fused")
+    fails = []
+    for step, which in enumerate((0, 1, 0, 1)):
+        pair = next(p for p in pairings[which] if rank in p)
+        group = groups[which][pairings[which].index(pair)]
+        a_k = {r: operand(r, (2 * M_LOCAL, K), dtype, 20 + step) for r in pair}
+        b_k = {r: operand(r, (K, N_LOCAL), dtype, 30 + step) for r in pair}
+        out = torch.full((M_LOCAL, N_LOCAL), float("nan"), dtype=dtype, device=dev)
+        ctx.ops.matmul_reduce_scatter(out, a_k[rank].to(dev), b_k[rank].to(dev), group=group, config=fused)
+        fails.append(mismatch(f"step {step} {pair} matmul_reduce_scatter", out,
+                              ref_ops.matmul_reduce_scatter([a_k[r] for r in pair], [b_k[r] for r in pair],
+                                                            pair.index(rank))))
+        a_rows = {r: operand(r, (M_LOCAL, K), dtype, 40 + step) for r in pair}
+        b_full = operand(0, (K, N_LOCAL), dtype, 50 + step)
+        gathered = torch.full((2 * M_LOCAL, N_LOCAL), float("nan"), dtype=dtype, device=dev)
+        ctx.ops.all_gather_matmul(gathered, a_rows[rank].to(dev), b_full.to(dev), group=group, config=fused)
+        fails.append(mismatch(f"step {step} {pair} all_gather_matmul", gathered,
+                              ref_ops.all_gather_matmul([a_rows[r] for r in pair], b_full)))
+    ctx.barrier()
+    return [f for f in fails if f]
+
+
+@pytest.mark.skipif(4 not in world_sizes(), reason="needs 4 ranks (on 2 GPUs: IRIS_TEST_WORLD_SIZES=2,4 with "
+                    "IRIS_BACKEND=simulation)")
+def test_fused_ops_in_changing_subgroups(pools):
+    results = pools(4).run(_subgroup_ops_body, torch.float32)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails)

@@ -41,15 +41,17 @@ def divisible(caller, what, value, world_size):
 
 
 class Workspaces:
-    """Heap buffers the bulk variants reduce through, made on first use per (name, shape, dtype). Allocation
-    is collective, and every rank makes the same op calls in the same order, so they stay symmetric."""
+    """Heap buffers and flags of the ops, made on first use per (name, group, shape, dtype). Allocation is
+    collective, and every rank makes the same op calls in the same order, so they stay symmetric. Keyed by the
+    group as well: flags stamped in one group's calls must never be read by another group's."""
 
     def __init__(self, ctx):
         self.ctx = ctx
         self.buffers = {}
 
-    def get(self, name, shape, dtype, zero=False):
-        key = (name, tuple(shape), dtype)
+    def get(self, name, ranks, shape, dtype, zero=False):
+        """The buffer ``name`` of the group of ``ranks``: ``shape`` x ``dtype``, zeroed once if ``zero``."""
+        key = (name, tuple(ranks), tuple(shape), dtype)
         if key not in self.buffers:
             self.buffers[key] = (self.ctx.zeros if zero else self.ctx.empty)(*shape, dtype=dtype)
         return self.buffers[key]
@@ -57,9 +59,9 @@ class Workspaces:
     def peer_flags(self, name, ranks, width):
         """Zeroed int32 flags [len(ranks), width] whose row i only member ``ranks[i]`` advances, registered
         with the watchdog so that a failed member's row is released (``GroupTable.poison``)."""
-        key = (name, (len(ranks), width), torch.int32)
+        key = (name, tuple(ranks), (len(ranks), width), torch.int32)
         if key not in self.buffers:
-            self.get(name, (len(ranks), width), torch.int32, zero=True)
+            self.get(name, ranks, (len(ranks), width), torch.int32, zero=True)
             self.ctx.groups.register_peer_flags(self.buffers[key], ranks)
         return self.buffers[key]
 

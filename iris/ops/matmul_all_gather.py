@@ -72,7 +72,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     sent = (sync.size - 1) * M * n_local * out.element_size()
     if not common.choose_fused(caller, config, ctx, tiles, comm_bytes=sent, flops=2 * M * n_local * K):
         # GEMM into our slot of a [W, M, N / W] workspace, all_gather it in place, then lay the slots side by side.
-        gathered = ctx.ops.workspaces.get("matmul_all_gather", (sync.size, M, n_local), a.dtype)
+        gathered = ctx.ops.workspaces.get("matmul_all_gather", sync.ranks, (sync.size, M, n_local), a.dtype)
         common.bulk_gemm(gathered[sync.index], a, b, config)
         ctx.ccl.all_gather(gathered, gathered[sync.index], group=group)
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))

@@ -97,7 +97,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     # large shape (docs/results.md), so "auto" keeps the bulk pair for it on GPUs
     if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent, flops=2 * M * N * a.shape[1],
                                auto_on_gpus=all_reduce):
-        partial = ctx.ops.workspaces.get(caller, (M, N), a.dtype)
+        partial = ctx.ops.workspaces.get(caller, sync.ranks, (M, N), a.dtype)
         common.bulk_gemm(partial, a, b, config)
         if not all_reduce:
             ctx.ccl.reduce_scatter(out, partial, group=group)
@@ -107,7 +107,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             ctx.ccl.all_reduce(partial, partial, group=group)
             out.copy_(partial)
         return out
-    staging = ctx.ops.workspaces.get(caller + ".staging", (sync.size, m_local, N), a.dtype)
+    staging = ctx.ops.workspaces.get(caller + ".staging", sync.ranks, (sync.size, m_local, N), a.dtype)
     tile_flags = ctx.ops.workspaces.peer_flags(caller + ".flags", sync.ranks, tiles // sync.size)
     tma = config.tma and descriptors_fit(a, b)
     programs = min(num_programs(ctx.get_device(), tiles // sync.size), 128)
