@@ -36,6 +36,9 @@ class Tracing:
         self._args = torch.tensor([max_events, self.counter.data_ptr(), self.buffer.data_ptr(),
                                    self.clock.data_ptr()], dtype=torch.int64, device=dev)
         self.enabled = True
+        # Compile the clock read now: reset's first launch after its barrier would otherwise read each rank's
+        # clock only after that rank's compile, tens of ms apart.
+        _read_clock_kernel[(1,)](self._args, torch.zeros(1, dtype=torch.int64, device=dev), num_warps=1)
         self.reset()
 
     def reset(self):
@@ -44,11 +47,8 @@ class Tracing:
         self.counter.zero_()
         self.clock.zero_()
         origin = torch.zeros(1, dtype=torch.int64, device=self.ctx.get_device())
-        # Compile the clock read first: a first launch after the barrier would read each rank's clock only
-        # after that rank's compile (tens of ms apart). Then barrier and read, back to back on the stream.
-        _read_clock_kernel[(1,)](self._args, origin, num_warps=1)
         self.ctx.device_barrier()
-        _read_clock_kernel[(1,)](self._args, origin, num_warps=1)
+        _read_clock_kernel[(1,)](self._args, origin, num_warps=1)  # back to back with the barrier on the stream
         self.origin = int(origin.item())
 
     def device_args(self):

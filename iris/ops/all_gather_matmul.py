@@ -97,14 +97,14 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     # auto_on_gpus=False: the push kernel's figures on H200 are still to be taken, so "auto" stays on the
     # measured bulk pair there; variant="fused" runs it.
     sent = (sync.size - 1) * m_local * K * a.element_size()
+    gathered = ctx.ops.workspaces.get("all_gather_matmul", sync.ranks, (M, K), a.dtype)
     if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent, flops=2 * M * N * K,
                                auto_on_gpus=False):
-        gathered = ctx.ops.workspaces.get("all_gather_matmul", sync.ranks, (M, K), a.dtype)
-        gathered[sync.index * m_local:(sync.index + 1) * m_local].copy_(a)
-        ctx.ccl.all_gather(gathered, gathered[sync.index * m_local:(sync.index + 1) * m_local], group=group)
+        slot = gathered[sync.index * m_local:(sync.index + 1) * m_local]
+        slot.copy_(a)
+        ctx.ccl.all_gather(gathered, slot, group=group)
         common.bulk_gemm(out, gathered, b, config)
         return common.add_bias(out, bias, caller)
-    gathered = ctx.ops.workspaces.get("all_gather_matmul", sync.ranks, (M, K), a.dtype)
     ready = ctx.ops.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
     call = ctx.ops.workspaces.get("all_gather_matmul.call", sync.ranks, (2,), torch.int32, zero=True)
     tma = config.tma and descriptors_fit(a, b, out)

@@ -51,19 +51,23 @@ class Workspaces:
 
     def get(self, name, ranks, shape, dtype, zero=False):
         """The buffer ``name`` of the group of ``ranks``: ``shape`` x ``dtype``, zeroed once if ``zero``."""
-        key = (name, tuple(ranks), tuple(shape), dtype)
-        if key not in self.buffers:
-            self.buffers[key] = (self.ctx.zeros if zero else self.ctx.empty)(*shape, dtype=dtype)
-        return self.buffers[key]
+        return self._get(name, ranks, shape, dtype, zero)[0]
 
     def peer_flags(self, name, ranks, width):
         """Zeroed int32 flags [len(ranks), width] whose row i only member ``ranks[i]`` advances, registered
         with the watchdog so that a failed member's row is released (``GroupTable.poison``)."""
-        key = (name, tuple(ranks), (len(ranks), width), torch.int32)
-        if key not in self.buffers:
-            self.get(name, ranks, (len(ranks), width), torch.int32, zero=True)
-            self.ctx.groups.register_peer_flags(self.buffers[key], ranks)
-        return self.buffers[key]
+        flags, made = self._get(name, ranks, (len(ranks), width), torch.int32, zero=True)
+        if made:
+            self.ctx.groups.register_peer_flags(flags, ranks)
+        return flags
+
+    def _get(self, name, ranks, shape, dtype, zero):
+        """(buffer, whether this call made it)."""
+        key = (name, tuple(ranks), tuple(shape), dtype)
+        made = key not in self.buffers
+        if made:
+            self.buffers[key] = (self.ctx.zeros if zero else self.ctx.empty)(*shape, dtype=dtype)
+        return self.buffers[key], made
 
 
 # What "auto" weighs on GPUs, measured on H200 (docs/perf-notes.md): SM-issued NVLink bytes per second, bf16

@@ -13,6 +13,7 @@ through the one ``translate``.
 
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from iris.device.translate import translate
 
@@ -113,11 +114,7 @@ def descriptors_fit(*tensors):
 
 def operand(tensor, block_shape, tma):
     """``tensor`` as a kernel argument: a tensor descriptor with ``block_shape`` tiles, or itself."""
-    if not tma:
-        return tensor
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    return TensorDescriptor.from_tensor(tensor, list(block_shape))
+    return TensorDescriptor.from_tensor(tensor, list(block_shape)) if tma else tensor
 
 
 def matmul(out, a, b, config):
