@@ -110,12 +110,12 @@ def plots(rows, out):
     report.plot_curves(small, os.path.join(out, "ccl_latency.png"), OPS, y="us_p50", title="collectives: time per call")
 
 
-def main(out, quick, max_bytes):
+def main(out, quick, max_bytes, min_bytes=0):
     on_cpu = iris.host.backend.BACKEND == "cpu"
     sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30]
     if quick or on_cpu:
         sizes = [4 << 10, 16 << 10]
-    sizes = [s for s in sizes if s <= max_bytes]
+    sizes = [s for s in sizes if min_bytes <= s <= max_bytes] or sizes[-1:]
     # every (op, size) keeps its own buffers: 7 x the largest size covers the four ops at that size and below
     ctx = iris.iris(heap_size=(8 * max(sizes) + (64 << 20)) if not on_cpu else 1 << 24)
     timing = Timing(warmup=2, repeat=3, min_repeat=2, budget_ms=5) if on_cpu else Timing()
@@ -138,6 +138,7 @@ if __name__ == "__main__":
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--max-bytes", type=int, default=1 << 30)
+    parser.add_argument("--min-bytes", type=int, default=0, help="leave out the sizes below (to re-run the largest)")
     parser.add_argument("--world-size", type=int, default=None)
     parser.add_argument("--plot-only", metavar="JSON", help="draw the figures from a saved ccl.json into --out")
     args = parser.parse_args()
@@ -147,4 +148,4 @@ if __name__ == "__main__":
         with open(args.plot_only) as f:
             plots(json.load(f), args.out)
         raise SystemExit(0)
-    iris.run(main, args.world_size or default_world_size(), args.out, args.quick, args.max_bytes)
+    iris.run(main, args.world_size or default_world_size(), args.out, args.quick, args.max_bytes, args.min_bytes)

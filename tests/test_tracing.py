@@ -5,6 +5,7 @@ import json
 
 import torch
 
+from iris.ops import OpsConfig
 from rank_utils import GPU_SCALE, error_message, new_context
 
 M, N_LOCAL, K = (1024, 512, 512) if GPU_SCALE else (64, 32, 40)
@@ -18,9 +19,10 @@ def _trace_body(path, max_events):
     out = ctx.empty(M, world * N_LOCAL)
     not_enabled = error_message(ctx.tracing.export, path)
     ctx.tracing.enable(max_events=max_events)
-    ctx.ops.matmul_all_gather(out, a, b)  # recorded
+    fused = OpsConfig(variant="fused")  # the instrumented kernel ("auto" picks bulk for so few tiles on GPUs)
+    ctx.ops.matmul_all_gather(out, a, b, config=fused)  # recorded
     ctx.tracing.reset()  # ... and forgotten
-    ctx.ops.matmul_all_gather(out, a, b)  # recorded
+    ctx.ops.matmul_all_gather(out, a, b, config=fused)  # recorded
     written = ctx.tracing.export(path)
     return not_enabled, written
 

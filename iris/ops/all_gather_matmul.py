@@ -61,15 +61,15 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready,
             step = t // per_rank
             owner = (group_index + step) % GROUP_SIZE
             pid_m, pid_n = tile_coords(t % per_rank, blocks, num_pid_n, GROUP_M)
-            if step == 0:
-                acc = mainloop(a, b, M_local, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank,
-                               rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
-            else:
+            # one mainloop for both sources, so its shared-memory ring is allocated once
+            src, src_m, src_rows, src_stride = a, pid_m, M_local, stride_am  # our own rows: local A, no wait
+            if step != 0:
                 wait_until(ready + owner * blocks + pid_m, epoch, rank, tl.load(members + owner), "all_gather_matmul")
                 if TMA:  # the rows arrived by ordinary stores; the descriptor loads below read via the async proxy
                     fence_async_proxy()
-                acc = mainloop(gathered, b, M, N, K, K, 1, stride_bk, stride_bn, owner * blocks + pid_m, pid_n, rank,
-                               rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+                src, src_m, src_rows, src_stride = gathered, owner * blocks + pid_m, M, K
+            acc = mainloop(src, b, src_rows, N, K, src_stride, stride_ak, stride_bk, stride_bn, src_m, pid_n, rank,
+                           rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
             store_tile(out, acc, owner * blocks + pid_m, pid_n, M, N, stride_om, stride_on, BLOCK_M, BLOCK_N, TMA)
     finish_call(call)
 
