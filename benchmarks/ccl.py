@@ -116,8 +116,9 @@ def main(out, quick, max_bytes, min_bytes=0):
     if quick or on_cpu:
         sizes = [4 << 10, 16 << 10]
     sizes = [s for s in sizes if min_bytes <= s <= max_bytes] or sizes[-1:]
-    # every (op, size) keeps its own buffers: 7 x the largest size covers the four ops at that size and below
-    ctx = iris.iris(heap_size=(8 * max(sizes) + (64 << 20)) if not on_cpu else 1 << 24)
+    # every (op, size) keeps its own buffers: at most 7 x the size (all_reduce 2, all_gather and reduce_scatter
+    # 1.5 each at 2 ranks, all_to_all 2), summed over the sizes
+    ctx = iris.iris(heap_size=(7 * sum(sizes) + (64 << 20)) if not on_cpu else 1 << 24)
     timing = Timing(warmup=2, repeat=3, min_repeat=2, budget_ms=5) if on_cpu else Timing()
     sweep, symm = make_sweep(ctx, sizes, torch.bfloat16 if not on_cpu else torch.float32, timing)
     rows = run_sweep(ctx, sweep)
