@@ -55,7 +55,7 @@ class _SymmMem:
         return self.buffers.get((n, dtype))
 
 
-def make_sweep(ctx, sizes, dtype, timing):
+def make_sweep(ctx, sizes, dtype, timing, ops=OPS):
     world = ctx.get_num_ranks()
     dev = ctx.get_device()
     itemsize = torch.tensor([], dtype=dtype).element_size()
@@ -100,7 +100,7 @@ def make_sweep(ctx, sizes, dtype, timing):
         return Point(fns=[lambda: torch.ops.symm_mem.two_shot_all_reduce_(t, "sum", group_name)], **common)
 
     providers = ("iris", "nccl", "torch_one_shot", "torch_two_shot") if dev.type == "cuda" else ("iris", "nccl")
-    return Sweep("ccl", axes={"op": OPS, "bytes": sizes}, providers=providers, make=make, timing=timing), symm
+    return Sweep("ccl", axes={"op": ops, "bytes": sizes}, providers=providers, make=make, timing=timing), symm
 
 
 def plots(rows, out):
@@ -110,7 +110,7 @@ def plots(rows, out):
     report.plot_curves(small, os.path.join(out, "ccl_latency.png"), OPS, y="us_p50", title="collectives: time per call")
 
 
-def main(out, quick, max_bytes, min_bytes=0):
+def main(out, quick, max_bytes, min_bytes=0, ops=OPS):
     on_cpu = iris.host.backend.BACKEND == "cpu"
     sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30]
     if quick or on_cpu:
@@ -120,7 +120,7 @@ def main(out, quick, max_bytes, min_bytes=0):
     # 1.5 each at 2 ranks, all_to_all 2), summed over the sizes
     ctx = iris.iris(heap_size=(7 * sum(sizes) + (64 << 20)) if not on_cpu else 1 << 24)
     timing = Timing(warmup=2, repeat=3, min_repeat=2, budget_ms=5) if on_cpu else Timing()
-    sweep, symm = make_sweep(ctx, sizes, torch.bfloat16 if not on_cpu else torch.float32, timing)
+    sweep, symm = make_sweep(ctx, sizes, torch.bfloat16 if not on_cpu else torch.float32, timing, ops)
     rows = run_sweep(ctx, sweep)
     if ctx.get_rank() == 0:
         os.makedirs(out, exist_ok=True)
@@ -140,6 +140,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--max-bytes", type=int, default=1 << 30)
     parser.add_argument("--min-bytes", type=int, default=0, help="leave out the sizes below (to re-run the largest)")
+    parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
     parser.add_argument("--world-size", type=int, default=None)
     parser.add_argument("--plot-only", metavar="JSON", help="draw the figures from a saved ccl.json into --out")
     args = parser.parse_args()
@@ -149,4 +150,5 @@ if __name__ == "__main__":
         with open(args.plot_only) as f:
             plots(json.load(f), args.out)
         raise SystemExit(0)
-    iris.run(main, args.world_size or default_world_size(), args.out, args.quick, args.max_bytes, args.min_bytes)
+    iris.run(main, args.world_size or default_world_size(), args.out, args.quick, args.max_bytes, args.min_bytes,
+             tuple(args.ops.split(",")))

@@ -21,11 +21,18 @@ def _all_to_all_kernel(out, inp, n, flags, heap_bases, members, rank, group_inde
     for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < n
-        for i in range(GROUP_SIZE):
-            dest = (group_index + i) % GROUP_SIZE
+        # peers first, our own slice last; each slice's load is issued before the previous slice's store, so
+        # a store never waits out a load's latency (the compiler cannot reorder them: out may alias inp)
+        dest = (group_index + 1) % GROUP_SIZE
+        x = tl.load(inp + dest * n + offs, mask=mask)  # [BLOCK]
+        for i in tl.static_range(1, GROUP_SIZE + 1):
             peer = tl.load(members + dest)
-            x = tl.load(inp + dest * n + offs, mask=mask)  # [BLOCK]
+            if i < GROUP_SIZE:
+                following = (group_index + i + 1) % GROUP_SIZE
+                x_next = tl.load(inp + following * n + offs, mask=mask)
             store(out + group_index * n + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
+            if i < GROUP_SIZE:
+                dest, x = following, x_next
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slice has landed in our out
 
 
