@@ -18,7 +18,6 @@ every wait for it completes, and from then on the table refuses to hand out sync
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from iris.host import cuda_driver
@@ -56,6 +55,12 @@ class GroupTable:
         self.failure = None  # set by the watchdog: why peers can no longer be waited for
         self._groups = {}
         self._peer_flags = []  # (int32 tensor [group size, n], group ranks): kernels' own per-peer flag rows
+        self._poison_stream = self._poison_values = None
+        if device.type == "cuda":
+            # Made now, not when a peer fails: creating a stream while a kernel of ours spins blocked for
+            # good on H200s shared by two rank processes (simulation), and so may a pinned allocation.
+            self._poison_stream = torch.cuda.Stream(device)
+            self._grow_poison_values(self.region.numel() // world_size)
 
     def check(self, caller):
         """Raise ``PeerError`` once a peer has failed: a call that waits for peers would wait forever."""
@@ -87,6 +92,13 @@ class GroupTable:
         """Have ``poison`` release waits on ``flags`` too: an int32 [len(ranks), n] heap tensor whose row i
         only group member ``ranks[i]`` advances (the fused ops' per-tile and per-block flags)."""
         self._peer_flags.append((flags, list(ranks)))
+        if self._poison_values is not None:
+            self._grow_poison_values(flags.shape[1])
+
+    def _grow_poison_values(self, count):
+        """Pinned host source of ``count`` or more ``POISON`` words for ``poison``'s copies."""
+        if self._poison_values is None or self._poison_values.numel() < count:
+            self._poison_values = torch.full((count,), POISON, dtype=torch.int32, pin_memory=True)
 
     def poison(self, peer):
         """Complete every wait for ``peer`` on this rank: its column of every row of every group's flags, and
@@ -100,13 +112,12 @@ class GroupTable:
                 target.fill_(POISON)
             return
         # A kernel spinning on the compute stream must not delay the write, nor may a kernel that needs SMs
-        # do it: strided host-to-device copies (a copy engine, beside the spinning kernel) on a stream of
-        # this thread's own.
+        # do it: strided host-to-device copies (a copy engine, beside the spinning kernel) from pinned memory
+        # on a stream of the table's own, both made at start.
         torch.cuda.set_device(self.device)
-        stream = torch.cuda.Stream(self.device)
+        stream = self._poison_stream
         for target in targets:  # [height, width] int32 views with a row pitch
             height, width = target.shape
-            values = np.full(height * width, POISON, dtype=np.int32)
-            cuda_driver.copy_to_device_2d(target.data_ptr(), target.stride(0) * 4, values.ctypes.data, width * 4,
-                                          width * 4, height, stream.cuda_stream)
+            cuda_driver.copy_to_device_2d(target.data_ptr(), target.stride(0) * 4, self._poison_values.data_ptr(),
+                                          width * 4, width * 4, height, stream.cuda_stream)
             stream.synchronize()
