@@ -42,13 +42,17 @@ def publish_kernel(data, flag, heap_bases, rank, peer, SEM: tl.constexpr, BLOCK:
     iris.atomic_xchg(flag, 1, rank, peer, heap_bases, sem=SEM, scope="sys")
 
 
-def ptx(fn, signature, constexprs, divisible=()):
+def compile_sm90(fn, signature, constexprs, divisible=(), **options):
     # Pointer arguments marked 16-byte aligned, and the integers named in ``divisible`` multiples of 16, as
     # Triton's launcher specialises them for torch tensors and such sizes.
     aligned = {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(signature.items())
                if ty.startswith("*") or name in divisible}
     src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def ptx(fn, signature, constexprs, divisible=()):
+    return compile_sm90(fn, signature, constexprs, divisible).asm["ptx"]
 
 def global_accesses(text):
     return sorted(set(re.findall(r"\b(?:ld|st)\.global[\w.]*", text)))
@@ -179,4 +183,31 @@ out["ops/_all_gather_matmul_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", te
 out["tma/_all_gather_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
 out["ops_access/_all_gather_matmul_kernel"] = global_accesses(text)
 out["fence/_all_gather_matmul_kernel"] = "fence.proxy.async" in text
+# Shared memory of every GEMM kernel at the tiles, warps and stages OpsConfig picks on GPUs, per dtype: it must
+# fit one H100/H200 SM (the launch fails otherwise, and only on the GPU).
+import torch  # noqa: E402
+
+from iris.ops import OpsConfig  # noqa: E402
+
+config = OpsConfig()
+for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
+    bm, bn, bk = config.blocks("cuda", torch_dtype)
+    options = {"num_warps": config.num_warps, "num_stages": config.stages()}
+    tiles = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": config.group_m}
+    fused = {"GROUP_SIZE": 2, **tiles}
+    a, b, c = (f"tensordesc<{ty}[{bm}, {bk}]>", f"tensordesc<{ty}[{bk}, {bn}]>", f"tensordesc<{ty}[{bm}, {bn}]>")
+    dense = {k: (f"*{ty}" if v == "*bf16" else v) for k, v in gemm_sig.items()}
+    sizes = ("M", "N", "N_local", "K", "M_local", "stride_am", "stride_bk", "stride_om")
+    for fn, sig, meta in [
+        (_matmul_kernel, {**dense, "a": a, "b": b, "c": c}, {**tiles, "TMA": True, "FLATTEN": True}),
+        (_matmul_all_gather_kernel, {"a": a, "b": b, "out": f"*{ty}", "M": "i32", "N_local": "i32", "K": "i32",
+                                     **strides, **sync_sig, "trace": "*i64"},
+         {**unit, **fused, "VEC": 16, "TRACE": False, "TMA": True}),
+        (_matmul_reduce_kernel, {**reduce_sig, "a": a, "b": b, "out": f"*{ty}", "staging": f"*{ty}"},
+         {**reduce_meta, **fused}),
+        (_all_gather_matmul_kernel, {**ag_sig, "a": a, "a_rows": f"*{ty}", "gathered": a, "gathered_rows": f"*{ty}",
+                                     "b": b, "out": c}, {**ag_meta, **fused}),
+    ]:
+        kernel = compile_sm90(fn, {**sig, **{k: "constexpr" for k in meta}}, meta, sizes, **options)
+        out[f"shared/{fn.__name__}/{ty}"] = kernel.metadata.shared
 print("RESULT" + json.dumps(out))

@@ -99,6 +99,17 @@ def test_gemm_kernels_use_hopper_tensor_cores(compiled, kernel):
     assert "wgmma.mma_async" in compiled[f"ops/{kernel}"], compiled[f"ops/{kernel}"]
 
 
+H100_SHARED_BYTES = 232448  # the most shared memory one program may take on sm_90 (227 KiB)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_all_gather_kernel", "_matmul_reduce_kernel",
+                                    "_all_gather_matmul_kernel"])
+def test_gemm_kernels_fit_an_sm_at_the_default_config(compiled, kernel, dtype):
+    # at OpsConfig's GPU tiles and stages; an overflow only shows at launch, on the GPU
+    assert 0 < compiled[f"shared/{kernel}/{dtype}"] <= H100_SHARED_BYTES, compiled[f"shared/{kernel}/{dtype}"]
+
+
 @pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_reduce_kernel", "_all_gather_matmul_kernel"])
 def test_gemm_mainloop_is_fed_by_tma(compiled, kernel):
     assert compiled[f"tma/{kernel}"], "no cp.async.bulk.tensor load in the TMA mainloop"
