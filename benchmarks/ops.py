@@ -11,6 +11,7 @@ collective), ``torch_fused`` (``torch.ops.symm_mem.fused_all_gather_matmul`` / `
 """
 
 import argparse
+import json
 import os
 
 import torch
@@ -132,6 +133,29 @@ def spin_up(device, seconds=1.0):
         torch.cuda.synchronize(device)
 
 
+def plots(rows, out):
+    """The paper's two figures, per op and shape: speedup over cuBLAS + NCCL (``torch_bulk``) of each provider
+    and of the speed of light max(GEMM alone, communication alone); and the breakdown: GEMM alone,
+    communication alone, and iris, as fractions of GEMM + communication run back to back."""
+    ms = {(r["op"], r["shape"], r["provider"]): r["ms_p50"] for r in rows}
+    speedup, breakdown = {}, {}
+    for op, shape in dict.fromkeys((r["op"], r["shape"]) for r in rows):
+        got = {p: ms[(op, shape, p)] for p in PROVIDERS if (op, shape, p) in ms}
+        if not {"torch_bulk", "gemm_only", "comm_only"} <= got.keys():
+            continue
+        bars = {p: got["torch_bulk"] / got[p] for p in ("iris", "iris_fused", "iris_bulk", "torch_fused") if p in got}
+        bars["speed of light"] = got["torch_bulk"] / max(got["gemm_only"], got["comm_only"])
+        speedup.setdefault(op, {})[shape] = bars
+        serial = got["gemm_only"] + got["comm_only"]
+        breakdown.setdefault(op, {})[shape] = {"GEMM alone": got["gemm_only"] / serial,
+                                               "communication alone": got["comm_only"] / serial,
+                                               **({"iris": got["iris"] / serial} if "iris" in got else {})}
+    report.plot_bars(speedup, os.path.join(out, "ops_speedup.png"), "speedup over cuBLAS + NCCL",
+                     title="fused GEMM + communication: speedup", reference=1.0)
+    report.plot_bars(breakdown, os.path.join(out, "ops_breakdown.png"), "time / (GEMM + communication)",
+                     title="fused GEMM + communication: where the time goes", reference=1.0)
+
+
 def main(out, quick):
     on_cpu = iris.host.backend.BACKEND == "cpu"
     shapes = ((64, 64, 96),) if quick or on_cpu else SHAPES
@@ -144,6 +168,7 @@ def main(out, quick):
     if ctx.get_rank() == 0:
         os.makedirs(out, exist_ok=True)
         report.write_results(rows, out, "ops")
+        plots(rows, out)
         print(report.format_table(rows, columns=("op", "provider", "shape", "ms_p50", "tflops", "timing"),
                                   title="fused GEMM + communication"))
     ctx.barrier()
@@ -155,5 +180,10 @@ if __name__ == "__main__":
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--world-size", type=int, default=None)
+    parser.add_argument("--plot-only", metavar="JSON", help="draw the figures from a saved ops.json into --out")
     args = parser.parse_args()
+    if args.plot_only:
+        with open(args.plot_only) as f:
+            plots(json.load(f), args.out)
+        raise SystemExit(0)
     iris.run(main, args.world_size or default_world_size(), args.out, args.quick)

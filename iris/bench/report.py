@@ -195,6 +195,47 @@ def plot_curves(rows, path, ops, y="busbw_GBps", title="", peak_GBps=None, peak_
     return path
 
 
+def plot_bars(panels, path, ylabel, title="", reference=None):
+    """Grouped bars: ``panels`` maps a panel title to {group label: {series label: value}} (one panel per op,
+    one group per shape, one bar per provider); ``reference`` draws a dashed line at that value (1.0 for a
+    speedup). Returns the path written, or None when matplotlib is missing or there is nothing to plot."""
+    panels = {name: groups for name, groups in panels.items() if groups}
+    if not panels:
+        return None
+    plt = _pyplot(path)
+    if plt is None:
+        return None
+    cols = min(len(panels), 2)
+    fig_rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(fig_rows, cols, figsize=(6.4 * cols, 3.6 * fig_rows), squeeze=False)
+    colors = {label: f"C{i}" for i, label in enumerate(dict.fromkeys(
+        label for groups in panels.values() for bars in groups.values() for label in bars))}  # same in every panel
+    for ax, (name, groups) in zip(axes.flat, panels.items()):
+        series = [label for label in colors if any(label in bars for bars in groups.values())]
+        width = 0.8 / len(series)
+        for i, label in enumerate(series):
+            xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+            values = [bars.get(label, float("nan")) for bars in groups.values()]
+            drawn = ax.bar(xs, values, width, label=label, color=colors[label])
+            ax.bar_label(drawn, fmt="%.2f", fontsize=6, rotation=90, padding=2)
+        if reference is not None:
+            ax.axhline(reference, color="gray", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(groups)), list(groups), fontsize=8)
+        ax.set_title(name)
+        ax.set_ylabel(ylabel)
+        ax.margins(y=0.2)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_heatmap(rows, path, ops, provider, peak_GBps, title=""):
     """Utilisation (busbw / ``peak_GBps``) of ``provider`` over op x size, annotated in percent, like the
     paper's figure. Returns the path written, or None."""
