@@ -66,18 +66,29 @@ def _device_barrier_kernel(flags, heap_bases, members, rank, GROUP_SIZE: tl.cons
 
 @triton.jit
 def call_epoch(call):
-    """This launch's number, from a per-op counter ``call`` (int32[2] on the device, zeroed once): 1 on the
+    """This launch's number, from a per-op counter ``call`` (int32[2] or [3] on the device, zeroed once): 1 on the
     first call, then 2, ... Every rank makes the same calls, so the number agrees across ranks and can stamp
     flags that are never reset. Pair with ``finish_call`` at the end of every program."""
     return tl.atomic_add(call, 0, sem="acquire", scope="gpu") + 1
 
 
 @triton.jit
-def finish_call(call):
-    """The last program of the launch to get here advances the counter: every program read it before."""
+def next_tile(call):
+    """A ticket for the next unit of work of this launch (0, 1, 2, ... across all its programs), from
+    ``call[2]``: programs that start late, or finish other work first, take what is left. Needs the
+    int32[3] form of ``call``, and ``finish_call(call, TICKETS=True)``, which zeroes it for the next launch."""
+    return tl.atomic_add(call + 2, 1, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def finish_call(call, TICKETS: tl.constexpr = False):
+    """The last program of the launch to get here advances the counter: every program read it before (and,
+    with ``TICKETS``, drew its last ``next_tile`` ticket before, so that counter is zeroed here too)."""
     ticket = tl.atomic_add(call + 1, 1, sem="acq_rel", scope="gpu")
     if ticket == tl.num_programs(0) - 1:
         tl.atomic_xchg(call + 1, 0, sem="relaxed", scope="gpu")
+        if TICKETS:
+            tl.atomic_xchg(call + 2, 0, sem="relaxed", scope="gpu")
         tl.atomic_add(call, 1, sem="release", scope="gpu")
 
 
