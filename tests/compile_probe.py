@@ -85,7 +85,6 @@ for sem in ["relaxed", "release", "acq_rel", "acquire"]:
 from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
 from iris.ccl.all_reduce import _all_reduce_one_shot_kernel, _all_reduce_two_shot_kernel  # noqa: E402
 from iris.ccl.all_to_all import _all_to_all_kernel  # noqa: E402
-from iris.ccl.reduce_scatter import _reduce_scatter_kernel  # noqa: E402
 from iris.ccl.rooted import _pull_from_root_kernel, _root_pulls_kernel  # noqa: E402
 
 
@@ -105,7 +104,6 @@ move_meta = {"GROUP_SIZE": 2, "HINT": 16, "BLOCK": 4096}
 for fn, sig, meta in [
     (_all_reduce_one_shot_kernel, data, reduce_meta),
     (_all_reduce_two_shot_kernel, {**data, "shard": "i32"}, reduce_meta),
-    (_reduce_scatter_kernel, data, reduce_meta),
     (_all_gather_kernel, data, move_meta),
     (_all_to_all_kernel, data, move_meta),
     (_pull_from_root_kernel, {"dst": "*bf16", "src": "*bf16", "n": "i32", "root": "i32", "root_index": "i32"},

@@ -71,8 +71,8 @@ def test_release_covers_every_warp_of_the_program(compiled, sem, synchronised):
     assert compiled[f"publish/{sem}"] is synchronised
 
 
-CCL_KERNELS = ["_all_reduce_one_shot_kernel", "_all_reduce_two_shot_kernel", "_reduce_scatter_kernel",
-               "_all_gather_kernel", "_all_to_all_kernel", "_pull_from_root_kernel", "_root_pulls_kernel"]
+CCL_KERNELS = ["_all_reduce_one_shot_kernel", "_all_reduce_two_shot_kernel", "_all_gather_kernel",
+               "_all_to_all_kernel", "_pull_from_root_kernel", "_root_pulls_kernel"]
 
 
 @pytest.mark.parametrize("kernel", CCL_KERNELS)
