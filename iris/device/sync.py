@@ -9,7 +9,7 @@ import triton.language as tl
 
 from iris.device.atomics import atomic_add
 from iris.device.debug import ENABLED, check_wait
-from iris.device.tracing import INTERPRETED
+from iris.device.translate import INTERPRETED
 
 DEBUG = ENABLED
 

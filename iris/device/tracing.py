@@ -8,16 +8,15 @@ Times are the GPU's ``%globaltimer`` in nanoseconds; the Triton interpreter has 
 logical clock (a shared counter advanced by every read) stands in, which keeps the order of events.
 """
 
-import os
-
 import triton
 import triton.language as tl
+
+from iris.device.translate import INTERPRETED
 
 EVENT_WORDS = tl.constexpr(8)  # op, target rank, bytes, program id, SM id, start, end, rank
 # Operation ids that instrumented kernels record (names for the export: iris/host/tracing.py).
 OP_GEMM_TILE = tl.constexpr(1)
 OP_SCATTER_TILE = tl.constexpr(2)
-INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 
 @triton.jit

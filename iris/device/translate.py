@@ -7,6 +7,8 @@ our heap becomes a pointer into a peer's heap by swapping the base:
     remote = ptr - heap_bases[from_rank] + heap_bases[to_rank]
 """
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -14,6 +16,9 @@ from iris.device.debug import ENABLED, check_offset, check_ranks
 
 
 DEBUG = ENABLED  # a module constant the compiler folds: no code at all when debug mode is off
+# Under the Triton interpreter (the CPU backend) there is no inline PTX and no GPU clock: the device code
+# that uses them branches on this constant.
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 
 @triton.jit
