@@ -25,7 +25,7 @@ from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import group_barrier, wait_until
 from iris.ops import common
-from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, tile_coords
+from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
 
 ONE_SHOT_MAX_BYTES = CollectiveConfig().one_shot_max_bytes  # below it all_reduce writes an out anywhere
 
@@ -67,16 +67,16 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, M_local, N, K, stride_
             wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index), "matmul_reduce")
             slot = staging + src_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
             acc += tl.load(slot + offs, mask=n_mask, other=0.0).to(tl.float32)
-        tile = acc.to(out.dtype.element_ty)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         if ALL_REDUCE:  # rows group_index * M_local + ... of every rank's out
-            ptrs = out + (group_index * M_local + offs_m)[:, None] * stride_om + offs_n[None, :] * stride_on
+            offs_m = group_index * M_local + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            ptrs = out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+            tile = acc.to(out.dtype.element_ty)
             for i in range(GROUP_SIZE):
                 store(ptrs, tile, rank, tl.load(members + (group_index + i) % GROUP_SIZE), heap_bases, mask=n_mask,
                       hint=(1, OUT_VEC))
         else:
-            tl.store(out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on, tile, mask=n_mask)
+            store_tile(out, acc, pid_m, pid_n, M_local, N, stride_om, stride_on, BLOCK_M, BLOCK_N, False)
     if ALL_REDUCE:
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's finished tiles are in our out
 
