@@ -208,4 +208,10 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
     ]:
         kernel = compile_sm90(fn, {**sig, **{k: "constexpr" for k in meta}}, meta, sizes, **options)
         out[f"shared/{fn.__name__}/{ty}"] = kernel.metadata.shared
+# The group barrier's signal: bar.sync, one system-scope fence, then relaxed adds (one per member).
+from iris.device.sync import _device_barrier_kernel  # noqa: E402
+
+text = ptx(_device_barrier_kernel, {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32",
+                                    "GROUP_SIZE": "constexpr"}, {"GROUP_SIZE": 2})
+out["barrier/sequence"] = re.findall(r"\bbar\.sync|\bfence\.[\w.]+|\bmembar\.\w+|\batom\.[\w.]+", text)
 print("RESULT" + json.dumps(out))

@@ -135,3 +135,15 @@ def test_fused_ops_move_tiles_as_16_byte_vectors(compiled):
     # all_gather_matmul's communication programs copy A rows to peers as 16-byte vectors
     assert "st.global.v4.b32" in compiled["ops_access/_all_gather_matmul_kernel"]
     assert "st.global.b16" not in compiled["ops_access/_all_gather_matmul_kernel"]
+
+
+def test_barrier_signal_fences_once_then_adds_relaxed(compiled):
+    # one release for the whole program and every member: bar.sync, fence.acq_rel.sys, then one relaxed
+    # system-scope add per member (2 here); no release atomics, which would fence again per member
+    seq = compiled["barrier/sequence"]
+    atoms = [i for i, op in enumerate(seq) if op.startswith("atom.")]
+    assert [seq[i] for i in atoms] == ["atom.global.sys.relaxed.add.u32"] * 2, seq
+    fences = [i for i, op in enumerate(seq) if op.startswith(("fence.", "membar."))]
+    assert [seq[i] for i in fences] == ["fence.acq_rel.sys"] and fences[0] < atoms[0], seq
+    assert "bar.sync" in seq[:fences[0]], seq
+

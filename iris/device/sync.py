@@ -17,10 +17,27 @@ DEBUG = ENABLED
 @triton.jit
 def signal_all(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr):
     """Add one to our slot of ``flags`` on every member's heap (ours included). Release at sys scope: what
-    this program wrote before (to any rank) is visible to a member that acquires the count."""
+    this program wrote before (to any rank) is visible to a member that acquires the count.
+
+    One release for all members: the program meets at ``bar.sync`` (every warp's writes are ordered before
+    this thread's next operations), one ``fence.acq_rel.sys``, then relaxed adds; a fence followed by a
+    strong write is a release pattern in PTX. A release atomic per member would pay the barrier and the
+    system-scope fence once per member."""
+    tl.debug_barrier()
+    fence_release_sys()
     for i in range(GROUP_SIZE):
         peer = tl.load(members + i)
-        atomic_add(flags + rank, 1, rank, peer, heap_bases, sem="release", scope="sys")
+        atomic_add(flags + rank, 1, rank, peer, heap_bases, sem="relaxed", scope="sys")
+
+
+@triton.jit
+def fence_release_sys():
+    """``fence.acq_rel.sys``: this thread's earlier writes, and those it observed (through ``bar.sync``, the
+    other warps' of the program), are ordered before its later writes, for every observer in the system. No-op
+    when interpreted: there every access is a plain CPU access, seen by the other processes in program order."""
+    if not INTERPRETED:
+        tl.inline_asm_elementwise("fence.acq_rel.sys; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
+                                  pack=1)
 
 
 @triton.jit
