@@ -99,6 +99,7 @@ def _moves_right_data(block, num_warps, programs_per_sm):
     flag = ctx.zeros(64, dtype=torch.int32)[:1]
     epoch = torch.zeros(1, dtype=torch.int32, device=device)
     status = torch.zeros(1, dtype=torch.int32, device=device)
+    ctx.barrier()  # every rank has zeroed its flag before the first ping lands in it (else the zeroing can erase it)
     rounds = 0
     if rank < 2:
         other = 1 - rank
