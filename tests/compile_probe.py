@@ -136,6 +136,7 @@ out["ops/_matmul_kernel_tma"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
 out["tma/_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
 sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
             "world_size": "i32"}
+split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "split": "i32"}  # split_tail's workspace
 fused = {"GROUP_SIZE": 2, **tiles}
 traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False}
 # As Triton's launcher specialises row-major operands: unit column strides become constants.
@@ -144,7 +145,7 @@ strides = {"stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "st
            "stride_om": "i32", "stride_on": "constexpr"}
 for fn, sig in [
     (_matmul_all_gather_kernel, {"a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N_local": "i32",
-                                 "K": "i32", **strides, **sync_sig, "trace": "*i64"}),
+                                 "K": "i32", **strides, **sync_sig, "trace": "*i64", **split_sig}),
 ]:
     meta = {**unit, **traced}
     signature = {**sig, **sync_sig, **{k: "constexpr" for k in meta}}
@@ -199,7 +200,7 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
     for fn, sig, meta in [
         (_matmul_kernel, {**dense, "a": a, "b": b, "c": c}, {**tiles, "TMA": True, "FLATTEN": True}),
         (_matmul_all_gather_kernel, {"a": a, "b": b, "out": f"*{ty}", "M": "i32", "N_local": "i32", "K": "i32",
-                                     **strides, **sync_sig, "trace": "*i64"},
+                                     **strides, **sync_sig, "trace": "*i64", **split_sig},
          {**unit, **fused, "VEC": 16, "TRACE": False, "TMA": True}),
         (_matmul_reduce_kernel, {**reduce_sig, "a": a, "b": b, "out": f"*{ty}", "staging": f"*{ty}"},
          {**reduce_meta, **fused}),

@@ -255,7 +255,7 @@ def test_bad_input(pools):
         r["divisible"]
     assert "ccl.all_reduce: unknown op 'prod'" in r["op"]
     assert "op='avg' needs a floating-point dtype" in r["avg_int"]
-    assert "CollectiveConfig: comm_sms=0 is outside [1, 128]" in r["config"]
+    assert "CollectiveConfig: comm_sms=0 is outside [1, 256]" in r["config"]
     assert "one-shot algorithm cannot run in place" in r["one_shot_in_place"]
     assert "ccl.broadcast: src=7 is not a rank of the group [0, 1]" in r["root"]
     for rank_result in results:

@@ -162,3 +162,49 @@ def test_fused_ops_in_changing_subgroups(pools):
     results = pools(4).run(_subgroup_ops_body, torch.float32)
     fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
     assert not fails, "\n".join(fails)
+
+
+def _split_tail_body():
+    """matmul_all_gather with one output tile column and a few more row tiles than programs: the last wave's
+    tiles are split along K between programs and summed in a workspace."""
+    from iris.ops.gemm import num_programs, split_tail
+
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    dtype = torch.bfloat16 if GPU_SCALE else torch.float32
+    block_m, block_n, block_k = OpsConfig().blocks(dev.type, dtype)
+    programs = num_programs(dev, 1 << 20)
+    row_tiles = programs + max(1, programs // 8)  # a last wave of 1/8 of the programs
+    M, K = row_tiles * block_m, 4 * block_k
+    full, split = split_tail(row_tiles, programs, 4)
+    out = ctx.empty(M, world * block_n, dtype=dtype)
+    fails = [None if split > 1 else f"no split: {row_tiles} tiles over {programs} programs"]
+    # twice with fresh operands (a flag left raised would add a stale partial), then unsplit
+    for salt, split_on in ((20, True), (21, True), (22, False)):
+        a = operand(0, (M, K), dtype, salt)
+        b_cols = [operand(r, (K, block_n), dtype, salt + 1) for r in range(world)]
+        out.fill_(float("nan"))
+        ctx.barrier()
+        ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
+                                  config=OpsConfig(variant="fused", split_tail=split_on))
+        ctx.barrier()
+        fails.append(mismatch(f"matmul_all_gather split_tail={split_on} ({salt}, {split}-way split)", out,
+                              ref_ops.matmul_all_gather(a, b_cols)))
+    return [f for f in fails if f]
+
+
+def test_split_last_wave_sums_every_part(pools):
+    results = pools(2).run(_split_tail_body)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails)
+
+
+def test_split_tail_fills_the_last_wave():
+    from iris.ops.gemm import split_tail
+
+    assert split_tail(448, 132, 224) == (396, 2)  # 52 tiles left: two parts each, 104 of 132 programs busy
+    assert split_tail(148, 132, 4) == (132, 4)    # 16 left: at most 4 parts, and no more than the K steps
+    assert split_tail(148, 132, 2) == (132, 2)
+    assert split_tail(512, 128, 64) == (512, 1)   # whole waves
+    assert split_tail(250, 132, 64) == (250, 1)   # 118 left: the last wave is mostly full already
+    assert split_tail(100, 132, 64) == (100, 1)   # one partial wave: the grid shrinks to the tiles instead

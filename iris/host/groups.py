@@ -8,7 +8,7 @@ no flag is ever reset and a second call can never read the first call's flag (DE
 The group's array sits at an offset computed from the group's member bit mask, so every member finds it
 at the same offset without an extra collective and without allocating on the heap on first use (which
 only the members would do, leaving the heaps of members and non-members out of step). That costs
-``2**world_size`` arrays: 1 MiB at 8 ranks. Past ``MAX_SUBGROUP_WORLD`` ranks only the whole world is a
+``2**world_size`` arrays: 2 MiB at 8 ranks. Past ``MAX_SUBGROUP_WORLD`` ranks only the whole world is a
 group.
 
 When a peer fails (``iris/host/watchdog.py``), its column of every row on our heap is set to ``POISON``, so
@@ -23,7 +23,9 @@ import torch
 from iris.host import cuda_driver
 from iris.host.watchdog import PeerError
 
-MAX_COMM_PROGRAMS = 128  # the most programs a collective kernel may use; the flag rows are sized by it
+# The most programs a collective or fused kernel may use (the flag rows are sized by it): above the SM count
+# of the GPUs we run on (132 on an H100/H200), so a persistent fused kernel can take every SM.
+MAX_COMM_PROGRAMS = 256
 ROWS = 1 + MAX_COMM_PROGRAMS
 MAX_SUBGROUP_WORLD = 8
 POISON = 1 << 30  # above any count a run reaches, with room for a failed peer's late increments

@@ -23,7 +23,9 @@ class OpsConfig:
     mainloop through tensor descriptors where the layouts allow (16-byte aligned rows, contiguous last
     dimension); ``flatten`` lets the compiler software-pipeline across tile boundaries (the plain GEMM and
     the bulk variants' GEMM off GPUs).
-    ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data."""
+    ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data.
+    ``split_tail``: when the last wave of output tiles would leave half the programs or more idle, split its
+    tiles along K between programs (matmul_all_gather), so the wave fills; partial sums meet in a workspace."""
 
     variant: str = "auto"
     block_m: int | None = None
@@ -35,6 +37,7 @@ class OpsConfig:
     tma: bool = True
     flatten: bool = True
     comm_sms: int = 16
+    split_tail: bool = True
 
     def __post_init__(self):
         if self.variant not in VARIANTS:

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from iris.device.sync import wait_until
 from iris.device.translate import translate
 
 
@@ -33,23 +34,26 @@ def tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 @triton.jit
 def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, a_rank, heap_bases,
              REMOTE_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             A_VEC: tl.constexpr = 1, TMA: tl.constexpr = False):
-    """acc = A[pid_m rows, :] @ B[:, pid_n cols] in fp32.
+             A_VEC: tl.constexpr = 1, TMA: tl.constexpr = False, k_first=0, k_stop=-1):
+    """acc = A[pid_m rows, :] @ B[:, pid_n cols] in fp32; with ``k_first`` / ``k_stop`` (in BLOCK_K steps; -1:
+    to the end) only that part of the K range, for a tile split between programs (``split_tail``).
 
     With ``TMA`` the operands are tensor descriptors (A only when it is local) and the strides go unused.
     With ``REMOTE_A`` the A rows are read from rank ``a_rank``'s heap (``a`` then points into our own heap at
     the same offset); ``A_VEC`` (16 when A's rows are 16-byte aligned: ``iris.ops.common.row_vector_width``)
     keeps those remote loads vectorised."""
     POINTER_A: tl.constexpr = REMOTE_A or not TMA
+    if k_stop < 0:
+        k_stop = tl.cdiv(K, BLOCK_K)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     if POINTER_A:
-        a_ptrs = a + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak  # [BLOCK_M, BLOCK_K]
+        a_ptrs = a + offs_m[:, None] * stride_am + (k_first * BLOCK_K + offs_k)[None, :] * stride_ak  # [BM, BK]
     if not TMA:
-        b_ptrs = b + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn  # [BLOCK_K, BLOCK_N]
+        b_ptrs = b + (k_first * BLOCK_K + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn  # [BK, BN]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
+    for k in range(k_first, k_stop):
         k_left = K - k * BLOCK_K
         if POINTER_A:
             a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
@@ -68,6 +72,50 @@ def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, p
             b_ptrs += BLOCK_K * stride_bk
         acc = tl.dot(a_tile, b_tile, acc)
     return acc
+
+
+@triton.jit
+def split_unit(u, full, split, k_iters):
+    """Work unit ``u`` of a persistent tile loop whose last, partial wave is split along K (``split_tail``):
+    units below ``full`` are whole tiles; the rest are ``split`` parts of each tail tile. Returns (tile, part,
+    parts, first and stop K step, slot): ``slot`` numbers the tail tile's helper parts in the workspace."""
+    tail = tl.maximum(u - full, 0) // split
+    part = tl.where(u < full, 0, (u - full) % split)
+    parts = tl.where(u < full, 1, split)
+    tile = tl.where(u < full, u, full + tail)
+    return tile, part, parts, part * k_iters // parts, (part + 1) * k_iters // parts, tail * (split - 1)
+
+
+@triton.jit
+def join_parts(acc, part, parts, slot, partials, part_flags, rank, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Combine a split tile: a helper part (any but the last) leaves its fp32 partial in ``partials[slot +
+    part]`` and raises the slot's flag; the last part (the tile's owner, always the highest program of the
+    tile, so it runs after its helpers even one program at a time) waits for each flag, adds the partial, and
+    lowers the flag for the next launch. Returns (owner, acc): only the owner stores the tile."""
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    owner = part == parts - 1
+    if owner:
+        for q in range(0, parts - 1):
+            flag = part_flags + slot + q
+            wait_until(flag, 1, rank, rank, "split tile")
+            acc += tl.load(partials + (slot + q) * BLOCK_M * BLOCK_N + offs)
+            tl.atomic_xchg(flag, 0, sem="relaxed", scope="gpu")
+    else:
+        tl.store(partials + (slot + part) * BLOCK_M * BLOCK_N + offs, acc)
+        tl.debug_barrier()  # every warp's part of the partial is written before the flag is raised
+        tl.atomic_xchg(part_flags + slot + part, 1, sem="release", scope="gpu")
+    return owner, acc
+
+
+def split_tail(tiles, programs, k_iters, max_split=4):
+    """(full, split) for a persistent loop of ``programs`` over ``tiles``: when the last wave would leave at
+    least half the programs idle, its tiles are split along K into ``split`` parts (at most ``max_split``,
+    at most ``k_iters``) so they fill the wave: units = full + (tiles - full) * split <= programs more."""
+    tail = tiles % programs if tiles > programs else 0
+    split = min(programs // tail, max_split, k_iters) if tail else 1
+    if split < 2:
+        return tiles, 1
+    return tiles - tail, split
 
 
 @triton.jit

@@ -6,6 +6,7 @@ so the link carries tile i while the tensor cores work on tile i + 1.
     program p:  barrier(out free) | tile -> C tile -> store to rank 0..W-1 | tile -> ... | barrier(all landed)
 """
 
+import torch
 import triton
 import triton.language as tl
 
@@ -13,43 +14,50 @@ from iris.ccl.device import peer_at, program_row
 from iris.device.rma import store
 from iris.device.sync import group_barrier
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
+from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
-from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, tile_coords
+from iris.ops.gemm import (descriptors_fit, join_parts, mainloop, num_programs, operand, split_tail, split_unit,
+                           tile_coords)
 
 
 @triton.jit
 def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
-                              stride_on, flags, heap_bases, members, rank, group_index, world_size, trace,
-                              GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr,
-                              TMA: tl.constexpr):
+                              stride_on, flags, heap_bases, members, rank, group_index, world_size, trace, partials,
+                              part_flags, full, split, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr,
+                              TRACE: tl.constexpr, TMA: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N_local, BLOCK_N)
-    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
-        # ---- compute: one tile of A @ B_local
+    tiles = num_pid_m * num_pid_n
+    for u in range(tl.program_id(0), full + (tiles - full) * split, tl.num_programs(0)):
+        # ---- compute: one tile of A @ B_local (or, in a split last wave, part of its K range)
         if TRACE:
             t_gemm = now(trace)
+        tile, part, parts, k_first, k_stop, slot = split_unit(u, full, split, tl.cdiv(K, BLOCK_K))
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
-                       heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
+                       heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA, k_first=k_first,
+                       k_stop=k_stop)  # [BLOCK_M, BLOCK_N] fp32
+        owner, acc = join_parts(acc, part, parts, slot, partials, part_flags, rank, BLOCK_M, BLOCK_N)
         if TRACE:
             record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
             t_send = now(trace)
-        # ---- communicate: the tile lands in our column block of every rank's out
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
-        ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
-        tile_out = acc.to(out.dtype.element_ty)
-        for i in range(GROUP_SIZE):
-            store(ptrs, tile_out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, mask=mask,
-                  hint=(1, VEC))
-        if TRACE:
-            # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
-            tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
-            record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * tile_bytes, t_send, rank)
+        if owner:
+            # ---- communicate: the tile lands in our column block of every rank's out
+            offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
+            ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
+            tile_out = acc.to(out.dtype.element_ty)
+            for i in range(GROUP_SIZE):
+                store(ptrs, tile_out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, mask=mask,
+                      hint=(1, VEC))
+            if TRACE:
+                # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
+                tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
+                record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * tile_bytes, t_send, rank)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's tiles have landed in our out
 
 
@@ -78,12 +86,18 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
         return common.add_bias(out, bias, caller)
     tma = config.tma and descriptors_fit(a, b)
-    programs = min(num_programs(ctx.get_device(), tiles), 128)
+    programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
+    full, split = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 1)
+    slots = max(1, (tiles - full) * (split - 1))  # helper parts of the split tiles
+    partials = ctx.ops.workspaces.get("matmul_all_gather.partials", sync.ranks, (slots, block_m, block_n),
+                                      torch.float32)
+    part_flags = ctx.ops.workspaces.get("matmul_all_gather.part_flags", sync.ranks, (slots,), torch.int32,
+                                        zero=True)
     _matmul_all_gather_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
         a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases, sync.members,
-        ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), GROUP_SIZE=sync.size, BLOCK_M=block_m,
-        BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local),
-        TRACE=ctx.tracing.enabled, TMA=tma, num_warps=config.num_warps,
+        ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags, full, split,
+        GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
+        VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, num_warps=config.num_warps,
         num_stages=config.stages())
     return common.add_bias(out, bias, caller)

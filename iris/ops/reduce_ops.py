@@ -24,6 +24,7 @@ from iris.ccl.device import program_row
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import group_barrier, wait_until
+from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
 
@@ -110,7 +111,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     staging = ctx.ops.workspaces.get(caller + ".staging", sync.ranks, (sync.size, m_local, N), a.dtype)
     tile_flags = ctx.ops.workspaces.peer_flags(caller + ".flags", sync.ranks, tiles // sync.size)
     tma = config.tma and descriptors_fit(a, b)
-    programs = min(num_programs(ctx.get_device(), tiles // sync.size), 128)
+    programs = min(num_programs(ctx.get_device(), tiles // sync.size), MAX_COMM_PROGRAMS)
     _matmul_reduce_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, m_local, N,
         a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags,
