@@ -110,7 +110,7 @@ def join_parts(acc, part, parts, slot, partials, part_flags, rank, BLOCK_M: tl.c
 def split_tail(tiles, programs, k_iters, max_split=4):
     """(full, split) for a persistent loop of ``programs`` over ``tiles``: when the last wave would leave at
     least half the programs idle, its tiles are split along K into ``split`` parts (at most ``max_split``,
-    at most ``k_iters``) so they fill the wave: units = full + (tiles - full) * split <= programs more."""
+    at most ``k_iters``) so they fill it: the last wave then runs (tiles - full) * split <= programs units."""
     tail = tiles % programs if tiles > programs else 0
     split = min(programs // tail, max_split, k_iters) if tail else 1
     if split < 2:
