@@ -147,6 +147,7 @@ if __name__ == "__main__":
     if args.plot_only:
         import json
 
+        os.makedirs(args.out, exist_ok=True)
         with open(args.plot_only) as f:
             plots(json.load(f), args.out)
         raise SystemExit(0)

@@ -191,6 +191,7 @@ if __name__ == "__main__":
     parser.add_argument("--plot-only", metavar="JSON", help="draw the figures from a saved ops.json into --out")
     args = parser.parse_args()
     if args.plot_only:
+        os.makedirs(args.out, exist_ok=True)
         with open(args.plot_only) as f:
             plots(json.load(f), args.out)
         raise SystemExit(0)

@@ -151,18 +151,39 @@ def _pyplot(path):
     return plt
 
 
+def _panel_grid(path, count, cols, panel_size):
+    """(plt, fig, axes) for ``count`` panels, ``cols`` to a row, each ``panel_size`` inches; None when
+    matplotlib is missing."""
+    plt = _pyplot(path)
+    if plt is None:
+        return None
+    cols = min(count, cols)
+    fig_rows = math.ceil(count / cols)
+    fig, axes = plt.subplots(fig_rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * fig_rows),
+                             squeeze=False)
+    return plt, fig, axes
+
+
+def _save_grid(plt, fig, axes, used, title, path):
+    """Blank the panels past ``used``, title, write ``path`` and return it."""
+    for ax in list(axes.flat)[used:]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_curves(rows, path, ops, y="busbw_GBps", title="", peak_GBps=None, peak_label=None):
     """One panel per op: ``y`` against bytes (log scale), one line per provider (and variant). Returns the
     path written, or None when matplotlib is missing or there is nothing to plot."""
     ops = [op for op in ops if any(r["op"] == op for r in rows)]
-    if not ops:
+    grid = _panel_grid(path, len(ops), 4, (4.2, 3.4)) if ops else None
+    if grid is None:
         return None
-    plt = _pyplot(path)
-    if plt is None:
-        return None
-    cols = min(len(ops), 4)
-    fig_rows = math.ceil(len(ops) / cols)
-    fig, axes = plt.subplots(fig_rows, cols, figsize=(4.2 * cols, 3.4 * fig_rows), squeeze=False)
+    plt, fig, axes = grid
     for ax, op in zip(axes.flat, ops):
         mine = [r for r in rows if r["op"] == op]
         # Name lines by provider alone unless a provider has several variants in this panel.
@@ -185,14 +206,7 @@ def plot_curves(rows, path, ops, y="busbw_GBps", title="", peak_GBps=None, peak_
         ax.set_ylabel(y.replace("_GBps", " (GB/s)"))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(ops):]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save_grid(plt, fig, axes, len(ops), title, path)
 
 
 def plot_bars(panels, path, ylabel, title="", reference=None):
@@ -200,14 +214,10 @@ def plot_bars(panels, path, ylabel, title="", reference=None):
     one group per shape, one bar per provider); ``reference`` draws a dashed line at that value (1.0 for a
     speedup). Returns the path written, or None when matplotlib is missing or there is nothing to plot."""
     panels = {name: groups for name, groups in panels.items() if groups}
-    if not panels:
+    grid = _panel_grid(path, len(panels), 2, (6.4, 3.6)) if panels else None
+    if grid is None:
         return None
-    plt = _pyplot(path)
-    if plt is None:
-        return None
-    cols = min(len(panels), 2)
-    fig_rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(fig_rows, cols, figsize=(6.4 * cols, 3.6 * fig_rows), squeeze=False)
+    plt, fig, axes = grid
     colors = {label: f"C{i}" for i, label in enumerate(dict.fromkeys(
         label for groups in panels.values() for bars in groups.values() for label in bars))}  # same in every panel
     for ax, (name, groups) in zip(axes.flat, panels.items()):
@@ -226,14 +236,7 @@ def plot_bars(panels, path, ylabel, title="", reference=None):
         ax.margins(y=0.2)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save_grid(plt, fig, axes, len(panels), title, path)
 
 
 def plot_heatmap(rows, path, ops, provider, peak_GBps, title=""):
