@@ -7,15 +7,16 @@ then the peers' partials for those tiles have (mostly) landed, so the epilogue o
 the staged tiles to its fp32 accumulator and stores. For all_reduce the finished tile is then pushed to every
 rank's ``out``: a reduce-scatter and an all-gather, both inside the GEMM.
 
-    program p, rank q:  barrier | for d != q: tile t of block d -> staging[q] on d, flag[q, t] = epoch
-                                | tile t of block q + sum over s != q of staging[s][t] (after flag[s, t]) -> out
-                                | (all_reduce: push to every rank, barrier)
+    rank q:  barrier | units (block d != q, tile t): partial -> staging[q] on d, flag[q, t] = call number
+                     | units (block q, tile t): partial + sum over s != q of staging[s][t] (after flag[s, t])
+                       -> out (all_reduce: push to every rank, barrier)
 
-A tile's producer on rank s and its consumer on rank q are the same program index, so the epoch (the
-program row's barrier count) matches and the waits are deadlock-free even when programs run one at a time
-(the interpreter). The bulk variant runs the GEMM (cuBLAS on GPUs), then the Triton collective.
+The units of all row blocks form one persistent loop, so the tiles of every block share the waves. Flags are
+stamped with the call number (``call_epoch``), the same in every program of every rank. The bulk variant runs
+the GEMM (cuBLAS on GPUs), then the Triton collective.
 """
 
+import torch
 import triton
 import triton.language as tl
 
@@ -23,7 +24,7 @@ from iris.ccl.config import CollectiveConfig
 from iris.ccl.device import program_row
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
-from iris.device.sync import group_barrier, wait_until
+from iris.device.sync import call_epoch, finish_call, group_barrier, wait_until
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
@@ -32,54 +33,62 @@ ONE_SHOT_MAX_BYTES = CollectiveConfig().one_shot_max_bytes  # below it all_reduc
 
 
 @triton.jit
-def _matmul_reduce_kernel(a, b, out, staging, tile_flags, M_local, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
+def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, M_local, N, K, stride_am, stride_ak, stride_bk,
+                          stride_bn, stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
                           GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, ALL_REDUCE: tl.constexpr,
                           STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr):
     row = program_row(flags, world_size)
-    epoch = group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # staging is free: last call's reads are done
+    # staging is free: every rank has started this call, so its last call (all of whose reads) is over
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
+    epoch = call_epoch(call)  # stamps this call's tile flags: the same number in every program of every rank
     num_pid_m = M_local // BLOCK_M  # row blocks per rank
     num_pid_n = tl.cdiv(N, BLOCK_N)
     tiles = num_pid_m * num_pid_n
     M = GROUP_SIZE * M_local
     offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
-    # ---- peers' row blocks: compute, push to the owner's staging slot for us, stamp the tile's flag
-    for step in range(1, GROUP_SIZE):
-        dest_index = (group_index + step) % GROUP_SIZE
-        dest = tl.load(members + dest_index)
-        for t in range(tl.program_id(0), tiles, tl.num_programs(0)):
-            pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-            acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, dest_index * num_pid_m + pid_m,
-                           pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
-            slot = staging + group_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
-            store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases,
-                  mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N, hint=(1, STAGE_VEC))
-            atomic_xchg(tile_flags + group_index * tiles + t, epoch, rank, dest, heap_bases, sem="release",
-                        scope="sys")
-    # ---- our row block: our partial plus every peer's, then out
-    for t in range(tl.program_id(0), tiles, tl.num_programs(0)):
+    # One pass over every (row block, tile) unit, the peers' blocks first and ours last, so the programs fill the
+    # waves of all blocks together (separate passes would round each block up to whole waves). A unit of ours
+    # waits only on peers' units of lower index, and those never wait, so any order of resident programs
+    # completes; programs run one at a time (the interpreter) need tiles % programs == 0, where a tile's
+    # producers and consumer are the same program.
+    for u in range(tl.program_id(0), GROUP_SIZE * tiles, tl.num_programs(0)):
+        step = u // tiles + 1  # 1 .. GROUP_SIZE - 1: rank group_index + step's block; GROUP_SIZE: ours
+        t = u % tiles
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-        acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, group_index * num_pid_m + pid_m,
+        block_index = (group_index + step) % GROUP_SIZE
+        acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
                        pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
         n_mask = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N
-        for step in range(1, GROUP_SIZE):
-            src_index = (group_index + GROUP_SIZE - step) % GROUP_SIZE
-            wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index), "matmul_reduce")
-            slot = staging + src_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
-            acc += tl.load(slot + offs, mask=n_mask, other=0.0).to(tl.float32)
-        if ALL_REDUCE:  # rows group_index * M_local + ... of every rank's out
-            offs_m = group_index * M_local + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            ptrs = out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
-            tile = acc.to(out.dtype.element_ty)
-            for i in range(GROUP_SIZE):
-                store(ptrs, tile, rank, tl.load(members + (group_index + i) % GROUP_SIZE), heap_bases, mask=n_mask,
-                      hint=(1, OUT_VEC))
+        if step < GROUP_SIZE:
+            # ---- a peer's row block: push the partial to the owner's staging slot for us, stamp its flag
+            dest = tl.load(members + block_index)
+            slot = staging + group_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+            store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases, mask=n_mask,
+                  hint=(1, STAGE_VEC))
+            atomic_xchg(tile_flags + group_index * tiles + t, epoch, rank, dest, heap_bases, sem="release",
+                        scope="sys")
         else:
-            store_tile(out, acc, pid_m, pid_n, M_local, N, stride_om, stride_on, BLOCK_M, BLOCK_N, False)
+            # ---- our row block: our partial plus every peer's, then out
+            for back in range(1, GROUP_SIZE):
+                src_index = (group_index + GROUP_SIZE - back) % GROUP_SIZE
+                wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index),
+                           "matmul_reduce")
+                slot = staging + src_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+                acc += tl.load(slot + offs, mask=n_mask, other=0.0).to(tl.float32)
+            if ALL_REDUCE:  # rows group_index * M_local + ... of every rank's out
+                offs_m = group_index * M_local + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                ptrs = out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+                tile = acc.to(out.dtype.element_ty)
+                for i in range(GROUP_SIZE):
+                    store(ptrs, tile, rank, tl.load(members + (group_index + i) % GROUP_SIZE), heap_bases,
+                          mask=n_mask, hint=(1, OUT_VEC))
+            else:
+                store_tile(out, acc, pid_m, pid_n, M_local, N, stride_om, stride_on, BLOCK_M, BLOCK_N, False)
     if ALL_REDUCE:
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's finished tiles are in our out
+    finish_call(call)
 
 
 def _run(ctx, caller, out, a, b, group, config, all_reduce):
@@ -110,12 +119,16 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
         return out
     staging = ctx.ops.workspaces.get(caller + ".staging", sync.ranks, (sync.size, m_local, N), a.dtype)
     tile_flags = ctx.ops.workspaces.peer_flags(caller + ".flags", sync.ranks, tiles // sync.size)
+    call = ctx.ops.workspaces.get(caller + ".call", sync.ranks, (2,), torch.int32, zero=True)
     tma = config.tma and descriptors_fit(a, b)
     programs = min(num_programs(ctx.get_device(), tiles // sync.size), MAX_COMM_PROGRAMS)
+    if ctx.get_device().type == "cpu":  # programs run one at a time there: pair each tile's producers and consumer
+        programs = max(p for p in range(1, programs + 1) if (tiles // sync.size) % p == 0)
     _matmul_reduce_kernel[(programs,)](
-        operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, m_local, N,
-        a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags,
-        ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size, BLOCK_M=block_m,
+        operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
+        m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
+        BLOCK_M=block_m,
         BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
         STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out),
         num_warps=config.num_warps, num_stages=config.stages())
