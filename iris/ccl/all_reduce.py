@@ -2,10 +2,8 @@
 
 One-shot (latency):            two-shot (bandwidth):
     barrier (inputs ready)          barrier (inputs ready)
-    out = op over ranks of inp      out[my shard] = op over ranks of inp[my shard]
-    barrier (inputs free)           barrier (shards reduced)
-                                    out[shard q] = out[shard q] of rank q, for every q
-                                    barrier (shards read)
+    out = op over ranks of inp      r = op over ranks of inp[my shard]; out[my shard] = r on every rank
+    barrier (inputs free)           barrier (shards landed, inputs free)
 
 Each program synchronises only with the same-numbered program of the other ranks: programs split the data
 the same way on every rank, so program p only ever touches what program p of a peer produced, and no
@@ -16,8 +14,8 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import program_row, reduce_from_group
-from iris.device.rma import get
+from iris.ccl.device import peer_at, program_row, reduce_from_group
+from iris.device.rma import store
 from iris.device.sync import group_barrier
 
 
@@ -41,29 +39,21 @@ def _all_reduce_two_shot_kernel(out, inp, n, shard, flags, heap_bases, members, 
                                 GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
                                 HINT: tl.constexpr, BLOCK: tl.constexpr):
     row = program_row(flags, world_size)
-    step = tl.num_programs(0) * BLOCK
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's input is ready
-    # ---- reduce-scatter: our shard, read from every rank
+    # Our shard, read from every rank and reduced, then stored straight into every rank's out: the
+    # reduce-scatter and the all-gather in one pass, with no barrier between them. In place is safe: only
+    # we read shard ``group_index`` of any rank's input, and each element before we overwrite it.
     shard_start = group_index * shard
     shard_end = tl.minimum(shard_start + shard, n)
-    for start in range(shard_start + tl.program_id(0) * BLOCK, shard_end, step):
+    for start in range(shard_start + tl.program_id(0) * BLOCK, shard_end, tl.num_programs(0) * BLOCK):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < shard_end
         acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP, ACC_FP32,
-                                HINT)  # [BLOCK]
-        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
-    # Every shard is reduced, and every rank has finished reading our input (out may be inp).
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
-    # ---- all-gather: pull the other shards from their owners
-    for i in range(1, GROUP_SIZE):
-        owner = (group_index + i) % GROUP_SIZE
-        peer = tl.load(members + owner)
-        owner_start = owner * shard
-        owner_end = tl.minimum(owner_start + shard, n)
-        for start in range(owner_start + tl.program_id(0) * BLOCK, owner_end, step):
-            offs = start + tl.arange(0, BLOCK)
-            get(out + offs, out + offs, peer, rank, heap_bases, mask=offs < owner_end, hint=HINT)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still reads our shard
+                                HINT).to(out.dtype.element_ty)  # [BLOCK]
+        for i in range(1, GROUP_SIZE + 1):  # peers first, ours last
+            store(out + offs, acc, rank, peer_at(members, group_index, i % GROUP_SIZE, GROUP_SIZE), heap_bases,
+                  mask=mask, hint=HINT)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every shard has landed; no rank reads our input
 
 
 def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
