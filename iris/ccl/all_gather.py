@@ -9,8 +9,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import peer_at, program_row
-from iris.device.rma import store
+from iris.ccl.device import program_row, store_to_group
 from iris.device.sync import group_barrier
 
 
@@ -24,9 +23,7 @@ def _all_gather_kernel(out, inp, n, flags, heap_bases, members, rank, group_inde
         offs = start + tl.arange(0, BLOCK)
         mask = offs < n
         x = tl.load(inp + offs, mask=mask)  # [BLOCK]
-        for i in range(GROUP_SIZE):
-            peer = peer_at(members, group_index, i, GROUP_SIZE)
-            store(slot + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
+        store_to_group(slot + offs, x, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask, hint=HINT)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slot has landed in our out
 
 

@@ -14,8 +14,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import peer_at, program_row, reduce_from_group
-from iris.device.rma import store
+from iris.ccl.device import program_row, reduce_from_group, store_to_group
 from iris.device.sync import group_barrier
 
 
@@ -50,9 +49,8 @@ def _all_reduce_two_shot_kernel(out, inp, n, shard, flags, heap_bases, members, 
         mask = offs < shard_end
         acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP, ACC_FP32,
                                 HINT).to(out.dtype.element_ty)  # [BLOCK]
-        for i in range(1, GROUP_SIZE + 1):  # peers first, ours last
-            store(out + offs, acc, rank, peer_at(members, group_index, i % GROUP_SIZE, GROUP_SIZE), heap_bases,
-                  mask=mask, hint=HINT)
+        store_to_group(out + offs, acc, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask, hint=HINT,
+                       PEERS_FIRST=True)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every shard has landed; no rank reads our input
 
 

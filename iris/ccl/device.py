@@ -3,7 +3,7 @@
 import triton
 import triton.language as tl
 
-from iris.device.rma import load
+from iris.device.rma import load, store
 
 
 @triton.jit
@@ -16,6 +16,17 @@ def program_row(flags, world_size):
 def peer_at(members, group_index, i, GROUP_SIZE: tl.constexpr):
     """The ``i``-th member counting from ourselves: each rank starts on a different peer, spreading links."""
     return tl.load(members + (group_index + i) % GROUP_SIZE)
+
+
+@triton.jit
+def store_to_group(ptr, value, rank, heap_bases, members, group_index, GROUP_SIZE: tl.constexpr, mask=None,
+                   hint: tl.constexpr = None, PEERS_FIRST: tl.constexpr = False):
+    """``ptr[...] = value`` on every member's heap (``ptr`` in ours): ourselves first, then the members after
+    us in turn (``peer_at``); with ``PEERS_FIRST``, ourselves last. ``hint`` keeps the remote stores
+    vectorised, as for ``iris.store``."""
+    for i in range(GROUP_SIZE):
+        j = (i + 1) % GROUP_SIZE if PEERS_FIRST else i
+        store(ptr, value, rank, peer_at(members, group_index, j, GROUP_SIZE), heap_bases, mask=mask, hint=hint)
 
 
 @triton.jit

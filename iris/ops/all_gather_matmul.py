@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.ccl.device import program_row
+from iris.ccl.device import peer_at, program_row
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, fence_async_proxy, finish_call, group_barrier, next_tile, wait_until
@@ -47,7 +47,7 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready,
         for blk in range(pid, blocks, COMM_PROGRAMS):
             rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
             for step in range(1, GROUP_SIZE):
-                peer = tl.load(members + (group_index + step) % GROUP_SIZE)
+                peer = peer_at(members, group_index, step, GROUP_SIZE)
                 for k0 in range(0, K, COPY_K):
                     cols = k0 + tl.arange(0, COPY_K)
                     mask = cols[None, :] < K

@@ -10,8 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.ccl.device import peer_at, program_row
-from iris.device.rma import store
+from iris.ccl.device import program_row, store_to_group
 from iris.device.sync import group_barrier
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host.groups import MAX_COMM_PROGRAMS
@@ -50,10 +49,8 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
             ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
-            tile_out = acc.to(out.dtype.element_ty)
-            for i in range(GROUP_SIZE):
-                store(ptrs, tile_out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, mask=mask,
-                      hint=(1, VEC))
+            store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, heap_bases, members, group_index, GROUP_SIZE,
+                           mask=mask, hint=(1, VEC))
             if TRACE:
                 # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
                 tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8

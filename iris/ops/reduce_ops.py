@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl.config import CollectiveConfig
-from iris.ccl.device import program_row
+from iris.ccl.device import program_row, store_to_group
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, finish_call, group_barrier, wait_until
@@ -80,10 +80,8 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, M_local, N, K, s
                 offs_m = group_index * M_local + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
                 offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 ptrs = out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
-                tile = acc.to(out.dtype.element_ty)
-                for i in range(GROUP_SIZE):
-                    store(ptrs, tile, rank, tl.load(members + (group_index + i) % GROUP_SIZE), heap_bases,
-                          mask=n_mask, hint=(1, OUT_VEC))
+                store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, heap_bases, members, group_index,
+                               GROUP_SIZE, mask=n_mask, hint=(1, OUT_VEC))
             else:
                 store_tile(out, acc, pid_m, pid_n, M_local, N, stride_om, stride_on, BLOCK_M, BLOCK_N, False)
     if ALL_REDUCE:
