@@ -59,8 +59,8 @@ def main(m, n, k):
                                                         BLOCK_N=BN, BLOCK_K=BK)
     ctx.device_barrier()  # every rank's adds have landed in our out
 
-    torch.testing.assert_close(out.cpu().double(), reference.matmul_all_reduce(a_slices, b_slices), rtol=1e-3,
-                               atol=1e-3)
+    # fp32 operands go through tf32 on GPUs (10-bit mantissa): sums of 2 x 96 products land up to ~0.05 off
+    torch.testing.assert_close(out.cpu().double(), reference.matmul_all_reduce(a_slices, b_slices), rtol=2e-2, atol=0.1)
     if rank == 0:
         ctx.info(f"gemm_all_reduce_atomics: {tiles} partial tiles per rank added into {world} ranks' out")
 

