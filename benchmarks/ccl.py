@@ -55,7 +55,15 @@ class _SymmMem:
         return self.buffers.get((n, dtype))
 
 
-def make_sweep(ctx, sizes, dtype, timing, ops=OPS):
+def _variant_config(provider):
+    """``iris`` runs the defaults; ``iris_<programs>x<block>x<warps>`` (from ``--configs``) overrides them."""
+    if provider == "iris":
+        return None
+    programs, block, warps = (int(v) for v in provider.split("_", 1)[1].split("x"))
+    return iris.ccl.CollectiveConfig(comm_sms=programs, block_size=block, num_warps=warps)
+
+
+def make_sweep(ctx, sizes, dtype, timing, ops=OPS, configs=()):
     world = ctx.get_num_ranks()
     dev = ctx.get_device()
     itemsize = torch.tensor([], dtype=dtype).element_size()
@@ -74,12 +82,13 @@ def make_sweep(ctx, sizes, dtype, timing, ops=OPS):
             return None
         common = dict(bytes=bytes, dtype=str(dtype).replace("torch.", ""), shape=(n_in,),
                       busbw_factor=_busbw_factor(op, world), variant=provider)
-        if provider == "iris":
+        if provider.startswith("iris"):
             inp, out = heap_pair(op, n_in, n_out)
-            fn = {"all_reduce": lambda: ctx.ccl.all_reduce(out, inp),
-                  "all_gather": lambda: ctx.ccl.all_gather(out, inp),
-                  "reduce_scatter": lambda: ctx.ccl.reduce_scatter(out, inp),
-                  "all_to_all": lambda: ctx.ccl.all_to_all(out, inp)}[op]
+            cfg = _variant_config(provider)
+            fn = {"all_reduce": lambda: ctx.ccl.all_reduce(out, inp, config=cfg),
+                  "all_gather": lambda: ctx.ccl.all_gather(out, inp, config=cfg),
+                  "reduce_scatter": lambda: ctx.ccl.reduce_scatter(out, inp, config=cfg),
+                  "all_to_all": lambda: ctx.ccl.all_to_all(out, inp, config=cfg)}[op]
             return Point(fns=[fn], **common)
         if provider == "nccl":
             inp = torch.randn(n_in, device=dev).to(dtype)
@@ -99,7 +108,9 @@ def make_sweep(ctx, sizes, dtype, timing, ops=OPS):
             return Point(fns=[lambda: torch.ops.symm_mem.one_shot_all_reduce(t, "sum", group_name)], **common)
         return Point(fns=[lambda: torch.ops.symm_mem.two_shot_all_reduce_(t, "sum", group_name)], **common)
 
-    providers = ("iris", "nccl", "torch_one_shot", "torch_two_shot") if dev.type == "cuda" else ("iris", "nccl")
+    variants = tuple(f"iris_{c}" for c in configs)
+    others = ("nccl", "torch_one_shot", "torch_two_shot") if dev.type == "cuda" else ("nccl",)
+    providers = ("iris",) + variants + others
     return Sweep("ccl", axes={"op": ops, "bytes": sizes}, providers=providers, make=make, timing=timing), symm
 
 
@@ -110,9 +121,9 @@ def plots(rows, out):
     report.plot_curves(small, os.path.join(out, "ccl_latency.png"), OPS, y="us_p50", title="collectives: time per call")
 
 
-def main(out, quick, max_bytes, min_bytes=0, ops=OPS):
+def main(out, quick, max_bytes, min_bytes=0, ops=OPS, configs=()):
     on_cpu = iris.host.backend.BACKEND == "cpu"
-    sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30]
+    sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
     if quick or on_cpu:
         sizes = [4 << 10, 16 << 10]
     sizes = [s for s in sizes if min_bytes <= s <= max_bytes] or sizes[-1:]
@@ -120,7 +131,7 @@ def main(out, quick, max_bytes, min_bytes=0, ops=OPS):
     # 1.5 each at 2 ranks, all_to_all 2), summed over the sizes
     ctx = iris.iris(heap_size=(7 * sum(sizes) + (64 << 20)) if not on_cpu else 1 << 24)
     timing = Timing(warmup=2, repeat=3, min_repeat=2, budget_ms=5) if on_cpu else Timing()
-    sweep, symm = make_sweep(ctx, sizes, torch.bfloat16 if not on_cpu else torch.float32, timing, ops)
+    sweep, symm = make_sweep(ctx, sizes, torch.bfloat16 if not on_cpu else torch.float32, timing, ops, configs)
     rows = run_sweep(ctx, sweep)
     if ctx.get_rank() == 0:
         os.makedirs(out, exist_ok=True)
@@ -141,6 +152,8 @@ if __name__ == "__main__":
     parser.add_argument("--max-bytes", type=int, default=1 << 30)
     parser.add_argument("--min-bytes", type=int, default=0, help="leave out the sizes below (to re-run the largest)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
+    parser.add_argument("--configs", default="", help="extra iris providers, comma-separated "
+                        "<programs>x<block>x<warps> (e.g. 132x16384x32), each timed beside the defaults")
     parser.add_argument("--world-size", type=int, default=None)
     parser.add_argument("--plot-only", metavar="JSON", help="draw the figures from a saved ccl.json into --out")
     args = parser.parse_args()
@@ -152,4 +165,4 @@ if __name__ == "__main__":
             plots(json.load(f), args.out)
         raise SystemExit(0)
     iris.run(main, args.world_size or default_world_size(), args.out, args.quick, args.max_bytes, args.min_bytes,
-             tuple(args.ops.split(",")))
+             tuple(args.ops.split(",")), tuple(c for c in args.configs.split(",") if c))

@@ -131,6 +131,45 @@ def test_collectives(pools, world_size, dtype):
     assert not fails, "\n".join(fails)
 
 
+def _large_body():
+    """Messages past ``LARGE_NUMEL``, where ``plan`` switches to about one program per SM, 32 warps and 16384
+    elements per step; the length is not a multiple of that block."""
+    from iris.ccl import common
+
+    ctx = new_context(1 << 28)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    n = common.LARGE_NUMEL + 4099
+    shape = common.plan(ctx, "test", n, None, None)
+    fails = [None if (shape.warps, shape.block) == (32, 16384) else f"plan chose {shape} for {n} elements"]
+    inputs = [data(r, (world * n,), torch.bfloat16, salt=3) for r in range(world)]
+    inp, out = ctx.empty(world * n, dtype=torch.bfloat16), ctx.empty(world * n, dtype=torch.bfloat16)
+    inp.copy_(inputs[rank].to(dev))
+    calls = {
+        "all_reduce one_shot": (lambda: ctx.ccl.all_reduce(out[:n], inp[:n], config=CollectiveConfig(
+            algorithm="one_shot")), out[:n], ref_ops.all_reduce([x[:n] for x in inputs], "sum")),
+        "all_reduce two_shot": (lambda: ctx.ccl.all_reduce(out[:n], inp[:n]), out[:n],
+                                ref_ops.all_reduce([x[:n] for x in inputs], "sum")),
+        "all_gather": (lambda: ctx.ccl.all_gather(out, inp[:n]), out, ref_ops.all_gather([x[:n] for x in inputs])),
+        "reduce_scatter": (lambda: ctx.ccl.reduce_scatter(out[:n], inp), out[:n],
+                           ref_ops.reduce_scatter(inputs, rank)),
+        "all_to_all": (lambda: ctx.ccl.all_to_all(out, inp), out, ref_ops.all_to_all(inputs, rank)),
+    }
+    for name, (call, result, reference) in calls.items():
+        out.fill_(-99)
+        ctx.barrier()
+        call()
+        ctx.barrier()
+        fails.append(mismatch(name, result, reference))
+    return [f for f in fails if f]
+
+
+@pytest.mark.skipif(not GPU_SCALE, reason="GPU tier: 32 MiB messages (the CPU tier runs the same kernels small)")
+def test_large_messages(pools):
+    results = pools(2).run(_large_body)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails)
+
+
 def _subgroup_body():
     import torch.distributed as dist
 

@@ -17,7 +17,7 @@ from iris.device.sync import group_barrier
 def _all_gather_kernel(out, inp, n, flags, heap_bases, members, rank, group_index, world_size,
                        GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still uses its out
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still uses its out
     slot = out + group_index * n
     for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
         offs = start + tl.arange(0, BLOCK)
@@ -46,5 +46,5 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
     # A slot starts at group_index * n elements: 16-byte aligned only when n keeps it so.
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
     _all_gather_kernel[p.grid](out_flat, inp_flat, n, *p.sync_args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
-                               BLOCK=p.block, num_warps=p.config.num_warps)
+                               BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)

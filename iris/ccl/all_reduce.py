@@ -23,14 +23,14 @@ def _all_reduce_one_shot_kernel(out, inp, n, flags, heap_bases, members, rank, g
                                 GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
                                 HINT: tl.constexpr, BLOCK: tl.constexpr):
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's input is ready
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
     for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < n
         acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP, ACC_FP32,
                                 HINT)  # [BLOCK]
         tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still reads our input
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still reads our input
 
 
 @triton.jit
@@ -38,7 +38,7 @@ def _all_reduce_two_shot_kernel(out, inp, n, shard, flags, heap_bases, members, 
                                 GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
                                 HINT: tl.constexpr, BLOCK: tl.constexpr):
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's input is ready
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
     # Our shard, read from every rank and reduced, then stored straight into every rank's out: the
     # reduce-scatter and the all-gather in one pass, with no barrier between them. In place is safe: only
     # we read shard ``group_index`` of any rank's input, and each element before we overwrite it.
@@ -81,7 +81,7 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
         raise ValueError(f"{caller}: the one-shot algorithm cannot run in place (peers still read inp while out is "
                          "written); use algorithm='two_shot' or 'auto', or a separate out")
     meta = dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=common.accumulate_in_fp32(inp.dtype),
-                HINT=common.vector_hint(inp, out), BLOCK=p.block, num_warps=p.config.num_warps)
+                HINT=common.vector_hint(inp, out), BLOCK=p.block, num_warps=p.warps)
     if algorithm == "one_shot":
         _all_reduce_one_shot_kernel[p.grid](out_flat, inp_flat, n, *p.sync_args(ctx), **meta)
     else:

@@ -33,5 +33,5 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
     hint = common.vector_hint(out, mine) if (n * inp.element_size()) % 16 == 0 else None
     _all_reduce_one_shot_kernel[p.grid](out_flat, mine, n, *p.sync_args(ctx), GROUP_SIZE=p.sync.size, OP=op,
                                         ACC_FP32=common.accumulate_in_fp32(inp.dtype), HINT=hint, BLOCK=p.block,
-                                        num_warps=p.config.num_warps)
+                                        num_warps=p.warps)
     return common.done(ctx, async_op)

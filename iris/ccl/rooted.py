@@ -67,7 +67,7 @@ def _pull(ctx, caller, dst, src, n, root, group, config, async_op, sync=None):
     root_index = _root_index(p.sync, root, caller, "src")
     _pull_from_root_kernel[p.grid](dst, src, n, root, root_index, *p.sync_args(ctx), GROUP_SIZE=p.sync.size,
                                    ROOT_COPIES=dst.data_ptr() != src.data_ptr(), HINT=common.vector_hint(dst, src),
-                                   BLOCK=p.block, num_warps=p.config.num_warps)
+                                   BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)
 
 
@@ -117,7 +117,7 @@ def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
     _root_pulls_kernel[p.grid](out_flat, inp_flat, n, root_index, *p.sync_args(ctx), GROUP_SIZE=p.sync.size,
                                REDUCE=op is not None, OP=op or "sum", ACC_FP32=common.accumulate_in_fp32(inp.dtype),
                                HINT=common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None,
-                               BLOCK=p.block, num_warps=p.config.num_warps)
+                               BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)
 
 
