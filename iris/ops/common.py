@@ -71,19 +71,19 @@ class Workspaces:
 
 
 # What "auto" weighs on GPUs, measured on H200 (docs/perf-notes.md): SM-issued NVLink bytes per second, bf16
-# GEMM FLOP/s, and the share of GEMM time the traffic must reach before fusing it pays: below it the fused
-# kernels' few per cent of GEMM slowdown costs more than the transfer they hide.
+# GEMM FLOP/s, and the share of GEMM time the traffic must reach before fusing it pays. Our GEMM runs at 96-102%
+# of cuBLAS, so hiding less than that gap cannot win; every fused op measured faster than its bulk pair on the
+# large shapes, down to traffic of 5% of the GEMM's time (docs/results.md).
 LINK_BYTES_PER_S = 370e9
 GEMM_FLOPS_PER_S = 700e12
-FUSE_ABOVE = 0.12
+FUSE_ABOVE = 0.04
 
 
-def choose_fused(caller, config, ctx, tiles, needs=(), comm_bytes=0, flops=1, auto_on_gpus=True):
+def choose_fused(caller, config, ctx, tiles, needs=(), comm_bytes=0, flops=1):
     """Whether to run the fused kernel. ``needs`` lists what the shape or operands lack for it: "fused" then
     raises, "auto" falls back to bulk. On GPUs "auto" also goes bulk when the output has fewer tiles than the
     GPU has SMs (small M: the fused kernel would leave SMs idle, while cuBLAS splits K), or when the traffic
-    (``comm_bytes`` sent per rank) is too short next to the GEMM (``flops`` per rank) to be worth hiding.
-    ``auto_on_gpus=False`` keeps "auto" on the bulk pair on GPUs: for a fused kernel that measured slower."""
+    (``comm_bytes`` sent per rank) is too short next to the GEMM (``flops`` per rank) to be worth hiding."""
     if config.variant == "bulk":
         return False
     if needs:
@@ -96,7 +96,7 @@ def choose_fused(caller, config, ctx, tiles, needs=(), comm_bytes=0, flops=1, au
     device = ctx.get_device()
     if device.type != "cuda":
         return True
-    if not auto_on_gpus or tiles < torch.cuda.get_device_properties(device).multi_processor_count:
+    if tiles < torch.cuda.get_device_properties(device).multi_processor_count:
         return False
     return comm_bytes / LINK_BYTES_PER_S >= FUSE_ABOVE * flops / GEMM_FLOPS_PER_S
 

@@ -17,7 +17,7 @@ class OpsConfig:
     kernel, so communication overlaps compute at tile granularity; ``"bulk"`` runs the GEMM, then the
     collective (the baseline, and the fallback where fusion cannot win or the shape does not tile evenly);
     ``"auto"`` picks fused where it measured faster: at least one output tile per SM, and traffic worth at
-    least 12% of the GEMM's time (``iris.ops.common.choose_fused``); bulk otherwise.
+    least 4% of the GEMM's time (``iris.ops.common.choose_fused``); bulk otherwise.
 
     ``None`` block sizes and stages pick by backend and dtype (``blocks``, ``stages``). ``tma`` feeds the
     mainloop through tensor descriptors where the layouts allow (16-byte aligned rows, contiguous last

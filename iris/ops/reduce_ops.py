@@ -1,11 +1,12 @@
 """matmul_reduce_scatter and matmul_all_reduce: each rank holds a K-slice, the partial products are summed.
 
 Fused schedule (one persistent kernel). The output rows are split into W row blocks; rank q owns block q.
-Every rank computes its partial product for every tile, peers' row blocks first, and pushes each such tile
-into a staging slot on the owner's heap, stamped with a per-tile flag. Its own row block comes last: by
-then the peers' partials for those tiles have (mostly) landed, so the epilogue only waits on the flags, adds
-the staged tiles to its fp32 accumulator and stores. For all_reduce the finished tile is then pushed to every
-rank's ``out``: a reduce-scatter and an all-gather, both inside the GEMM.
+Every rank computes its partial product for every tile and pushes those of peers' row blocks into a staging
+slot on the owner's heap, stamped with a per-tile flag. For reduce_scatter its own row block comes last: by
+then the peers' partials for those tiles have landed, so the epilogue only waits on the flags, adds the
+staged tiles to its fp32 accumulator and stores. For all_reduce each tile's own unit follows that tile's
+peer units, and the finished tile is pushed to every rank's ``out``: a reduce-scatter and an all-gather,
+both inside the GEMM, the all-gather spread over the whole kernel.
 
     rank q:  barrier | units (block d != q, tile t): partial -> staging[q] on d, flag[q, t] = call number
                      | units (block q, tile t): partial + sum over s != q of staging[s][t] (after flag[s, t])
@@ -47,14 +48,21 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, M_local, N, K, s
     tiles = num_pid_m * num_pid_n
     M = GROUP_SIZE * M_local
     offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
-    # One pass over every (row block, tile) unit, the peers' blocks first and ours last, so the programs fill the
-    # waves of all blocks together (separate passes would round each block up to whole waves). A unit of ours
-    # waits only on peers' units of lower index, and those never wait, so any order of resident programs
-    # completes; programs run one at a time (the interpreter) need tiles % programs == 0, where a tile's
-    # producers and consumer are the same program.
+    # One pass over every (row block, tile) unit, so the programs fill the waves of all blocks together
+    # (separate passes would round each block up to whole waves). reduce_scatter takes the peers' blocks first
+    # and ours last: by then their partials have landed. all_reduce goes tile by tile (each tile's units for
+    # the peers' blocks, then ours), so the stores of finished tiles to every rank spread over the kernel
+    # instead of all following the last GEMM wave. Either way a unit of ours waits only on peers' units of
+    # lower index, and those never wait, so any order of resident programs completes. Programs run one at a
+    # time (the interpreter) need each program's units to be all producers or all consumers: tiles % programs
+    # == 0 (peers first), programs % GROUP_SIZE == 0 (tile by tile).
     for u in range(tl.program_id(0), GROUP_SIZE * tiles, tl.num_programs(0)):
-        step = u // tiles + 1  # 1 .. GROUP_SIZE - 1: rank group_index + step's block; GROUP_SIZE: ours
-        t = u % tiles
+        if ALL_REDUCE:
+            step = u % GROUP_SIZE + 1  # 1 .. GROUP_SIZE - 1: rank group_index + step's block; GROUP_SIZE: ours
+            t = u // GROUP_SIZE
+        else:
+            step = u // tiles + 1
+            t = u % tiles
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
         block_index = (group_index + step) % GROUP_SIZE
         acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
@@ -101,10 +109,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
         needs.append("out on the symmetric heap (peers store the reduced tiles into it)")
     # per rank: (W - 1) / W of the partial out, and for all_reduce as much of the result back
     sent = (2 if all_reduce else 1) * (sync.size - 1) * m_local * N * out.element_size()
-    # auto_on_gpus: the fused reduce-scatter measured slower than cuBLAS + the iris reduce_scatter on every
-    # large shape (docs/results.md), so "auto" keeps the bulk pair for it on GPUs
-    if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent, flops=2 * M * N * a.shape[1],
-                               auto_on_gpus=all_reduce):
+    if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent, flops=2 * M * N * a.shape[1]):
         partial = ctx.ops.workspaces.get(caller, sync.ranks, (M, N), a.dtype)
         common.bulk_gemm(partial, a, b, config)
         if not all_reduce:
@@ -120,8 +125,8 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     call = ctx.ops.workspaces.get(caller + ".call", sync.ranks, (2,), torch.int32, zero=True)
     tma = config.tma and descriptors_fit(a, b)
     programs = min(num_programs(ctx.get_device(), tiles // sync.size), MAX_COMM_PROGRAMS)
-    if ctx.get_device().type == "cpu":  # programs run one at a time there: pair each tile's producers and consumer
-        programs = max(p for p in range(1, programs + 1) if (tiles // sync.size) % p == 0)
+    if ctx.get_device().type == "cpu":  # programs run one at a time there: keep producers and consumers apart
+        programs = sync.size if all_reduce else max(p for p in range(1, programs + 1) if (tiles // sync.size) % p == 0)
     _matmul_reduce_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
         m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
