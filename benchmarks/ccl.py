@@ -1,5 +1,6 @@
-"""Collectives side by side, nccl-tests style: iris (``ctx.ccl``), NCCL through torch.distributed, and for
-all_reduce PyTorch symmetric memory (``torch.ops.symm_mem.one_shot_all_reduce`` / ``two_shot_all_reduce_``).
+"""Collectives side by side, nccl-tests style: iris (``ctx.ccl``; ``iris_push``: reduce_scatter's push algorithm),
+NCCL through torch.distributed, and for all_reduce PyTorch symmetric memory
+(``torch.ops.symm_mem.one_shot_all_reduce`` / ``two_shot_all_reduce_``).
 
     python benchmarks/ccl.py --out results/2xH200/ccl            # every GPU, 8 KiB .. 1 GiB, bf16
     python benchmarks/ccl.py --out /tmp/ccl --quick              # tiny sizes on the cpu backend
@@ -56,9 +57,12 @@ class _SymmMem:
 
 
 def _variant_config(provider):
-    """``iris`` runs the defaults; ``iris_<programs>x<block>x<warps>`` (from ``--configs``) overrides them."""
+    """``iris`` runs the defaults; ``iris_push`` reduce_scatter's push algorithm; ``iris_<programs>x<block>x<warps>``
+    (from ``--configs``) overrides the program shape."""
     if provider == "iris":
         return None
+    if provider == "iris_push":
+        return iris.ccl.CollectiveConfig(algorithm="push")
     programs, block, warps = (int(v) for v in provider.split("_", 1)[1].split("x"))
     return iris.ccl.CollectiveConfig(comm_sms=programs, block_size=block, num_warps=warps)
 
@@ -82,6 +86,8 @@ def make_sweep(ctx, sizes, dtype, timing, ops=OPS, configs=()):
             return None
         common = dict(bytes=bytes, dtype=str(dtype).replace("torch.", ""), shape=(n_in,),
                       busbw_factor=_busbw_factor(op, world), variant=provider)
+        if provider == "iris_push" and op != "reduce_scatter":
+            return None
         if provider.startswith("iris"):
             inp, out = heap_pair(op, n_in, n_out)
             cfg = _variant_config(provider)
@@ -110,7 +116,7 @@ def make_sweep(ctx, sizes, dtype, timing, ops=OPS, configs=()):
 
     variants = tuple(f"iris_{c}" for c in configs)
     others = ("nccl", "torch_one_shot", "torch_two_shot") if dev.type == "cuda" else ("nccl",)
-    providers = ("iris",) + variants + others
+    providers = ("iris", "iris_push") + variants + others
     return Sweep("ccl", axes={"op": ops, "bytes": sizes}, providers=providers, make=make, timing=timing), symm
 
 

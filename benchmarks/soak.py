@@ -56,6 +56,7 @@ def main(count, max_elems, seed, out_dir):
         kind, dtype = rng.choice(KINDS), rng.choice(DTYPES)
         n = rng.randint(1, max_elems)  # elements per rank slice
         algorithm = rng.choice(("auto", "one_shot", "two_shot"))
+        rs_algorithm = rng.choice(("auto", "pull", "push"))
         root = rng.randrange(world)
         inp_all, out_all = buffers[dtype]
         xs = _inputs(seed * 1_000_003 + call, world, (world * n,), dtype, dev)
@@ -70,7 +71,7 @@ def main(count, max_elems, seed, out_dir):
             ctx.ccl.all_gather(out, inp[:n])
             tri, expect = out, torch.cat([x[:n] for x in xs])
         elif kind == "reduce_scatter":
-            ctx.ccl.reduce_scatter(out[:n], inp)
+            ctx.ccl.reduce_scatter(out[:n], inp, config=CollectiveConfig(algorithm=rs_algorithm))
             tri, expect = out[:n], ref.reduce_scatter(xs, rank, "sum")
         elif kind == "all_to_all":
             ctx.ccl.all_to_all(out, inp)
@@ -79,7 +80,8 @@ def main(count, max_elems, seed, out_dir):
             ctx.ccl.broadcast(inp, src=root)
             tri, expect = inp, xs[root]
         if not _close(tri, expect):
-            wrong.append(f"call {call} ({kind}, {dtype}, {n} elements per slice, algorithm={algorithm}, root={root})")
+            wrong.append(f"call {call} ({kind}, {dtype}, {n} elements per slice, algorithm={algorithm}, "
+                         f"reduce_scatter algorithm={rs_algorithm}, root={root})")
         done[kind] += 1
         if (call + 1) % CHECK_EVERY == 0 or call + 1 == count:  # verdicts cross ranks in batches: no host
             verdicts = all_gather_object(wrong)                   # round trip per call

@@ -85,6 +85,7 @@ for sem in ["relaxed", "release", "acq_rel", "acquire"]:
 from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
 from iris.ccl.all_reduce import _all_reduce_one_shot_kernel, _all_reduce_two_shot_kernel  # noqa: E402
 from iris.ccl.all_to_all import _all_to_all_kernel  # noqa: E402
+from iris.ccl.reduce_scatter import _reduce_scatter_push_kernel  # noqa: E402
 from iris.ccl.rooted import _pull_from_root_kernel, _root_pulls_kernel  # noqa: E402
 
 
@@ -109,6 +110,8 @@ for fn, sig, meta in [
     (_pull_from_root_kernel, {"dst": "*bf16", "src": "*bf16", "n": "i32", "root": "i32", "root_index": "i32"},
      {**move_meta, "ROOT_COPIES": True}),
     (_root_pulls_kernel, {**data, "root_index": "i32"}, {**reduce_meta, "REDUCE": True}),
+    (_reduce_scatter_push_kernel, {"out": "*bf16", "inp": "*bf16", "staging": "*bf16", "segment_flags": "*i32",
+                                   "n": "i32", "segments": "i32", "flag_stride": "i32"}, {**reduce_meta, "SEGMENT": 4}),
 ]:
     out[f"ccl/{fn.__name__}"] = global_accesses(ccl_ptx(fn, sig, meta))
 # The fused ops' kernels: tensor-core instructions in the K loop (wgmma on sm_90).

@@ -76,6 +76,14 @@ def _collectives_body(dtype):
         ctx.ccl.reduce_scatter(small, inp, op=op)
         ctx.barrier()
         fails.append(mismatch(f"reduce_scatter {op}", small, ref_ops.reduce_scatter(inputs, rank, op)))
+    # push: inp and out anywhere; three calls with fresh data, so flags left by one call cannot release the next
+    push = CollectiveConfig(algorithm="push")
+    for op, salt in (("sum", 1), ("min", 2), ("sum", 3)):
+        values = [data(r, shape, dtype, salt) for r in range(world)]
+        poison(small)
+        ctx.ccl.reduce_scatter(small, values[rank].to(dev), op=op, config=push)
+        ctx.barrier()
+        fails.append(mismatch(f"reduce_scatter push {op} ({salt})", small, ref_ops.reduce_scatter(values, rank, op)))
 
     fresh(inp, inputs[rank])
     poison(out)
@@ -152,6 +160,8 @@ def _large_body():
         "all_gather": (lambda: ctx.ccl.all_gather(out, inp[:n]), out, ref_ops.all_gather([x[:n] for x in inputs])),
         "reduce_scatter": (lambda: ctx.ccl.reduce_scatter(out[:n], inp), out[:n],
                            ref_ops.reduce_scatter(inputs, rank)),
+        "reduce_scatter push": (lambda: ctx.ccl.reduce_scatter(out[:n], inp, config=CollectiveConfig(
+            algorithm="push")), out[:n], ref_ops.reduce_scatter(inputs, rank)),
         "all_to_all": (lambda: ctx.ccl.all_to_all(out, inp), out, ref_ops.all_to_all(inputs, rank)),
     }
     for name, (call, result, reference) in calls.items():
@@ -215,6 +225,8 @@ def _graph_body(replays):
         "all_gather": (lambda: ctx.ccl.all_gather(out, inp[:n]), lambda xs: (out, torch.cat([x[:n] for x in xs]))),
         "reduce_scatter": (lambda: ctx.ccl.reduce_scatter(piece, inp),
                            lambda xs: (piece, ref_ops.reduce_scatter(xs, rank, "sum"))),
+        "reduce_scatter push": (lambda: ctx.ccl.reduce_scatter(piece, inp, config=CollectiveConfig(algorithm="push")),
+                                lambda xs: (piece, ref_ops.reduce_scatter(xs, rank, "sum"))),
         "all_to_all": (lambda: ctx.ccl.all_to_all(out, inp), lambda xs: (out, ref_ops.all_to_all(xs, rank))),
         "broadcast": (lambda: ctx.ccl.broadcast(inp, src=root), lambda xs: (inp, xs[root])),
         "scatter": (lambda: ctx.ccl.scatter(piece, inp, src=root), lambda xs: (piece, xs[root].chunk(world)[rank])),
@@ -271,6 +283,9 @@ def _bad_input_body():
                           op="avg"),
         "config": error_message(CollectiveConfig, comm_sms=0),
         "one_shot_in_place": error_message(ctx.ccl.all_reduce, inp, inp, config=CollectiveConfig(algorithm="one_shot")),
+        "algorithm": error_message(ctx.ccl.all_reduce, out, inp, config=CollectiveConfig(algorithm="push")),
+        "rs_algorithm": error_message(ctx.ccl.reduce_scatter, ctx.zeros(4, 4), inp,
+                                      config=CollectiveConfig(algorithm="two_shot")),
         "root": error_message(ctx.ccl.broadcast, inp, src=7),
     }
     # Check mode: rank 1 passes a different shape. Every rank must refuse, before any kernel touches memory.
@@ -296,6 +311,8 @@ def test_bad_input(pools):
     assert "op='avg' needs a floating-point dtype" in r["avg_int"]
     assert "CollectiveConfig: comm_sms=0 is outside [1, 256]" in r["config"]
     assert "one-shot algorithm cannot run in place" in r["one_shot_in_place"]
+    assert "ccl.all_reduce: algorithm='push' is not one of ('auto', 'one_shot', 'two_shot')" in r["algorithm"]
+    assert "ccl.reduce_scatter: algorithm='two_shot' is not one of ('auto', 'pull', 'push')" in r["rs_algorithm"]
     assert "ccl.broadcast: src=7 is not a rank of the group [0, 1]" in r["root"]
     for rank_result in results:
         assert "ranks disagree on the call" in rank_result["mismatch"], rank_result["mismatch"]

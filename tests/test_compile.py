@@ -72,7 +72,7 @@ def test_release_covers_every_warp_of_the_program(compiled, sem, synchronised):
 
 
 CCL_KERNELS = ["_all_reduce_one_shot_kernel", "_all_reduce_two_shot_kernel", "_all_gather_kernel",
-               "_all_to_all_kernel", "_pull_from_root_kernel", "_root_pulls_kernel"]
+               "_all_to_all_kernel", "_pull_from_root_kernel", "_root_pulls_kernel", "_reduce_scatter_push_kernel"]
 
 
 @pytest.mark.parametrize("kernel", CCL_KERNELS)
@@ -83,7 +83,8 @@ def test_collective_kernels_compile_with_vector_data_paths(compiled, kernel):
     # acquire in those after stores to peers.
     assert "ld.global.v4.b32" in accesses and "st.global.v4.b32" in accesses, accesses
     relaxed = {"_all_reduce_one_shot_kernel": (True, False), "_all_reduce_two_shot_kernel": (True, True),
-               "_all_gather_kernel": (True, True), "_all_to_all_kernel": (True, True)}.get(kernel, (False, True))
+               "_all_gather_kernel": (True, True), "_all_to_all_kernel": (True, True),
+               "_reduce_scatter_push_kernel": (True, True)}.get(kernel, (False, True))
     assert ("ld.global.sys.relaxed.b32" in accesses, "ld.global.sys.acquire.b32" in accesses) == relaxed, accesses
 
 

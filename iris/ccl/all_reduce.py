@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
+from iris.ccl.config import ALL_REDUCE_ALGORITHMS
 from iris.ccl.device import program_row, reduce_from_group, store_to_group
 from iris.device.sync import group_barrier
 
@@ -74,7 +75,7 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
     n = inp.numel()
     p = common.plan(ctx, caller, n, group, config)
     in_place = out.data_ptr() == inp.data_ptr()
-    algorithm = p.config.algorithm
+    algorithm = common.algorithm(p, ALL_REDUCE_ALGORITHMS, caller)
     if algorithm == "auto":
         algorithm = "one_shot" if n * inp.element_size() <= p.config.one_shot_max_bytes and not in_place else "two_shot"
     if algorithm == "one_shot" and in_place:

@@ -117,6 +117,13 @@ def plan(ctx, caller, numel, group, config, sync=None):
     return Plan(sync, config, block, warps, programs, caller)
 
 
+def algorithm(plan, choices, caller):
+    """The config's algorithm, which must be one of this collective's ``choices``."""
+    if plan.config.algorithm not in choices:
+        raise ValueError(f"{caller}: algorithm={plan.config.algorithm!r} is not one of {choices}")
+    return plan.config.algorithm
+
+
 def check_across_ranks(caller, signature, group):
     """Check mode: every rank must make the same call (shapes, dtypes, root); say which rank differs."""
     everyone = all_gather_object((caller, signature), group=group)

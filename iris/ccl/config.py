@@ -10,13 +10,19 @@ from dataclasses import dataclass
 from iris.host.groups import MAX_COMM_PROGRAMS
 
 ALL_REDUCE_ALGORITHMS = ("auto", "one_shot", "two_shot")
+REDUCE_SCATTER_ALGORITHMS = ("auto", "pull", "push")
+ALGORITHMS = ALL_REDUCE_ALGORITHMS + REDUCE_SCATTER_ALGORITHMS[1:]
 
 
 @dataclass(frozen=True)
 class CollectiveConfig:
     """``algorithm``: for ``all_reduce``, ``"one_shot"`` (every rank reads every peer's whole input: least
     latency), ``"two_shot"`` (reduce-scatter then all-gather: each byte crosses the link once per peer,
-    for bandwidth), or ``"auto"`` (one-shot up to ``one_shot_max_bytes``).
+    for bandwidth), or ``"auto"`` (one-shot up to ``one_shot_max_bytes``). For ``reduce_scatter``,
+    ``"pull"`` (each rank reads its slice of every peer's input) or ``"push"`` (each rank stores each peer's
+    slice of its input into a staging buffer on that peer, chunk by chunk behind flags, and reduces what
+    arrives locally: stores cross the link faster than loads, and neither input nor output need be on
+    the heap); ``"auto"`` pulls. The other collectives have one algorithm each.
     ``comm_sms``: the most programs (one per SM) the kernel may use, so a collective can share the GPU with
     compute; ``block_size``: elements each program moves per step (a power of two); ``num_warps``: warps
     per program. ``None`` picks by size (``iris.ccl.common.plan``): 64 programs of 8 warps moving 4096
@@ -33,8 +39,8 @@ class CollectiveConfig:
     check: bool = False
 
     def __post_init__(self):
-        if self.algorithm not in ALL_REDUCE_ALGORITHMS:
-            raise ValueError(f"CollectiveConfig: algorithm={self.algorithm!r}; use one of {ALL_REDUCE_ALGORITHMS}")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"CollectiveConfig: algorithm={self.algorithm!r}; use one of {ALGORITHMS}")
         if self.comm_sms is not None and not 1 <= self.comm_sms <= MAX_COMM_PROGRAMS:
             raise ValueError(f"CollectiveConfig: comm_sms={self.comm_sms} is outside [1, {MAX_COMM_PROGRAMS}]")
         if self.block_size is not None and (self.block_size < 16 or self.block_size & (self.block_size - 1)):

@@ -1,22 +1,87 @@
 """reduce_scatter: rank r ends with slice r of the elementwise reduction (torch's reduce_scatter_tensor).
 
-Pull: each rank reads its slice from every member's input and reduces it.
+Pull (the default): each rank reads its slice from every member's input and reduces it.
 
     barrier (inputs ready)  ->  out = op over ranks of inp[slice me]  ->  barrier (inputs free)
 
 which is the one-shot all_reduce kernel run on slice ``group_rank`` of every input (the slice sits at the
 same heap offset on every rank, so the peers' slices are found from ours).
+
+Push: each rank stores each peer's slice of its input into its own row of a staging buffer on that peer,
+segment by segment, and raises a flag per segment; it then reduces its own slice with the staged rows as their
+flags arrive. Stores cross NVLink faster than loads (367 against 338 GB/s both ways at once on 2 x H200),
+and the local reduce of one segment overlaps the pushes of the next.
+
+    barrier (staging free)  ->  per segment s:  staging[me] on d = inp[slice d][s] for every peer d;
+                                                flag[me, s] on d = call      (one release for all peers)
+                                                wait flag[d, s] for every peer d;
+                                                out[s] = op(inp[slice me][s], staging[d][s] for every d)
 """
+
+import torch
+import triton
+import triton.language as tl
 
 from iris.ccl import common
 from iris.ccl.all_reduce import _all_reduce_one_shot_kernel
+from iris.ccl.config import REDUCE_SCATTER_ALGORITHMS
+from iris.ccl.device import combine, finish, peer_at, program_row
+from iris.device.atomics import atomic_xchg
+from iris.device.rma import store
+from iris.device.sync import fence_release_sys, group_barrier, wait_until
+
+SEGMENT_BLOCKS = 4  # blocks per flagged segment: one sys fence per 4 x 32 KiB pushed on the large shape
+
+
+@triton.jit
+def _reduce_scatter_push_kernel(out, inp, staging, segment_flags, n, segments, flag_stride, flags, heap_bases,
+                                members, rank, group_index, world_size, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
+                                ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr,
+                                SEGMENT: tl.constexpr):
+    row = program_row(flags, world_size)
+    # Every member has started this call, so its last call's reads of its staging are over. The epoch stamps
+    # this call's segment flags: segment s is always program s % programs's, on every rank, so one row's count.
+    epoch = group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)
+    for s in range(tl.program_id(0), segments, tl.num_programs(0)):
+        first = s * SEGMENT * BLOCK
+        end = tl.minimum(first + SEGMENT * BLOCK, n)
+        # ---- push: each peer's slice of our input, this segment, into our row of its staging
+        for i in range(1, GROUP_SIZE):
+            dest_index = (group_index + i) % GROUP_SIZE
+            dest = tl.load(members + dest_index)
+            for start in range(first, end, BLOCK):
+                offs = start + tl.arange(0, BLOCK)
+                mask = offs < end
+                x = tl.load(inp + dest_index * n + offs, mask=mask)  # [BLOCK]
+                store(staging + group_index * n + offs, x, rank, dest, heap_bases, mask=mask, hint=HINT)
+        tl.debug_barrier()
+        fence_release_sys()  # one release for the segment's stores to every peer, then relaxed flag writes
+        for i in range(1, GROUP_SIZE):
+            atomic_xchg(segment_flags + group_index * flag_stride + s, epoch, rank,
+                        peer_at(members, group_index, i, GROUP_SIZE), heap_bases, sem="relaxed", scope="sys")
+        # ---- reduce: our slice of our input and each peer's staged copy of theirs
+        for i in range(1, GROUP_SIZE):
+            src_index = (group_index + GROUP_SIZE - i) % GROUP_SIZE
+            wait_until(segment_flags + src_index * flag_stride + s, epoch, rank, tl.load(members + src_index),
+                       "reduce_scatter push")
+        for start in range(first, end, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < end
+            acc = tl.load(inp + group_index * n + offs, mask=mask)  # [BLOCK]
+            if ACC_FP32:
+                acc = acc.to(tl.float32)
+            for i in range(1, GROUP_SIZE):
+                src_index = (group_index + GROUP_SIZE - i) % GROUP_SIZE
+                acc = combine(acc, tl.load(staging + src_index * n + offs, mask=mask).to(acc.dtype), OP)
+            tl.store(out + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
 
 
 def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
     """``out`` (``[n, ...]``, anywhere) = slice ``group_rank`` along dim 0 of ``op`` over every rank's ``inp``
-    (``[group_size * n, ...]``, on the heap). fp16/bf16 accumulate in fp32.
+    (``[group_size * n, ...]``: on the heap for the pull, anywhere for the push). fp16/bf16 accumulate in fp32.
 
-    Collective over ``group``; stream-ordered; graph-capturable after a first call.
+    Collective over ``group``; stream-ordered; graph-capturable after a first call (the push allocates its
+    staging buffer and flags on the heap at its first call for each size).
 
         ref = reduce(op, [inp_r for r in group]).chunk(group_size)[group_rank]
     """
@@ -25,13 +90,30 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
     op = common.reduce_op(op, inp.dtype, caller)
-    ctx.check_symmetric(inp, caller, "inp")
     n = common.split_rows(inp, ctx.group_sync(group, caller).size, caller, "inp")
     p = common.plan(ctx, caller, n, group, config)
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {p.sync.size}")
+    acc_fp32 = common.accumulate_in_fp32(inp.dtype)
+    aligned = (n * inp.element_size()) % 16 == 0
+    if common.algorithm(p, REDUCE_SCATTER_ALGORITHMS, caller) == "push":
+        segments = triton.cdiv(n, SEGMENT_BLOCKS * p.block)
+        programs = min(p.programs, segments)
+        ranks = p.sync.ranks
+        # One staging buffer (bytes, for every dtype) and one flag array for every size, grown to the largest.
+        # Segment s's flag is stamped with the count of program s % programs's row: flags per program count.
+        nbytes = p.sync.size * n * inp.element_size()
+        staging = ctx.ops.workspaces.get(caller + ".staging", ranks, (nbytes,), torch.uint8, grow=True)
+        staging = staging[:nbytes].view(inp.dtype)
+        segment_flags = ctx.ops.workspaces.peer_flags(f"{caller}.flags.{programs}", ranks, segments, grow=True)
+        hint = common.vector_hint(out, inp, staging) if aligned else None
+        _reduce_scatter_push_kernel[(programs,)](out_flat, inp_flat, staging, segment_flags, n, segments,
+                                                 segment_flags.shape[1], *p.sync_args(ctx), GROUP_SIZE=p.sync.size,
+                                                 OP=op, ACC_FP32=acc_fp32, HINT=hint, BLOCK=p.block,
+                                                 SEGMENT=SEGMENT_BLOCKS, num_warps=p.warps)
+        return common.done(ctx, async_op)
+    ctx.check_symmetric(inp, caller, "inp")
     mine = inp_flat[p.sync.index * n:(p.sync.index + 1) * n]
-    hint = common.vector_hint(out, mine) if (n * inp.element_size()) % 16 == 0 else None
+    hint = common.vector_hint(out, mine) if aligned else None
     _all_reduce_one_shot_kernel[p.grid](out_flat, mine, n, *p.sync_args(ctx), GROUP_SIZE=p.sync.size, OP=op,
-                                        ACC_FP32=common.accumulate_in_fp32(inp.dtype), HINT=hint, BLOCK=p.block,
-                                        num_warps=p.warps)
+                                        ACC_FP32=acc_fp32, HINT=hint, BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)

@@ -1,6 +1,7 @@
 """Host-side checks and workspaces shared by the fused ops."""
 
 import torch
+import triton
 
 from iris.ops.config import OpsConfig
 
@@ -49,24 +50,29 @@ class Workspaces:
         self.ctx = ctx
         self.buffers = {}
 
-    def get(self, name, ranks, shape, dtype, zero=False):
-        """The buffer ``name`` of the group of ``ranks``: ``shape`` x ``dtype``, zeroed once if ``zero``."""
-        return self._get(name, ranks, shape, dtype, zero)[0]
+    def get(self, name, ranks, shape, dtype, zero=False, grow=False):
+        """The buffer ``name`` of the group of ``ranks``: ``shape`` x ``dtype``, zeroed once if ``zero``. With
+        ``grow``, calls of every size share one buffer whose last dimension is a power of two at least the one
+        asked for (a larger request makes a new, larger one): for collectives, called at many sizes."""
+        return self._get(name, ranks, shape, dtype, zero, grow)[0]
 
-    def peer_flags(self, name, ranks, width):
+    def peer_flags(self, name, ranks, width, grow=False):
         """Zeroed int32 flags [len(ranks), width] whose row i only member ``ranks[i]`` advances, registered
-        with the watchdog so that a failed member's row is released (``GroupTable.poison``)."""
-        flags, made = self._get(name, ranks, (len(ranks), width), torch.int32, zero=True)
+        with the watchdog so that a failed member's row is released (``GroupTable.poison``). ``grow`` as for
+        ``get``: the width may then be larger than asked."""
+        flags, made = self._get(name, ranks, (len(ranks), width), torch.int32, True, grow)
         if made:
             self.ctx.groups.register_peer_flags(flags, ranks)
         return flags
 
-    def _get(self, name, ranks, shape, dtype, zero):
+    def _get(self, name, ranks, shape, dtype, zero, grow=False):
         """(buffer, whether this call made it)."""
-        key = (name, tuple(ranks), tuple(shape), dtype)
-        made = key not in self.buffers
+        key = (name, tuple(ranks), tuple(shape[:-1]) if grow else tuple(shape), dtype, grow)
+        have = self.buffers.get(key)
+        made = have is None or (grow and have.shape[-1] < shape[-1])
         if made:
-            self.buffers[key] = (self.ctx.zeros if zero else self.ctx.empty)(*shape, dtype=dtype)
+            size = (*shape[:-1], triton.next_power_of_2(shape[-1])) if grow else shape
+            self.buffers[key] = (self.ctx.zeros if zero else self.ctx.empty)(*size, dtype=dtype)
         return self.buffers[key], made
 
 
