@@ -78,8 +78,8 @@ def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RE
     visible after it. ``RELAXED`` drops the fence and the acquire, for the two barriers that order only
     across kernel boundaries: at a kernel's start (what earlier kernels wrote, which the stream completed
     before this kernel began) and after a kernel's last read of peers' memory (a later kernel may overwrite
-    what we read: our loads returned before we signalled). Each saves about a sys fence, 0.8 us of the
-    1.5 us an acq_rel flag takes one way on 2 x H200."""
+    what we read: our loads returned before we signalled). On 2 x H200 the one-shot all_reduce, whose two
+    barriers are both of these, went from 7.5 to 3.9 us at 8 KiB with them relaxed."""
     signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED)
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
     epoch = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")
