@@ -5,10 +5,11 @@ symmetric-memory ops where they exist, and each half alone (the speed of light i
     python benchmarks/ops.py --out /tmp/ops --quick                      # tiny shapes (cpu backend)
 
 Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md section 6 says. Providers:
-``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit``: matmul_all_gather's
-fused kernel without ``split_tail``), ``torch_bulk`` (``torch.matmul`` then the NCCL
-collective), ``torch_fused`` (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``),
-``gemm_only`` and ``comm_only`` (cuBLAS alone, NCCL alone), and ``iris_gemm`` (the shared mainloop alone).
+``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit`` and
+``iris_fused_tma_store``: matmul_all_gather's fused kernel without ``split_tail`` and with ``tma_store``),
+``torch_bulk`` (``torch.matmul`` then the NCCL collective), ``torch_fused``
+(``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), ``gemm_only`` and
+``comm_only`` (cuBLAS alone, NCCL alone), and ``iris_gemm`` (the shared mainloop alone).
 """
 
 import argparse
@@ -27,8 +28,8 @@ from iris.ops.gemm import matmul
 
 OPS = ("matmul_all_gather", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce")
 SHAPES = ((8192, 3584, 14336), (8192, 4608, 36864), (4096, 8192, 8192), (128, 8192, 8192))
-PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only",
-             "comm_only", "iris_gemm")
+PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_tma_store", "iris_bulk", "torch_bulk",
+             "torch_fused", "gemm_only", "comm_only", "iris_gemm")
 
 
 def local_shapes(op, M, N, K, world):
@@ -86,11 +87,12 @@ def make_sweep(ctx, shapes, dtype, timing):
         common = dict(bytes=out.numel() * out.element_size(), dtype=str(dtype).replace("torch.", ""), shape=shape,
                       flops=flops, variant=provider)
         gathered_a = op == "all_gather_matmul"
-        if provider == "iris_fused_unsplit":  # matmul_all_gather without split_tail: what the split gains
-            if op != "matmul_all_gather":
+        if provider in ("iris_fused_unsplit", "iris_fused_tma_store"):  # matmul_all_gather's fused kernel without
+            if op != "matmul_all_gather":                                  # split_tail, and with TMA stores
                 return None
+            config = OpsConfig(variant="fused", split_tail=provider == "iris_fused_tma_store",
+                               tma_store=provider == "iris_fused_tma_store")
             provider = "iris_fused"
-            config = OpsConfig(variant="fused", split_tail=False)
         elif provider.startswith("iris") and provider != "iris_gemm":
             config = OpsConfig(variant=provider.partition("_")[2] or "auto")  # "iris": what a user gets
         if provider.startswith("iris") and provider != "iris_gemm":

@@ -18,8 +18,8 @@ M_LOCAL, N_LOCAL, K = (1024, 512, 1000) if GPU_SCALE else (64, 32, 40)  # K is n
 TILES = {} if GPU_SCALE else dict(block_m=32, block_n=32, block_k=32)
 
 
-def config(variant):
-    return OpsConfig(variant=variant, **TILES)
+def config(variant, **kwargs):
+    return OpsConfig(variant=variant, **TILES, **kwargs)
 
 
 def operand(rank, shape, dtype, salt):
@@ -43,12 +43,13 @@ def _ops_body(dtype):
     a_full = operand(0, (M, K), dtype, 1)
     b_cols = [operand(r, (K, N_LOCAL), dtype, 2) for r in range(world)]
     out = ctx.empty(M, N, dtype=dtype)
-    for variant in ("fused", "bulk"):
+    for name, chosen in (("fused", config("fused")), ("bulk", config("bulk")),
+                         ("fused, TMA stores", config("fused", tma_store=True))):
         out.fill_(float("nan"))
         ctx.barrier()
-        ctx.ops.matmul_all_gather(out, a_full.to(dev), b_cols[rank].to(dev), config=config(variant))
+        ctx.ops.matmul_all_gather(out, a_full.to(dev), b_cols[rank].to(dev), config=chosen)
         ctx.barrier()
-        fails.append(mismatch(f"matmul_all_gather {variant}", out, ref_ops.matmul_all_gather(a_full, b_cols)))
+        fails.append(mismatch(f"matmul_all_gather {name}", out, ref_ops.matmul_all_gather(a_full, b_cols)))
 
     # all_gather_matmul: A_r [M / W, K] anywhere, B [K, N] shared; fused three times with fresh A, so flags
     # left by one call must not release the next call's GEMM early
@@ -186,16 +187,18 @@ def _split_tail_body():
     full, split = split_tail(row_tiles, programs, 4)
     out = ctx.empty(M, world * block_n, dtype=dtype)
     fails = [None if split > 1 else f"no split: {row_tiles} tiles over {programs} programs"]
-    # twice with fresh operands (a flag left raised would add a stale partial), then unsplit
-    for salt, split_on in ((20, True), (21, True), (22, False)):
+    # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then split with
+    # the tiles leaving through TMA stores
+    for salt, split_on, tma_store in ((20, True, False), (21, True, False), (22, False, False), (23, True, True)):
         a = operand(0, (M, K), dtype, salt)
         b_cols = [operand(r, (K, block_n), dtype, salt + 1) for r in range(world)]
         out.fill_(float("nan"))
         ctx.barrier()
         ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
-                                  config=OpsConfig(variant="fused", split_tail=split_on))
+                                  config=OpsConfig(variant="fused", split_tail=split_on, tma_store=tma_store))
         ctx.barrier()
-        fails.append(mismatch(f"matmul_all_gather split_tail={split_on} ({salt}, {split}-way split)", out,
+        fails.append(mismatch(f"matmul_all_gather split_tail={split_on} tma_store={tma_store} ({salt}, {split}-way "
+                              "split)", out,
                               ref_ops.matmul_all_gather(a, b_cols)))
     return [f for f in fails if f]
 

@@ -107,6 +107,15 @@ def choose_fused(caller, config, ctx, tiles, needs=(), comm_bytes=0, flops=1):
     return comm_bytes / LINK_BYTES_PER_S >= FUSE_ABOVE * flops / GEMM_FLOPS_PER_S
 
 
+def ensure_allocator():
+    """Kernels that build tensor descriptors on the device need Triton's global-memory allocator for them;
+    install one over torch's caching allocator unless the user set their own."""
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+
+
 def comm_programs(config, programs):
     """Programs a workgroup-specialised kernel gives to communication: ``config.comm_sms``, leaving at least
     three quarters of the grid to the GEMM (the interpreter's grid is tiny)."""

@@ -25,7 +25,10 @@ class OpsConfig:
     the bulk variants' GEMM off GPUs).
     ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data.
     ``split_tail``: when the last wave of output tiles would leave half the programs or more idle, split its
-    tiles along K between programs (matmul_all_gather), so the wave fills; partial sums meet in a workspace."""
+    tiles along K between programs (matmul_all_gather), so the wave fills; partial sums meet in a workspace.
+    ``tma_store`` (matmul_all_gather, fused; off until measured faster): hand each finished tile to the
+    tensor-memory engine, one bulk copy per rank, instead of storing it from registers, so the program starts
+    its next tile while the copies run; needs ``out`` rows 16-byte aligned (else the plain stores run)."""
 
     variant: str = "auto"
     block_m: int | None = None
@@ -38,6 +41,7 @@ class OpsConfig:
     flatten: bool = True
     comm_sms: int = 16
     split_tail: bool = True
+    tma_store: bool = False
 
     def __post_init__(self):
         if self.variant not in VARIANTS:

@@ -10,8 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.ccl.device import program_row, store_to_group
-from iris.device.sync import group_barrier
+from iris.ccl.device import peer_at, program_row, store_to_group
+from iris.device.sync import group_barrier, wait_async_stores
+from iris.device.translate import translate
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
@@ -24,7 +25,7 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace, partials,
                               part_flags, full, split, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr,
-                              TRACE: tl.constexpr, TMA: tl.constexpr):
+                              TRACE: tl.constexpr, TMA: tl.constexpr, TMA_STORE: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -43,7 +44,18 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
         if TRACE:
             record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
             t_send = now(trace)
-        if owner:
+        if owner and TMA_STORE:
+            # ---- communicate through the tensor-memory engine, which copies the tile to each rank's out while
+            # this program goes on to its next tile. Each descriptor ends at our column block's right edge, so a
+            # partial tile is clipped there as at the bottom.
+            tile_out = acc.to(out.dtype.element_ty)
+            for i in range(GROUP_SIZE):
+                peer_out = translate(out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, None, None,
+                                     "matmul_all_gather tma store")
+                dest = tl.make_tensor_descriptor(peer_out, shape=[M, (group_index + 1) * N_local],
+                                                 strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
+                dest.store([pid_m * BLOCK_M, group_index * N_local + pid_n * BLOCK_N], tile_out)
+        elif owner:
             # ---- communicate: the tile lands in our column block of every rank's out
             offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -55,6 +67,8 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                 # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
                 tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
                 record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * tile_bytes, t_send, rank)
+    if TMA_STORE:
+        wait_async_stores()  # our tiles are written in every rank's out before the barrier publishes them
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's tiles have landed in our out
 
 
@@ -83,6 +97,9 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
         return common.add_bias(out, bias, caller)
     tma = config.tma and descriptors_fit(a, b)
+    tma_store = config.tma_store and descriptors_fit(out)
+    if tma_store and out.is_cuda:
+        common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device
     programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
     full, split = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 1)
     slots = max(1, (tiles - full) * (split - 1))  # helper parts of the split tiles
@@ -95,6 +112,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases, sync.members,
         ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags, full, split,
         GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
-        VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, num_warps=config.num_warps,
+        VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store,
+        num_warps=config.num_warps,
         num_stages=config.stages())
     return common.add_bias(out, bias, caller)
