@@ -268,6 +268,35 @@ def test_collectives_replay_in_cuda_graph(pools):
     assert not fails, "\n".join(fails[:10])
 
 
+def _empty_body():
+    """Zero-element collectives (torch.distributed accepts them): every one returns, on every rank."""
+    ctx = new_context()
+    inp, out = ctx.zeros(0, 4), ctx.zeros(0, 4)
+    calls = {
+        "all_reduce one_shot": lambda: ctx.ccl.all_reduce(out, inp, config=CollectiveConfig(algorithm="one_shot")),
+        "all_reduce two_shot": lambda: ctx.ccl.all_reduce(out, inp, config=CollectiveConfig(algorithm="two_shot")),
+        "all_gather": lambda: ctx.ccl.all_gather(out, inp),
+        "reduce_scatter pull": lambda: ctx.ccl.reduce_scatter(out, inp, config=CollectiveConfig(algorithm="pull")),
+        "reduce_scatter push": lambda: ctx.ccl.reduce_scatter(out, inp, config=CollectiveConfig(algorithm="push")),
+        "all_to_all": lambda: ctx.ccl.all_to_all(out, inp),
+        "broadcast": lambda: ctx.ccl.broadcast(inp, src=0),
+    }
+    fails = []
+    for name, call in calls.items():
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001 - reported by name
+            fails.append(f"{name}: {type(e).__name__}: {e}")
+    ctx.ccl.barrier()
+    return fails
+
+
+def test_empty_collectives_return(pools):
+    results = pools(2).run(_empty_body)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails)
+
+
 def _bad_input_body():
     ctx = new_context()
     rank = ctx.get_rank()

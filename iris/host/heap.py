@@ -66,9 +66,9 @@ class SymmetricHeap:
         """True when every byte ``tensor`` can address lies in this rank's heap."""
         if not isinstance(tensor, torch.Tensor) or tensor.device != self.local.device:
             return False
+        if tensor.numel() == 0:  # addresses no byte (torch reports data_ptr() 0 for it)
+            return True
         start = tensor.data_ptr()
-        if tensor.numel() == 0:
-            return self.base <= start <= self.base + self.local.numel()
         span = sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride())) + 1
         return self.base <= start and start + span * tensor.element_size() <= self.base + self.local.numel()
 
