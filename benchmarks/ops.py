@@ -30,6 +30,9 @@ OPS = ("matmul_all_gather", "all_gather_matmul", "matmul_reduce_scatter", "matmu
 SHAPES = ((8192, 3584, 14336), (8192, 4608, 36864), (4096, 8192, 8192), (128, 8192, 8192))
 PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_tma_store", "iris_bulk", "torch_bulk",
              "torch_fused", "gemm_only", "comm_only", "iris_gemm")
+# matmul_all_gather's fused kernel with one of its options changed: what the split last wave gains, and TMA stores
+MATMUL_ALL_GATHER_VARIANTS = {"iris_fused_unsplit": OpsConfig(variant="fused", split_tail=False),
+                              "iris_fused_tma_store": OpsConfig(variant="fused", tma_store=True)}
 
 
 def local_shapes(op, M, N, K, world):
@@ -87,11 +90,10 @@ def make_sweep(ctx, shapes, dtype, timing):
         common = dict(bytes=out.numel() * out.element_size(), dtype=str(dtype).replace("torch.", ""), shape=shape,
                       flops=flops, variant=provider)
         gathered_a = op == "all_gather_matmul"
-        if provider in ("iris_fused_unsplit", "iris_fused_tma_store"):  # matmul_all_gather's fused kernel without
-            if op != "matmul_all_gather":                                  # split_tail, and with TMA stores
+        if provider in MATMUL_ALL_GATHER_VARIANTS:
+            if op != "matmul_all_gather":
                 return None
-            config = OpsConfig(variant="fused", split_tail=provider == "iris_fused_tma_store",
-                               tma_store=provider == "iris_fused_tma_store")
+            config = MATMUL_ALL_GATHER_VARIANTS[provider]
             provider = "iris_fused"
         elif provider.startswith("iris") and provider != "iris_gemm":
             config = OpsConfig(variant=provider.partition("_")[2] or "auto")  # "iris": what a user gets

@@ -99,12 +99,11 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     needs = [] if m_local % block_m == 0 else [f"block_m={block_m} to divide M / W = {m_local}"]
     if a.stride(1) != 1:
         needs.append("A with contiguous rows")
-    # "auto" as measured on 2 x H200: the push beat cuBLAS + the iris all_gather by 21% and 13% on the two
-    # paper shapes, where the gather is 26% and 21% of the GEMM's time, and lost by 1% on 4096x8192x8192 (11.5%)
+    # the gather is 26%, 21% and 11.5% of the GEMM's time on the three large shapes of docs/results.md, where
+    # the push beat cuBLAS + the iris all_gather by 22%, 17% and 13%
     sent = (sync.size - 1) * m_local * K * a.element_size()
     gathered = ctx.ops.workspaces.get("all_gather_matmul", sync.ranks, (M, K), a.dtype)
-    if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent,
-                               flops=2 * M * N * K):
+    if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent, flops=2 * M * N * K):
         slot = gathered[sync.index * m_local:(sync.index + 1) * m_local]
         slot.copy_(a)
         ctx.ccl.all_gather(gathered, slot, group=group)

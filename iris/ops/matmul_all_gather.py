@@ -44,25 +44,25 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
         if TRACE:
             record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
             t_send = now(trace)
-        if owner and TMA_STORE:
-            # ---- communicate through the tensor-memory engine, which copies the tile to each rank's out while
-            # this program goes on to its next tile. Each descriptor ends at our column block's right edge, so a
-            # partial tile is clipped there as at the bottom.
-            tile_out = acc.to(out.dtype.element_ty)
-            for i in range(GROUP_SIZE):
-                peer_out = translate(out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, None, None,
-                                     "matmul_all_gather tma store")
-                dest = tl.make_tensor_descriptor(peer_out, shape=[M, (group_index + 1) * N_local],
-                                                 strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
-                dest.store([pid_m * BLOCK_M, group_index * N_local + pid_n * BLOCK_N], tile_out)
-        elif owner:
+        if owner:
             # ---- communicate: the tile lands in our column block of every rank's out
-            offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
-            ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
-            store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, heap_bases, members, group_index, GROUP_SIZE,
-                           mask=mask, hint=(1, VEC))
+            tile_out = acc.to(out.dtype.element_ty)
+            if TMA_STORE:
+                # through the tensor-memory engine, which copies the tile while this program goes on to its next
+                # one; each descriptor ends at our column block's right edge, so a partial tile is clipped there
+                for i in range(GROUP_SIZE):
+                    peer_out = translate(out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, None,
+                                         None, "matmul_all_gather tma store")
+                    dest = tl.make_tensor_descriptor(peer_out, shape=[M, (group_index + 1) * N_local],
+                                                     strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
+                    dest.store([pid_m * BLOCK_M, group_index * N_local + pid_n * BLOCK_N], tile_out)
+            else:
+                offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
+                ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
+                store_to_group(ptrs, tile_out, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
+                               hint=(1, VEC))
             if TRACE:
                 # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
                 tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8

@@ -131,8 +131,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
         operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
         m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
         STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out),
         num_warps=config.num_warps, num_stages=config.stages())
     return out
