@@ -58,13 +58,15 @@ class _SymmMem:
 
 def _variant_config(provider):
     """``iris`` runs the defaults; ``iris_push`` reduce_scatter's push algorithm; ``iris_<programs>x<block>x<warps>``
-    (from ``--configs``) overrides the program shape."""
+    and ``iris_push_<programs>x<block>x<warps>`` (from ``--configs``) override the program shape."""
     if provider == "iris":
         return None
-    if provider == "iris_push":
+    algorithm, _, shape = provider.removeprefix("iris_").rpartition("_")
+    if shape == "push":
         return iris.ccl.CollectiveConfig(algorithm="push")
-    programs, block, warps = (int(v) for v in provider.split("_", 1)[1].split("x"))
-    return iris.ccl.CollectiveConfig(comm_sms=programs, block_size=block, num_warps=warps)
+    programs, block, warps = (int(v) for v in shape.split("x"))
+    return iris.ccl.CollectiveConfig(algorithm=algorithm or "auto", comm_sms=programs, block_size=block,
+                                     num_warps=warps)
 
 
 def make_sweep(ctx, sizes, dtype, timing, ops=OPS, configs=()):
@@ -86,7 +88,7 @@ def make_sweep(ctx, sizes, dtype, timing, ops=OPS, configs=()):
             return None
         common = dict(bytes=bytes, dtype=str(dtype).replace("torch.", ""), shape=(n_in,),
                       busbw_factor=_busbw_factor(op, world), variant=provider)
-        if provider == "iris_push" and op != "reduce_scatter":
+        if provider.startswith("iris_push") and op != "reduce_scatter":
             return None
         if provider.startswith("iris"):
             inp, out = heap_pair(op, n_in, n_out)
@@ -127,16 +129,17 @@ def plots(rows, out):
     report.plot_curves(small, os.path.join(out, "ccl_latency.png"), OPS, y="us_p50", title="collectives: time per call")
 
 
-def main(out, quick, max_bytes, min_bytes=0, ops=OPS, configs=()):
+def main(out, quick, max_bytes, min_bytes=0, ops=OPS, configs=(), rounds=1):
     on_cpu = iris.host.backend.BACKEND == "cpu"
     sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
     if quick or on_cpu:
         sizes = [4 << 10, 16 << 10]
     sizes = [s for s in sizes if min_bytes <= s <= max_bytes] or sizes[-1:]
     # every (op, size) keeps its own buffers: at most 7 x the size (all_reduce 2, all_gather and reduce_scatter
-    # 1.5 each at 2 ranks, all_to_all 2), summed over the sizes
-    ctx = iris.iris(heap_size=(7 * sum(sizes) + (64 << 20)) if not on_cpu else 1 << 24)
-    timing = Timing(warmup=2, repeat=3, min_repeat=2, budget_ms=5) if on_cpu else Timing()
+    # 1.5 each at 2 ranks, all_to_all 2), summed over the sizes; the push reduce_scatter's staging grows to a
+    # power of two at least its input (at most 2 x the largest size; the smaller ones it outgrew stay)
+    ctx = iris.iris(heap_size=(7 * sum(sizes) + 4 * max(sizes) + (64 << 20)) if not on_cpu else 1 << 24)
+    timing = Timing(warmup=2, repeat=3, min_repeat=2, budget_ms=5) if on_cpu else Timing(rounds=rounds)
     sweep, symm = make_sweep(ctx, sizes, torch.bfloat16 if not on_cpu else torch.float32, timing, ops, configs)
     rows = run_sweep(ctx, sweep)
     if ctx.get_rank() == 0:
@@ -159,8 +162,10 @@ if __name__ == "__main__":
     parser.add_argument("--min-bytes", type=int, default=0, help="leave out the sizes below (to re-run the largest)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
     parser.add_argument("--configs", default="", help="extra iris providers, comma-separated "
-                        "<programs>x<block>x<warps> (e.g. 132x16384x32), each timed beside the defaults")
+                        "[push_]<programs>x<block>x<warps> (e.g. 132x16384x32, push_128x8192x16), each timed beside the defaults")
     parser.add_argument("--world-size", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="> 1: the providers of one size take turns, this many rounds (iris.bench.harness)")
     parser.add_argument("--plot-only", metavar="JSON", help="draw the figures from a saved ccl.json into --out")
     args = parser.parse_args()
     if args.plot_only:
@@ -171,4 +176,4 @@ if __name__ == "__main__":
             plots(json.load(f), args.out)
         raise SystemExit(0)
     iris.run(main, args.world_size or default_world_size(), args.out, args.quick, args.max_bytes, args.min_bytes,
-             tuple(args.ops.split(",")), tuple(c for c in args.configs.split(",") if c))
+             tuple(args.ops.split(",")), tuple(c for c in args.configs.split(",") if c), args.rounds)

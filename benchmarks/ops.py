@@ -45,7 +45,7 @@ def local_shapes(op, M, N, K, world):
     }[op]
 
 
-def make_sweep(ctx, shapes, dtype, timing):
+def make_sweep(ctx, shapes, dtype, timing, ops=OPS, providers=PROVIDERS):
     world = ctx.get_num_ranks()
     dev = ctx.get_device()
     group_name = dist.group.WORLD.group_name
@@ -129,7 +129,7 @@ def make_sweep(ctx, shapes, dtype, timing):
                          **common)
         return None
 
-    return Sweep("ops", axes={"op": OPS, "shape": shapes}, providers=PROVIDERS, make=make, timing=timing)
+    return Sweep("ops", axes={"op": ops, "shape": shapes}, providers=providers, make=make, timing=timing)
 
 
 def spin_up(device, seconds=1.0):
@@ -168,15 +168,15 @@ def plots(rows, out):
                      title="fused GEMM + communication: where the time goes", reference=1.0)
 
 
-def main(out, quick):
+def main(out, quick, ops=OPS, shapes=SHAPES, providers=PROVIDERS, rounds=3):
     on_cpu = iris.host.backend.BACKEND == "cpu"
-    shapes = ((64, 64, 96),) if quick or on_cpu else SHAPES
+    shapes = ((64, 64, 96),) if quick or on_cpu else shapes
     ctx = iris.iris(heap_size=(1 << 22) if on_cpu else (24 << 30))
-    timing = Timing(warmup=1, repeat=2, min_repeat=1, budget_ms=5) if on_cpu else Timing(repeat=10)
+    timing = Timing(warmup=1, repeat=2, min_repeat=1, budget_ms=5) if on_cpu else Timing(repeat=10, rounds=rounds)
     dtype = torch.float32 if on_cpu else torch.bfloat16
     if not on_cpu:
         spin_up(ctx.get_device())
-    rows = run_sweep(ctx, make_sweep(ctx, shapes, dtype, timing))
+    rows = run_sweep(ctx, make_sweep(ctx, shapes, dtype, timing, ops, providers))
     if ctx.get_rank() == 0:
         os.makedirs(out, exist_ok=True)
         report.write_results(rows, out, "ops")
@@ -192,6 +192,12 @@ if __name__ == "__main__":
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--world-size", type=int, default=None)
+    parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
+    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
+                        help="comma-separated MxNxK")
+    parser.add_argument("--providers", default=",".join(PROVIDERS), help="comma-separated subset")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the providers of one shape take turns, this many rounds (iris.bench.harness)")
     parser.add_argument("--plot-only", metavar="JSON", help="draw the figures from a saved ops.json into --out")
     args = parser.parse_args()
     if args.plot_only:
@@ -199,4 +205,6 @@ if __name__ == "__main__":
         with open(args.plot_only) as f:
             plots(json.load(f), args.out)
         raise SystemExit(0)
-    iris.run(main, args.world_size or default_world_size(), args.out, args.quick)
+    iris.run(main, args.world_size or default_world_size(), args.out, args.quick, tuple(args.ops.split(",")),
+             tuple(tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")),
+             tuple(args.providers.split(",")), args.rounds)

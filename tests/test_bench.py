@@ -156,6 +156,20 @@ def _nothing():
     pass
 
 
+def _rounds_log():
+    """Which provider each call of a 3-round sweep came from, in order, and the rows."""
+    ctx = iris.iris(1 << 20)
+    log = []
+
+    def make(provider, bytes):
+        return harness.Point([lambda: log.append(provider)], bytes=bytes)
+
+    timing = harness.Timing(warmup=1, repeat=2, min_repeat=2, graph_below_ms=0.0, rounds=3)
+    rows = harness.run_sweep(ctx, harness.Sweep("turns", {"bytes": (64,)}, ("a", "b"), make, timing), progress=False)
+    ctx.close()
+    return log, [row["provider"] for row in rows]
+
+
 # ---------------------------------------------------------------------------------------------- checks
 def check_rows(rows):
     """Every row has the schema's columns, and every measured value is a positive finite number."""
@@ -213,6 +227,14 @@ def test_harness_rows_follow_the_schema(pools):
     assert rows[-1]["timing"] in ("loop x3", "graph x3"), rows[-1]["timing"]
     assert idle_error and "no rank took part" in idle_error
     assert check_error == "checked before timing"
+
+
+def test_providers_take_turns_over_rounds(pools):
+    (log, providers), _ = pools(2).run(_rounds_log)
+    assert providers == ["a", "b"]  # one row each, pooling three rounds of samples
+    prepare = ["a"] * 2 + ["b"] * 2  # a warm-up call and the estimate, each provider once
+    turn = {p: [p] * 3 for p in "ab"}  # a round: do_bench's warm-up call, then 2 samples
+    assert log == prepare + turn["a"] + turn["b"] + turn["b"] + turn["a"] + turn["a"] + turn["b"], log
 
 
 def test_run_all_quick_writes_results(tmp_path):
@@ -327,6 +349,8 @@ def test_configs_reject_bad_values():
         kernels.CopyConfig(num_warps=3)
     with pytest.raises(ValueError, match="min_repeat"):
         harness.Timing(repeat=2, min_repeat=3)
+    with pytest.raises(ValueError, match="rounds=0"):
+        harness.Timing(rounds=0)
     with pytest.raises(ValueError, match="power of two"):
         micro.Profile(sizes=(3000,), matrix_bytes=4096, atomic_sizes=(4096,), pingpong_rounds=1)
     with pytest.raises(ValueError, match="must not exceed"):

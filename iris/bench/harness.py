@@ -19,10 +19,15 @@ How a point is timed (the same for every provider, so the columns compare):
    from a replay); on the cpu backend, or when capture fails, an eager loop;
 4. ``repeat`` samples, each after a host barrier (and an L2 flush if asked), timed with CUDA events
    around the call or replay (host clock on the cpu backend); on GPUs a ~250 us sleep kernel follows the
-   barrier so that the host's launch overhead falls outside the events; repeats shrink at large sizes to
-   fit ``Timing.budget_ms``;
+   barrier so that the host's launch overhead falls outside the events, then a device barrier so that the
+   ranks start together; repeats shrink at large sizes to fit ``Timing.budget_ms``;
 5. each rank takes p20/p50/p80 of its samples; the headline is the largest median over the ranks that
    took part, reported with that rank's p20 and p80.
+
+With ``Timing.rounds`` > 1 the providers of one axis point take turns: each is prepared (steps 1-3) once,
+then sampled ``repeat`` times per round, ``rounds`` rounds in a rotated order, and its row pools the samples.
+A GPU held at its power limit by long GEMMs drifts by several percent over a sweep; taking turns puts the
+drift on every provider alike instead of on whichever ran last.
 
 ``Point.fns`` may hold several calls that do the same work on different buffers; the harness cycles
 through them, so that repeated calls do not find their data in the L2 cache.
@@ -56,9 +61,10 @@ class Timing:
     max_batch: int = 256
     use_graphs: bool = True
     flush_l2: bool = False  # zero a buffer twice the L2 size before each sample (outside the timed region)
+    rounds: int = 1  # > 1: the providers of one point take turns, this many rounds (see the module docstring)
 
     def __post_init__(self):
-        for name in ("warmup", "repeat", "min_repeat", "max_batch"):
+        for name in ("warmup", "repeat", "min_repeat", "max_batch", "rounds"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < (0 if name == "warmup" else 1):
                 raise ValueError(f"Timing: {name}={value!r} must be an integer >= {0 if name == 'warmup' else 1}")
@@ -164,14 +170,32 @@ def run_sweep(ctx, sweep, progress=True):
     points = list(sweep.points())
     bar = _Progress(progress and ctx.get_rank() == 0, sweep.name, len(points))
     rows = []
-    for i, (provider, params) in enumerate(points):
-        bar.update(i, provider, params)
-        point = sweep.make(provider, **params)
-        if point is None:
-            continue
-        stats = measure(ctx, point, sweep.timing)
-        rows.append(_row(ctx, sweep, provider, params, point, stats, env))
-        bar.result(rows[-1])
+    if sweep.timing.rounds == 1:
+        for i, (provider, params) in enumerate(points):
+            bar.update(i, provider, params)
+            point = sweep.make(provider, **params)
+            if point is None:
+                continue
+            stats = measure(ctx, point, sweep.timing)
+            rows.append(_row(ctx, sweep, provider, params, point, stats, env))
+            bar.result(rows[-1])
+        bar.close()
+        return rows
+    for i in range(0, len(points), len(sweep.providers)):  # points() yields every provider of one point in turn
+        params = points[i][1]
+        made = []
+        for j, provider in enumerate(sweep.providers):
+            bar.update(i + j, provider, params)
+            point = sweep.make(provider, **params)
+            if point is not None:
+                made.append((provider, point, _Prepared(ctx, point, sweep.timing)))
+        samples = {provider: [] for provider, _, _ in made}
+        for r in range(sweep.timing.rounds):
+            for provider, point, prepared in made[r % len(made):] + made[:r % len(made)]:
+                samples[provider] += prepared.sample(ctx) or []
+        for provider, point, prepared in made:
+            rows.append(_row(ctx, sweep, provider, params, point, prepared.summary(ctx, samples[provider]), env))
+            bar.result(rows[-1])
     bar.close()
     return rows
 
@@ -179,58 +203,83 @@ def run_sweep(ctx, sweep, progress=True):
 def measure(ctx, point, timing=Timing()):
     """Collective. Time ``point`` on every rank; returns ``{"ms_p20", "ms_p50", "ms_p80", "timing"}`` (per op,
     milliseconds) for the rank with the largest median."""
-    active = point.fns is not None
-    call = _Cycle(point.fns) if active else _nothing
-    cuda = ctx.get_device().type == "cuda"
-    for _ in range(timing.warmup if active else 0):
-        call()
-    if point.check is not None:
-        ctx.barrier()
-        point.check()
-    estimate = _agree_estimate(ctx, active, call)  # ms per call, the same number on every rank
-    batch, fn, mode = 1, call, "events" if cuda else "host"
-    if estimate < timing.graph_below_ms:
-        graphs = cuda and point.graph and timing.use_graphs  # decided alike on every rank
-        batch = _batch_size(estimate, timing)
-        fn, mode = _batched(call, batch, graphs and active)
-        if graphs:
-            # One short call timed alone is noisy (clocks ramping, launch jitter); a replay of the batch is not.
-            estimate = _agree_estimate(ctx, active, fn) / batch
-            if estimate * batch < timing.batch_ms / 2 and batch < timing.max_batch:
-                batch = _batch_size(estimate, timing)
-                fn, mode = _batched(call, batch, active)
-    repeat = int(min(timing.repeat, max(timing.min_repeat, round(timing.budget_ms / max(estimate * batch, 1e-6)))))
-    preamble = _l2_flusher(ctx.get_device()) if timing.flush_l2 and cuda else _nothing
-    barrier = _barrier_then_idle(ctx) if cuda else ctx.barrier
-    times = do_bench(fn if active else _nothing, barrier_fn=barrier, preamble_fn=preamble, n_warmup=1,
-                     n_repeat=repeat, return_mode="all")
-    mine = None
-    if active:
-        per_op = sorted(t / (batch * point.ops_per_call) for t in times)
-        mine = {"ms_p20": _quantile(per_op, 0.2), "ms_p50": statistics.median(per_op),
-                "ms_p80": _quantile(per_op, 0.8), "timing": mode if batch == 1 else f"{mode} x{batch}"}
-    taken = [s for s in all_gather_object(mine) if s is not None]
-    if not taken:
-        raise ValueError("measure: no rank took part in this point (every rank's Point.fns is None)")
-    return max(taken, key=lambda s: s["ms_p50"])
+    prepared = _Prepared(ctx, point, timing)
+    return prepared.summary(ctx, prepared.sample(ctx))
 
 
-# ~250 us at the H200's 1.98 GHz: longer than the host takes to enqueue any call we time (a Triton launch
-# from Python is 20-50 us, a fan-out of copies over 7 streams ~150 us), so the start event is still
-# queued behind the sleep when the work is enqueued.
-IDLE_CYCLES = 500_000
+class _Prepared:
+    """A point warmed up, checked, and made into what one sample times (a call, or a batch of calls)."""
+
+    def __init__(self, ctx, point, timing):
+        self.point, self.timing = point, timing
+        self.active = active = point.fns is not None
+        call = _Cycle(point.fns) if active else _nothing
+        cuda = ctx.get_device().type == "cuda"
+        for _ in range(timing.warmup if active else 0):
+            call()
+        if point.check is not None:
+            ctx.barrier()
+            point.check()
+        estimate = _agree_estimate(ctx, active, call)  # ms per call, the same number on every rank
+        batch, fn, mode = 1, call, "events" if cuda else "host"
+        if estimate < timing.graph_below_ms:
+            graphs = cuda and point.graph and timing.use_graphs  # decided alike on every rank
+            batch = _batch_size(estimate, timing)
+            fn, mode = _batched(call, batch, graphs and active)
+            if graphs:
+                # One short call timed alone is noisy (clocks ramping, launch jitter); a replay of the batch is not.
+                estimate = _agree_estimate(ctx, active, fn) / batch
+                if estimate * batch < timing.batch_ms / 2 and batch < timing.max_batch:
+                    batch = _batch_size(estimate, timing)
+                    fn, mode = _batched(call, batch, active)
+        self.fn, self.batch = fn, batch
+        self.mode = mode if batch == 1 else f"{mode} x{batch}"
+        self.repeat = int(min(timing.repeat, max(timing.min_repeat,
+                                                 round(timing.budget_ms / max(estimate * batch, 1e-6)))))
+        self.preamble = _l2_flusher(ctx.get_device()) if timing.flush_l2 and cuda else _nothing
+        self.barrier = _barrier_then_idle(ctx) if cuda else ctx.barrier
+
+    def sample(self, ctx):
+        """Collective. ``repeat`` timed samples, per op (ms); None on a rank that sits the point out."""
+        times = do_bench(self.fn if self.active else _nothing, barrier_fn=self.barrier, preamble_fn=self.preamble,
+                         n_warmup=1, n_repeat=self.repeat, return_mode="all")
+        return [t / (self.batch * self.point.ops_per_call) for t in times] if self.active else None
+
+    def summary(self, ctx, per_op):
+        """Collective. The quantiles of this rank's samples, gathered; the rank with the largest median's."""
+        mine = None
+        if self.active:
+            per_op = sorted(per_op)
+            mine = {"ms_p20": _quantile(per_op, 0.2), "ms_p50": statistics.median(per_op),
+                    "ms_p80": _quantile(per_op, 0.8), "timing": self.mode}
+        taken = [s for s in all_gather_object(mine) if s is not None]
+        if not taken:
+            raise ValueError("measure: no rank took part in this point (every rank's Point.fns is None)")
+        return max(taken, key=lambda s: s["ms_p50"])
+
+
+# ~1 ms at the H200's 1.98 GHz: longer than the host takes to enqueue the device barrier and any call we
+# time (a Triton launch from Python is 20-50 us, a fan-out of copies over 7 streams ~150 us, a fused op's
+# checks and launches more), so the start event is still queued behind the sleep when the work is enqueued.
+# At 250 us, calls with the longest host path (fused ops, PyTorch's fused ops) read up to 40% slow and
+# scattered on some hosts, while cuBLAS + NCCL did not (docs/perf-notes.md).
+IDLE_CYCLES = 2_000_000
 
 
 def _barrier_then_idle(ctx):
-    """A host barrier, then a short sleep kernel: the GPU waits while the host records the start event and
-    launches the timed work, so the sample measures the GPU's time, not the host's launch overhead, and
-    the ranks still start together (each sleeps the same ~250 us after the same barrier)."""
+    """A host barrier, a short sleep kernel, then a device barrier: the GPU waits while the host records the
+    start event and launches the timed work, so the sample measures the GPU's time, not the host's launch
+    overhead; the device barrier then starts every rank's timed region within a few microseconds of the
+    others. Without it the ranks leave the host barrier tens of microseconds apart, and a collective timed
+    alone counted that skew as its own: reduce_scatter at 256 MiB read 301 GB/s timed call by call against
+    341 GB/s in batches of 5 (docs/perf-notes.md)."""
     sleep = getattr(torch.cuda, "_sleep", None)
 
     def barrier():
         ctx.barrier()
         if sleep is not None:
             sleep(IDLE_CYCLES)
+        ctx.device_barrier()
     return barrier
 
 
