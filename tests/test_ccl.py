@@ -143,8 +143,9 @@ def _large_body():
     """Messages past ``LARGE_NUMEL``, where ``plan`` switches to about one program per SM, 32 warps and 16384
     elements per step; the length is not a multiple of that block."""
     from iris.ccl import common
+    from iris.ccl.reduce_scatter import PUSH_MIN_BYTES
 
-    ctx = new_context(1 << 28)
+    ctx = new_context(1 << 29)  # inputs and outputs 128 MiB, the push's staging 128 MiB (a power of two)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     n = common.LARGE_NUMEL + 4099
     shape = common.plan(ctx, "test", n, None, None)
@@ -160,6 +161,8 @@ def _large_body():
         "all_gather": (lambda: ctx.ccl.all_gather(out, inp[:n]), out, ref_ops.all_gather([x[:n] for x in inputs])),
         "reduce_scatter": (lambda: ctx.ccl.reduce_scatter(out[:n], inp), out[:n],
                            ref_ops.reduce_scatter(inputs, rank)),
+        "reduce_scatter pull": (lambda: ctx.ccl.reduce_scatter(out[:n], inp, config=CollectiveConfig(
+            algorithm="pull")), out[:n], ref_ops.reduce_scatter(inputs, rank)),
         "reduce_scatter push": (lambda: ctx.ccl.reduce_scatter(out[:n], inp, config=CollectiveConfig(
             algorithm="push")), out[:n], ref_ops.reduce_scatter(inputs, rank)),
         "all_to_all": (lambda: ctx.ccl.all_to_all(out, inp), out, ref_ops.all_to_all(inputs, rank)),
@@ -170,6 +173,10 @@ def _large_body():
         call()
         ctx.barrier()
         fails.append(mismatch(name, result, reference))
+        if name == "reduce_scatter":  # "auto" pushes from PUSH_MIN_BYTES slices: then its staging buffer is made
+            pushed = any(key[0] == "ccl.reduce_scatter.staging" for key in ctx.ops.workspaces.buffers)
+            expected = n * out.element_size() >= PUSH_MIN_BYTES
+            fails.append(None if pushed == expected else f"reduce_scatter 'auto' pushed={pushed} for {n} elements")
     return [f for f in fails if f]
 
 

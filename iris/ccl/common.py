@@ -70,6 +70,7 @@ class Plan:
     warps: int
     programs: int
     caller: str
+    large: bool  # bandwidth-bound: at least LARGE_NUMEL elements, on GPUs
 
     @property
     def grid(self):
@@ -97,9 +98,10 @@ def precheck(caller, group, config, tensors, *extra):
         check_across_ranks(caller, signature, group)
 
 
-def plan(ctx, caller, numel, group, config, sync=None):
+def plan(ctx, caller, numel, group, config, sync=None, large_shape=None):
     """Resolve the group (or take ``sync``, a pair for send/recv) and the config, and pick the block, warps
-    and program count: functions of the size and config only, so identical on every rank."""
+    and program count: functions of the size and config only, so identical on every rank. ``large_shape``
+    (programs, block, warps) replaces the bandwidth-bound default for a kernel measured faster with another."""
     config = resolve_config(config, caller)
     if sync is None:
         sync = ctx.group_sync(group, caller)
@@ -109,12 +111,13 @@ def plan(ctx, caller, numel, group, config, sync=None):
     # flight) on 64 programs. Bandwidth-bound: about one program per SM, 16384 elements at 32 warps (the push
     # shape of the microbenchmarks); on 2 x H200 all_gather went from 313 to 351 GB/s at 256 MiB with it.
     # Small blocks on the cpu backend, where each program runs in Python.
-    block = config.block_size or (256 if on_cpu else 16384 if large else 4096)
+    large_programs, large_block, large_warps = large_shape or (LARGE_PROGRAMS, 16384, 32)
+    block = config.block_size or (256 if on_cpu else large_block if large else 4096)
     block = min(block, max(16, triton.next_power_of_2(max(numel, 1))))
-    warps = config.num_warps or (32 if large else 8)
-    cap = config.comm_sms or (4 if on_cpu else LARGE_PROGRAMS if large else 64)
+    warps = config.num_warps or (large_warps if large else 8)
+    cap = config.comm_sms or (4 if on_cpu else large_programs if large else 64)
     programs = max(1, min(cap, triton.cdiv(max(numel, 1), block), MAX_COMM_PROGRAMS))
-    return Plan(sync, config, block, warps, programs, caller)
+    return Plan(sync, config, block, warps, programs, caller, large)
 
 
 def algorithm(plan, choices, caller):

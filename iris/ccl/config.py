@@ -22,7 +22,8 @@ class CollectiveConfig:
     ``"pull"`` (each rank reads its slice of every peer's input) or ``"push"`` (each rank stores each peer's
     slice of its input into a staging buffer on that peer, chunk by chunk behind flags, and reduces what
     arrives locally: stores cross the link faster than loads, and neither input nor output need be on
-    the heap); ``"auto"`` pulls. The other collectives have one algorithm each.
+    the heap); ``"auto"`` pushes from output slices of 64 MiB on GPUs (``reduce_scatter.PUSH_MIN_BYTES``),
+    and pulls below (fewer barriers and no flags: less latency, and faster up to 32 MiB slices). The other collectives have one algorithm each.
     ``comm_sms``: the most programs (one per SM) the kernel may use, so a collective can share the GPU with
     compute; ``block_size``: elements each program moves per step (a power of two); ``num_warps``: warps
     per program. ``None`` picks by size (``iris.ccl.common.plan``): 64 programs of 8 warps moving 4096

@@ -1,13 +1,14 @@
 """reduce_scatter: rank r ends with slice r of the elementwise reduction (torch's reduce_scatter_tensor).
 
-Pull (the default): each rank reads its slice from every member's input and reduces it.
+Pull ("auto" below ``PUSH_MIN_BYTES`` per output slice): each rank reads its slice from every member's input and
+reduces it.
 
     barrier (inputs ready)  ->  out = op over ranks of inp[slice me]  ->  barrier (inputs free)
 
 which is the one-shot all_reduce kernel run on slice ``group_rank`` of every input (the slice sits at the
 same heap offset on every rank, so the peers' slices are found from ours).
 
-Push: each rank stores each peer's slice of its input into its own row of a staging buffer on that peer,
+Push ("auto" from ``PUSH_MIN_BYTES`` on, on GPUs): each rank stores each peer's slice of its input into its own row of a staging buffer on that peer,
 segment by segment, and raises a flag per segment; it then reduces its own slice with the staged rows as their
 flags arrive. Stores cross NVLink faster than loads (367 against 338 GB/s both ways at once on 2 x H200),
 and the local reduce of one segment overlaps the pushes of the next.
@@ -30,7 +31,14 @@ from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import fence_release_sys, group_barrier, wait_until
 
-SEGMENT_BLOCKS = 4  # blocks per flagged segment: one sys fence per 4 x 32 KiB pushed on the large shape
+SEGMENT_BLOCKS = 4  # blocks per flagged segment: one sys fence per 4 x 16 KiB pushed on the large shape
+# The push's bandwidth-bound shape: two programs per SM of 16 warps, each pushing 8192 elements a step. On
+# 2 x H200 at 256 MiB it moved 338 GB/s against 313 for the collectives' default (128 x 16384 x 32), and
+# 352 against 348 at 1 GiB (docs/perf-notes.md).
+PUSH_LARGE_SHAPE = (256, 8192, 16)
+# "auto" pushes from output slices of this many bytes (on the large shape): on 2 x H200 the pull was ahead at
+# 32 MiB slices (318 against 291 GB/s), the push at 128 MiB (341 against 329) and 512 MiB (355 against 334).
+PUSH_MIN_BYTES = 64 << 20
 
 
 @triton.jit
@@ -95,7 +103,10 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {p.sync.size}")
     acc_fp32 = common.accumulate_in_fp32(inp.dtype)
     aligned = (n * inp.element_size()) % 16 == 0
-    if common.algorithm(p, REDUCE_SCATTER_ALGORITHMS, caller) == "push":
+    algorithm = common.algorithm(p, REDUCE_SCATTER_ALGORITHMS, caller)
+    if algorithm == "push" or (algorithm == "auto" and p.large and n * inp.element_size() >= PUSH_MIN_BYTES):
+        if p.large:
+            p = common.plan(ctx, caller, n, group, config, large_shape=PUSH_LARGE_SHAPE)
         if n == 0:  # nothing to move, and no barrier needed: nobody reads anybody's memory
             return common.done(ctx, async_op)
         segments = triton.cdiv(n, SEGMENT_BLOCKS * p.block)
