@@ -161,8 +161,8 @@ if __name__ == "__main__":
     parser.add_argument("--max-bytes", type=int, default=1 << 30)
     parser.add_argument("--min-bytes", type=int, default=0, help="leave out the sizes below (to re-run the largest)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
-    parser.add_argument("--configs", default="", help="extra iris providers, comma-separated "
-                        "[push_]<programs>x<block>x<warps> (e.g. 132x16384x32, push_128x8192x16), each timed beside the defaults")
+    parser.add_argument("--configs", default="", help="extra iris providers, comma-separated [pull_|push_]"
+                        "<programs>x<block>x<warps> (e.g. 132x16384x32, push_128x8192x16), each beside the defaults")
     parser.add_argument("--world-size", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=1,
                         help="> 1: the providers of one size take turns, this many rounds (iris.bench.harness)")

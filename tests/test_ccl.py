@@ -355,6 +355,22 @@ def test_bad_input(pools):
         assert rank_result["untouched"]
 
 
+def test_reduce_scatter_auto_pushes_large_slices():
+    from iris.ccl import common
+    from iris.ccl.reduce_scatter import PUSH_MIN_BYTES, pushes
+
+    def plan(algorithm, large):
+        return common.Plan(None, CollectiveConfig(algorithm=algorithm), 8192, 16, 256, "test", large)
+
+    assert pushes(plan("auto", True), PUSH_MIN_BYTES, "test")
+    assert not pushes(plan("auto", True), PUSH_MIN_BYTES - 2, "test")
+    assert not pushes(plan("auto", False), 4 * PUSH_MIN_BYTES, "test")  # the cpu backend never takes the large shape
+    assert not pushes(plan("pull", True), 4 * PUSH_MIN_BYTES, "test")
+    assert pushes(plan("push", False), 2, "test")
+    with pytest.raises(ValueError, match="algorithm='one_shot' is not one of"):
+        pushes(plan("one_shot", True), 2, "test")
+
+
 def test_soak_of_random_collectives():
     """benchmarks/soak.py at CPU size: random kinds, dtypes, sizes and roots, every result checked. The GPU
     tier runs it with --count 10000."""

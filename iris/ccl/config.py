@@ -23,12 +23,14 @@ class CollectiveConfig:
     slice of its input into a staging buffer on that peer, chunk by chunk behind flags, and reduces what
     arrives locally: stores cross the link faster than loads, and neither input nor output need be on
     the heap); ``"auto"`` pushes from output slices of 64 MiB on GPUs (``reduce_scatter.PUSH_MIN_BYTES``),
-    and pulls below (fewer barriers and no flags: less latency, and faster up to 32 MiB slices). The other collectives have one algorithm each.
+    and pulls below (fewer barriers and no flags: less latency, and faster up to 32 MiB slices). The other
+    collectives have one algorithm each.
     ``comm_sms``: the most programs (one per SM) the kernel may use, so a collective can share the GPU with
     compute; ``block_size``: elements each program moves per step (a power of two); ``num_warps``: warps
     per program. ``None`` picks by size (``iris.ccl.common.plan``): 64 programs of 8 warps moving 4096
     elements for latency-bound messages; from ``LARGE_NUMEL`` elements on, 128 programs (about one per SM),
-    32 warps and 16384 elements, which keep enough stores in flight to fill the link.
+    32 warps and 16384 elements, which keep enough stores in flight to fill the link (the push reduce_scatter:
+    256 programs of 16 warps moving 8192, ``reduce_scatter.PUSH_LARGE_SHAPE``).
     ``check``: compare shapes and dtypes across ranks first (a host collective, so not inside CUDA graphs);
     ``IRIS_CCL_CHECK=1`` turns it on everywhere."""
 

@@ -8,10 +8,10 @@ reduces it.
 which is the one-shot all_reduce kernel run on slice ``group_rank`` of every input (the slice sits at the
 same heap offset on every rank, so the peers' slices are found from ours).
 
-Push ("auto" from ``PUSH_MIN_BYTES`` on, on GPUs): each rank stores each peer's slice of its input into its own row of a staging buffer on that peer,
-segment by segment, and raises a flag per segment; it then reduces its own slice with the staged rows as their
-flags arrive. Stores cross NVLink faster than loads (367 against 338 GB/s both ways at once on 2 x H200),
-and the local reduce of one segment overlaps the pushes of the next.
+Push ("auto" from ``PUSH_MIN_BYTES`` on, on GPUs): each rank stores each peer's slice of its input into its
+own row of a staging buffer on that peer, segment by segment, and raises a flag per segment; it then reduces
+its own slice with the staged rows as their flags arrive. Stores cross NVLink faster than loads (367 against
+338 GB/s both ways at once on 2 x H200), and the local reduce of one segment overlaps the pushes of the next.
 
     barrier (staging free)  ->  per segment s:  staging[me] on d = inp[slice d][s] for every peer d;
                                                 flag[me, s] on d = call      (one release for all peers)
@@ -84,9 +84,17 @@ def _reduce_scatter_push_kernel(out, inp, staging, segment_flags, n, segments, f
             tl.store(out + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
 
 
+def pushes(plan, slice_bytes, caller):
+    """Whether this call pushes: asked for, or "auto" with output slices of ``PUSH_MIN_BYTES`` on the large
+    shape (which only GPUs take). The same answer on every rank: the config and sizes are the same."""
+    algorithm = common.algorithm(plan, REDUCE_SCATTER_ALGORITHMS, caller)
+    return algorithm == "push" or (algorithm == "auto" and plan.large and slice_bytes >= PUSH_MIN_BYTES)
+
+
 def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
     """``out`` (``[n, ...]``, anywhere) = slice ``group_rank`` along dim 0 of ``op`` over every rank's ``inp``
-    (``[group_size * n, ...]``: on the heap for the pull, anywhere for the push). fp16/bf16 accumulate in fp32.
+    (``[group_size * n, ...]``: on the heap for the pull, anywhere for the push; "auto" pulls below 64 MiB
+    output slices and on the cpu backend). fp16/bf16 accumulate in fp32.
 
     Collective over ``group``; stream-ordered; graph-capturable after a first call (the push allocates its
     staging buffer and flags on the heap at its first call for each size).
@@ -103,8 +111,7 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {p.sync.size}")
     acc_fp32 = common.accumulate_in_fp32(inp.dtype)
     aligned = (n * inp.element_size()) % 16 == 0
-    algorithm = common.algorithm(p, REDUCE_SCATTER_ALGORITHMS, caller)
-    if algorithm == "push" or (algorithm == "auto" and p.large and n * inp.element_size() >= PUSH_MIN_BYTES):
+    if pushes(p, n * inp.element_size(), caller):
         if p.large:
             p = common.plan(ctx, caller, n, group, config, large_shape=PUSH_LARGE_SHAPE)
         if n == 0:  # nothing to move, and no barrier needed: nobody reads anybody's memory
