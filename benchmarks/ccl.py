@@ -58,7 +58,8 @@ class _SymmMem:
 
 def _variant_config(provider):
     """``iris`` runs the defaults; ``iris_push`` reduce_scatter's push algorithm; ``iris_<programs>x<block>x<warps>``
-    and ``iris_push_<programs>x<block>x<warps>`` (from ``--configs``) override the program shape."""
+    (from ``--configs``) overrides the program shape, and ``iris_pull_...`` / ``iris_push_...`` the
+    reduce_scatter algorithm with it."""
     if provider == "iris":
         return None
     algorithm, _, shape = provider.removeprefix("iris_").rpartition("_")
@@ -88,7 +89,7 @@ def make_sweep(ctx, sizes, dtype, timing, ops=OPS, configs=()):
             return None
         common = dict(bytes=bytes, dtype=str(dtype).replace("torch.", ""), shape=(n_in,),
                       busbw_factor=_busbw_factor(op, world), variant=provider)
-        if provider.startswith("iris_push") and op != "reduce_scatter":
+        if provider.startswith(("iris_push", "iris_pull")) and op != "reduce_scatter":
             return None
         if provider.startswith("iris"):
             inp, out = heap_pair(op, n_in, n_out)

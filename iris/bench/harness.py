@@ -18,7 +18,7 @@ How a point is timed (the same for every provider, so the columns compare):
    back-to-back calls, replayed (launch overhead is paid once per replay; the batch is refined once
    from a replay); on the cpu backend, or when capture fails, an eager loop;
 4. ``repeat`` samples, each after a host barrier (and an L2 flush if asked), timed with CUDA events
-   around the call or replay (host clock on the cpu backend); on GPUs a ~250 us sleep kernel follows the
+   around the call or replay (host clock on the cpu backend); on GPUs a ~1 ms sleep kernel follows the
    barrier so that the host's launch overhead falls outside the events, then a device barrier so that the
    ranks start together; repeats shrink at large sizes to fit ``Timing.budget_ms``;
 5. each rank takes p20/p50/p80 of its samples; the headline is the largest median over the ranks that
@@ -26,8 +26,8 @@ How a point is timed (the same for every provider, so the columns compare):
 
 With ``Timing.rounds`` > 1 the providers of one axis point take turns: each is prepared (steps 1-3) once,
 then sampled ``repeat`` times per round, ``rounds`` rounds in a rotated order, and its row pools the samples.
-A GPU held at its power limit by long GEMMs drifts by several percent over a sweep; taking turns puts the
-drift on every provider alike instead of on whichever ran last.
+Whatever drifts over a sweep (clocks, temperature, the other rank's state) then falls on every provider
+alike instead of on whichever ran last.
 
 ``Point.fns`` may hold several calls that do the same work on different buffers; the harness cycles
 through them, so that repeated calls do not find their data in the L2 cache.

@@ -31,10 +31,10 @@ from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import fence_release_sys, group_barrier, wait_until
 
-SEGMENT_BLOCKS = 4  # blocks per flagged segment: one sys fence per 4 x 16 KiB pushed on the large shape
+SEGMENT_BLOCKS = 4  # blocks per flagged segment: one sys fence per 4 x 16 KiB of bf16 on the large shape
 # The push's bandwidth-bound shape: two programs per SM of 16 warps, each pushing 8192 elements a step. On
-# 2 x H200 at 256 MiB it moved 338 GB/s against 313 for the collectives' default (128 x 16384 x 32), and
-# 352 against 348 at 1 GiB (docs/perf-notes.md).
+# 2 x H200 it moved 338 GB/s at 256 MiB and 352 at 1 GiB against 313 and 326 with the collectives' default
+# (128 x 16384 x 32; docs/perf-notes.md).
 PUSH_LARGE_SHAPE = (256, 8192, 16)
 # "auto" pushes from output slices of this many bytes (on the large shape): on 2 x H200 the pull was ahead at
 # 32 MiB slices (318 against 291 GB/s), the push at 128 MiB (341 against 329) and 512 MiB (355 against 334).
