@@ -342,6 +342,19 @@ def test_kernels_compile_for_sm90_vectorised_and_ordered():
 
 
 # ---------------------------------------------------------------------------------------------- host-only
+def test_sleep_covers_the_hosts_enqueue(monkeypatch):
+    """The sleep before each GPU sample lasts three times the host's time to enqueue the call, within bounds
+    (the cuda calls around the measurement are stubbed: this machine may have no GPU)."""
+    import time
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    assert harness._idle_cycles(True, lambda: None) == harness.IDLE_CYCLES
+    assert harness._idle_cycles(False, lambda: time.sleep(0.02)) == harness.IDLE_CYCLES  # sits the point out
+    cycles = harness._idle_cycles(True, lambda: time.sleep(0.01))  # 10 ms on the host: ~30 ms of sleep
+    assert 3 * 0.01 * harness.SM_CLOCK_HZ <= cycles < 3 * 0.02 * harness.SM_CLOCK_HZ, cycles
+    assert harness._idle_cycles(True, lambda: time.sleep(0.06)) == harness.MAX_IDLE_CYCLES
+
+
 def test_configs_reject_bad_values():
     with pytest.raises(ValueError, match="block=1000"):
         kernels.CopyConfig(block=1000)

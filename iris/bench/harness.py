@@ -18,9 +18,10 @@ How a point is timed (the same for every provider, so the columns compare):
    back-to-back calls, replayed (launch overhead is paid once per replay; the batch is refined once
    from a replay); on the cpu backend, or when capture fails, an eager loop;
 4. ``repeat`` samples, each after a host barrier (and an L2 flush if asked), timed with CUDA events
-   around the call or replay (host clock on the cpu backend); on GPUs a ~1 ms sleep kernel follows the
-   barrier so that the host's launch overhead falls outside the events, then a device barrier so that the
-   ranks start together; repeats shrink at large sizes to fit ``Timing.budget_ms``;
+   around the call or replay (host clock on the cpu backend); on GPUs a sleep kernel follows the barrier
+   (~1 ms, or three times the host's time to enqueue the call if longer) so that the host's launch overhead
+   falls outside the events, then a device barrier so that the ranks start together; repeats shrink at
+   large sizes to fit ``Timing.budget_ms``;
 5. each rank takes p20/p50/p80 of its samples; the headline is the largest median over the ranks that
    took part, reported with that rank's p20 and p80.
 
@@ -237,7 +238,7 @@ class _Prepared:
         self.repeat = int(min(timing.repeat, max(timing.min_repeat,
                                                  round(timing.budget_ms / max(estimate * batch, 1e-6)))))
         self.preamble = _l2_flusher(ctx.get_device()) if timing.flush_l2 and cuda else _nothing
-        self.barrier = _barrier_then_idle(ctx) if cuda else ctx.barrier
+        self.barrier = _barrier_then_idle(ctx, _idle_cycles(active, fn)) if cuda else ctx.barrier
 
     def sample(self, ctx):
         """Collective. ``repeat`` timed samples, per op (ms); None on a rank that sits the point out."""
@@ -262,11 +263,27 @@ class _Prepared:
 # time (a Triton launch from Python is 20-50 us, a fan-out of copies over 7 streams ~150 us, a fused op's
 # checks and launches more), so the start event is still queued behind the sleep when the work is enqueued.
 # At 250 us, calls with the longest host path (fused ops, PyTorch's fused ops) read up to 40% slow and
-# scattered on some hosts, while cuBLAS + NCCL did not (docs/perf-notes.md).
+# scattered on some hosts, while cuBLAS + NCCL did not (docs/perf-notes.md). A point whose call takes the host
+# longer sleeps longer (``_idle_cycles``), up to MAX_IDLE_CYCLES (~50 ms).
 IDLE_CYCLES = 2_000_000
+MAX_IDLE_CYCLES = 100_000_000
+SM_CLOCK_HZ = 1.98e9  # the H200's top SM clock: n cycles of sleep last at least n / SM_CLOCK_HZ seconds
 
 
-def _barrier_then_idle(ctx):
+def _idle_cycles(active, fn):
+    """Sleep cycles that cover three times the host's time to enqueue one ``fn`` on an idle GPU (measured here,
+    once per point), and at least IDLE_CYCLES."""
+    if not active:
+        return IDLE_CYCLES
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    host_s = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return int(min(MAX_IDLE_CYCLES, max(IDLE_CYCLES, 3 * host_s * SM_CLOCK_HZ)))
+
+
+def _barrier_then_idle(ctx, cycles=IDLE_CYCLES):
     """A host barrier, a short sleep kernel, then a device barrier: the GPU waits while the host records the
     start event and launches the timed work, so the sample measures the GPU's time, not the host's launch
     overhead; the device barrier then starts every rank's timed region within a few microseconds of the
@@ -278,7 +295,7 @@ def _barrier_then_idle(ctx):
     def barrier():
         ctx.barrier()
         if sleep is not None:
-            sleep(IDLE_CYCLES)
+            sleep(cycles)
         ctx.device_barrier()
     return barrier
 
