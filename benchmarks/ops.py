@@ -6,7 +6,8 @@ symmetric-memory ops where they exist, and each half alone (the speed of light i
 
 Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md section 6 says. Providers:
 ``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit`` and
-``iris_fused_tma_store``: matmul_all_gather's fused kernel without ``split_tail`` and with ``tma_store``),
+``iris_fused_tma_store``: matmul_all_gather's fused kernel without ``split_tail`` and with ``tma_store``;
+``iris_fused_lagged``: the fused reduce ops with each tile's own unit a wave behind its peer units),
 ``torch_bulk`` (``torch.matmul`` then the NCCL collective), ``torch_fused``
 (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), ``gemm_only`` and
 ``comm_only`` (cuBLAS alone, NCCL alone), and ``iris_gemm`` (the shared mainloop alone).
@@ -28,11 +29,19 @@ from iris.ops.gemm import matmul
 
 OPS = ("matmul_all_gather", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce")
 SHAPES = ((8192, 3584, 14336), (8192, 4608, 36864), (4096, 8192, 8192), (128, 8192, 8192))
-PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_tma_store", "iris_bulk", "torch_bulk",
-             "torch_fused", "gemm_only", "comm_only", "iris_gemm")
-# matmul_all_gather's fused kernel with one of its options changed: what the split last wave gains, and TMA stores
-MATMUL_ALL_GATHER_VARIANTS = {"iris_fused_unsplit": OpsConfig(variant="fused", split_tail=False),
-                              "iris_fused_tma_store": OpsConfig(variant="fused", tma_store=True)}
+PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_tma_store", "iris_fused_lagged", "iris_bulk",
+             "torch_bulk", "torch_fused", "gemm_only", "comm_only", "iris_gemm")
+
+
+def option_variants(ctx):
+    """Fused kernels with one option changed, and the ops they apply to: what matmul_all_gather's split last
+    wave gains, its TMA stores, and the fused reduce ops with each tile's own unit one wave (as many units
+    as SMs) behind the tile's peer units."""
+    reduce_ops = ("matmul_reduce_scatter", "matmul_all_reduce")
+    return {"iris_fused_unsplit": (("matmul_all_gather",), OpsConfig(variant="fused", split_tail=False)),
+            "iris_fused_tma_store": (("matmul_all_gather",), OpsConfig(variant="fused", tma_store=True)),
+            "iris_fused_lagged": (reduce_ops, OpsConfig(variant="fused",
+                                                        reduce_lag=ctx.get_cu_count() // ctx.get_num_ranks()))}
 
 
 def local_shapes(op, M, N, K, world):
@@ -59,6 +68,7 @@ def make_sweep(ctx, shapes, dtype, timing, ops=OPS, providers=PROVIDERS):
         except Exception as e:  # depends on the torch build
             print(f"[bench] torch fused ops unavailable: {type(e).__name__}: {e}")
     cache = {}
+    variants = option_variants(ctx)
 
     def operands(op, shape):
         key = (op, shape)
@@ -90,10 +100,10 @@ def make_sweep(ctx, shapes, dtype, timing, ops=OPS, providers=PROVIDERS):
         common = dict(bytes=out.numel() * out.element_size(), dtype=str(dtype).replace("torch.", ""), shape=shape,
                       flops=flops, variant=provider)
         gathered_a = op == "all_gather_matmul"
-        if provider in MATMUL_ALL_GATHER_VARIANTS:
-            if op != "matmul_all_gather":
+        if provider in variants:
+            ops_of, config = variants[provider]
+            if op not in ops_of:
                 return None
-            config = MATMUL_ALL_GATHER_VARIANTS[provider]
             provider = "iris_fused"
         elif provider.startswith("iris") and provider != "iris_gemm":
             config = OpsConfig(variant=provider.partition("_")[2] or "auto")  # "iris": what a user gets

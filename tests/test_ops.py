@@ -3,10 +3,13 @@ variants, odd K, 2 and 4 ranks, bias, and bad input."""
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
-from conftest import world_sizes
+from conftest import on_gpu, world_sizes
 from iris.ops import OpsConfig
 from iris.ops import reference as ref_ops
+from iris.ops.reduce_ops import _unit
 from rank_utils import GPU_SCALE, SEED, error_message, new_context
 
 # Relative error (Frobenius) against float64: fp32 goes through tf32 on GPUs; bf16 keeps 8 bits.
@@ -82,6 +85,15 @@ def _ops_body(dtype):
         scattered.fill_(float("nan"))
         ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
         fails.append(mismatch(f"matmul_reduce_scatter {variant}", scattered, scattered_ref))
+    # the own unit of each tile one tile behind its peer units (between the two ops' orders)
+    lagged = config("fused", reduce_lag=1)
+    on_heap.fill_(float("nan"))
+    ctx.barrier()
+    ctx.ops.matmul_all_reduce(on_heap, a_k[rank].to(dev), b_k[rank].to(dev), config=lagged)
+    fails.append(mismatch("matmul_all_reduce fused, reduce_lag=1", on_heap, reduced_ref))
+    scattered.fill_(float("nan"))
+    ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=lagged)
+    fails.append(mismatch("matmul_reduce_scatter fused, reduce_lag=1", scattered, scattered_ref))
     # twice more, fused: per-tile flags from the last call must not let this one read stale partials
     for salt in (7, 8):
         a_k = [operand(r, (M, K), dtype, salt) for r in range(world)]
@@ -207,6 +219,36 @@ def test_split_last_wave_sums_every_part(pools):
     results = pools(2).run(_split_tail_body)
     fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
     assert not fails, "\n".join(fails)
+
+
+@triton.jit
+def _walk_table(steps, tiles_of, n, tiles, lag, GROUP_SIZE: tl.constexpr):
+    for u in range(0, n):
+        step, tile = _unit(u, tiles, lag, GROUP_SIZE)
+        tl.store(steps + u, step)
+        tl.store(tiles_of + u, tile)
+
+
+@pytest.mark.parametrize("group_size", [2, 3, 4])
+def test_reduce_walk_trails_by_the_lag(group_size):
+    """The fused reduce's walk: every (block, tile) unit once, and each tile's own unit right after the peer
+    units of the tile ``lag`` later (every peer unit first at lag = tiles)."""
+    tiles, n = 5, group_size * 5
+    device = "cuda" if on_gpu() else "cpu"
+    for lag in range(tiles + 1):
+        steps = torch.full((n,), -1, dtype=torch.int32, device=device)
+        tiles_of = torch.full((n,), -1, dtype=torch.int32, device=device)
+        _walk_table[(1,)](steps, tiles_of, n, tiles, lag, GROUP_SIZE=group_size)
+        units = list(zip(steps.tolist(), tiles_of.tolist()))
+        assert sorted(units) == [(s, t) for s in range(1, group_size + 1) for t in range(tiles)], (lag, units)
+        own = {t: u for u, (s, t) in enumerate(units) if s == group_size}
+        last_peer = {t: max(u for u, (s, q) in enumerate(units) if q == t and s < group_size) for t in range(tiles)}
+        for t in range(tiles):
+            assert own[t] > last_peer[t], (lag, units)
+            if t + lag < tiles:
+                assert own[t] == last_peer[t + lag] + 1, (lag, units)
+        if lag == tiles:
+            assert min(own.values()) > max(last_peer.values()), units
 
 
 def test_split_tail_fills_the_last_wave():

@@ -28,7 +28,12 @@ class OpsConfig:
     tiles along K between programs (matmul_all_gather), so the wave fills; partial sums meet in a workspace.
     ``tma_store`` (matmul_all_gather, fused; off until measured faster): hand each finished tile to the
     tensor-memory engine, one bulk copy per rank, instead of storing it from registers, so the program starts
-    its next tile while the copies run; needs ``out`` rows 16-byte aligned (else the plain stores run)."""
+    its next tile while the copies run; needs ``out`` rows 16-byte aligned (else the plain stores run).
+    ``reduce_lag`` (matmul_reduce_scatter and matmul_all_reduce, fused): how many tiles a rank's own unit of a
+    tile trails the peers' units of that tile in the kernel's walk (the own unit adds the partials they push).
+    ``None`` keeps each op's measured order: reduce_scatter every peer unit first (a lag of every tile),
+    all_reduce right after (0). Between the two, only part of the programs store to the link at a time and
+    the own unit finds its partials landed."""
 
     variant: str = "auto"
     block_m: int | None = None
@@ -42,6 +47,7 @@ class OpsConfig:
     comm_sms: int = 16
     split_tail: bool = True
     tma_store: bool = False
+    reduce_lag: int | None = None
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -56,6 +62,8 @@ class OpsConfig:
             raise ValueError(f"OpsConfig: comm_sms={self.comm_sms} must be >= 1")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"OpsConfig: num_warps={self.num_warps}; use 1, 2, 4, 8 or 16")
+        if self.reduce_lag is not None and self.reduce_lag < 0:
+            raise ValueError(f"OpsConfig: reduce_lag={self.reduce_lag} must be >= 0 (or None for the op's order)")
         if self.num_stages is not None and not 1 <= self.num_stages <= 8:
             raise ValueError(f"OpsConfig: num_stages={self.num_stages} is outside [1, 8]")
 

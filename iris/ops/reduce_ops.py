@@ -2,11 +2,13 @@
 
 Fused schedule (one persistent kernel). The output rows are split into W row blocks; rank q owns block q.
 Every rank computes its partial product for every tile and pushes those of peers' row blocks into a staging
-slot on the owner's heap, stamped with a per-tile flag. For reduce_scatter its own row block comes last: by
-then the peers' partials for those tiles have landed, so the epilogue only waits on the flags, adds the
+slot on the owner's heap, stamped with a per-tile flag. A rank's own unit of a tile trails that tile's peer
+units by ``lag`` tiles (``_unit``). For reduce_scatter the lag is every tile, so its own row block comes last:
+by then the peers' partials for those tiles have landed, so the epilogue only waits on the flags, adds the
 staged tiles to its fp32 accumulator and stores. For all_reduce each tile's own unit follows that tile's
-peer units, and the finished tile is pushed to every rank's ``out``: a reduce-scatter and an all-gather,
-both inside the GEMM, the all-gather spread over the whole kernel.
+peer units (lag 0), and the finished tile is pushed to every rank's ``out``: a reduce-scatter and an
+all-gather, both inside the GEMM, the all-gather spread over the whole kernel. ``OpsConfig.reduce_lag``
+sets the lag.
 
     rank q:  barrier | units (block d != q, tile t): partial -> staging[q] on d, flag[q, t] = call number
                      | units (block q, tile t): partial + sum over s != q of staging[s][t] (after flag[s, t])
@@ -34,7 +36,27 @@ ONE_SHOT_MAX_BYTES = CollectiveConfig().one_shot_max_bytes  # below it all_reduc
 
 
 @triton.jit
-def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, M_local, N, K, stride_am, stride_ak, stride_bk,
+def _unit(u, tiles, lag, GROUP_SIZE: tl.constexpr):
+    """(step, tile) of unit ``u`` of the walk over ``GROUP_SIZE * tiles`` units in which a rank's own unit of a
+    tile trails that tile's peer units by ``lag`` tiles: first the peer units of tiles [0, lag), step by step;
+    then for each later tile its peer units and the own unit of the tile ``lag`` before it; then the last
+    ``lag`` own units. ``step`` < GROUP_SIZE names the block of rank group_index + step, GROUP_SIZE our own.
+    lag = tiles is every peer unit first, lag = 0 tile by tile."""
+    head = (GROUP_SIZE - 1) * lag
+    body = GROUP_SIZE * (tiles - lag)
+    per = tl.maximum(lag, 1)
+    v = tl.maximum(u - head, 0)
+    r = v % GROUP_SIZE
+    peer = r < GROUP_SIZE - 1
+    step = tl.where(u < head, u // per + 1, tl.where((u < head + body) & peer, r + 1, GROUP_SIZE))
+    tile = tl.where(u < head, u % per,
+                    tl.where(u < head + body, tl.where(peer, lag + v // GROUP_SIZE, v // GROUP_SIZE),
+                             tiles - lag + (u - head - body)))
+    return step, tile
+
+
+@triton.jit
+def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N, K, stride_am, stride_ak, stride_bk,
                           stride_bn, stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
                           GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, ALL_REDUCE: tl.constexpr,
@@ -54,15 +76,10 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, M_local, N, K, s
     # the peers' blocks, then ours), so the stores of finished tiles to every rank spread over the kernel
     # instead of all following the last GEMM wave. Either way a unit of ours waits only on peers' units of
     # lower index, and those never wait, so any order of resident programs completes. Programs run one at a
-    # time (the interpreter) need each program's units to be all producers or all consumers: tiles % programs
-    # == 0 (peers first), programs % GROUP_SIZE == 0 (tile by tile).
+    # time (the interpreter) need each program to wait only on units of the same program number, earlier in
+    # its sequence (``_run`` picks the count).
     for u in range(tl.program_id(0), GROUP_SIZE * tiles, tl.num_programs(0)):
-        if ALL_REDUCE:
-            step = u % GROUP_SIZE + 1  # 1 .. GROUP_SIZE - 1: rank group_index + step's block; GROUP_SIZE: ours
-            t = u // GROUP_SIZE
-        else:
-            step = u // tiles + 1
-            t = u % tiles
+        step, t = _unit(u, tiles, lag, GROUP_SIZE)
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
         block_index = (group_index + step) % GROUP_SIZE
         acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
@@ -124,12 +141,19 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     tile_flags = ctx.ops.workspaces.peer_flags(caller + ".flags", sync.ranks, tiles // sync.size)
     call = ctx.ops.workspaces.get(caller + ".call", sync.ranks, (2,), torch.int32, zero=True)
     tma = config.tma and descriptors_fit(a, b)
-    programs = min(num_programs(ctx.get_device(), tiles // sync.size), MAX_COMM_PROGRAMS)
-    if ctx.get_device().type == "cpu":  # programs run one at a time there: keep producers and consumers apart
-        programs = sync.size if all_reduce else max(p for p in range(1, programs + 1) if (tiles // sync.size) % p == 0)
+    own_tiles = tiles // sync.size
+    lag = (0 if all_reduce else own_tiles) if config.reduce_lag is None else min(config.reduce_lag, own_tiles)
+    programs = min(num_programs(ctx.get_device(), own_tiles), MAX_COMM_PROGRAMS)
+    if ctx.get_device().type == "cpu":  # programs run one at a time there: a program waits only on its namesakes
+        if lag == 0:  # program p takes step p + 1 of every tile: all producers or all consumers
+            programs = sync.size
+        elif lag == own_tiles:  # peers first: tile t's units all fall to program t % programs
+            programs = max(p for p in range(1, programs + 1) if own_tiles % p == 0)
+        else:
+            programs = 1
     _matmul_reduce_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
-        m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        lag, m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
         STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out),
