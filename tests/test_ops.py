@@ -128,6 +128,7 @@ def _bad_input_body():
         "fused_out": error_message(ctx.ops.matmul_all_reduce, torch.zeros(64, 32), a, b,
                                    config=OpsConfig(variant="fused")),
         "config": error_message(OpsConfig, block_m=48),
+        "lag": error_message(OpsConfig, reduce_lag=-1),
     }
 
 
@@ -142,6 +143,7 @@ def test_bad_input(pools):
     assert "ops.matmul_all_reduce: the fused variant needs" in r["fused_out"]
     assert "out on the symmetric heap (peers store the reduced tiles into it)" in r["fused_out"]
     assert "OpsConfig: block_m=48 must be a power of two >= 16" in r["config"]
+    assert "OpsConfig: reduce_lag=-1 must be >= 0" in r["lag"]
 
 
 def _subgroup_ops_body(dtype):
