@@ -161,11 +161,12 @@ def _rounds_log():
     ctx = iris.iris(1 << 20)
     log = []
 
-    def make(provider, bytes):
-        return harness.Point([lambda: log.append(provider)], bytes=bytes)
+    def make(provider, bytes):  # the 0-byte point: every provider skips it
+        return harness.Point([lambda: log.append(provider)], bytes=bytes) if bytes else None
 
     timing = harness.Timing(warmup=1, repeat=2, min_repeat=2, graph_below_ms=0.0, rounds=3)
-    rows = harness.run_sweep(ctx, harness.Sweep("turns", {"bytes": (64,)}, ("a", "b"), make, timing), progress=False)
+    rows = harness.run_sweep(ctx, harness.Sweep("turns", {"bytes": (64, 0)}, ("a", "b"), make, timing),
+                             progress=False)
     ctx.close()
     return log, [row["provider"] for row in rows]
 
@@ -231,7 +232,7 @@ def test_harness_rows_follow_the_schema(pools):
 
 def test_providers_take_turns_over_rounds(pools):
     (log, providers), _ = pools(2).run(_rounds_log)
-    assert providers == ["a", "b"]  # one row each, pooling three rounds of samples
+    assert providers == ["a", "b"]  # one row each, pooling three rounds of samples; none for the skipped point
     prepare = ["a"] * 2 + ["b"] * 2  # a warm-up call and the estimate, each provider once
     turn = {p: [p] * 3 for p in "ab"}  # a round: do_bench's warm-up call, then 2 samples
     assert log == prepare + turn["a"] + turn["b"] + turn["b"] + turn["a"] + turn["a"] + turn["b"], log

@@ -191,8 +191,9 @@ def run_sweep(ctx, sweep, progress=True):
             if point is not None:
                 made.append((provider, point, _Prepared(ctx, point, sweep.timing)))
         samples = {provider: [] for provider, _, _ in made}
-        for r in range(sweep.timing.rounds):
-            for provider, point, prepared in made[r % len(made):] + made[:r % len(made)]:
+        for r in range(sweep.timing.rounds if made else 0):  # a point every provider skips takes no turns
+            shift = r % len(made)
+            for provider, _, prepared in made[shift:] + made[:shift]:
                 samples[provider] += prepared.sample(ctx) or []
         for provider, point, prepared in made:
             rows.append(_row(ctx, sweep, provider, params, point, prepared.summary(ctx, samples[provider]), env))

@@ -113,6 +113,5 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags, full, split,
         GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
         VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store,
-        num_warps=config.num_warps,
-        num_stages=config.stages())
+        num_warps=config.num_warps, num_stages=config.stages())
     return common.add_bias(out, bias, caller)
