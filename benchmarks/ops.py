@@ -7,7 +7,9 @@ symmetric-memory ops where they exist, and each half alone (the speed of light i
 Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md section 6 says. Providers:
 ``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit`` and
 ``iris_fused_tma_store``: matmul_all_gather's fused kernel without ``split_tail`` and with ``tma_store``;
-``iris_fused_lagged``: the fused reduce ops with each tile's own unit a wave behind its peer units),
+``iris_fused_lagged``: the fused reduce ops with each tile's own unit a wave behind its peer units;
+``iris_fused_lag<L>``: the same with a lag of L tiles, any L; ``iris_fused_defer<L>``: and each flag raised a unit
+late, ``reduce_defer``),
 ``torch_bulk`` (``torch.matmul`` then the NCCL collective), ``torch_fused``
 (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), ``gemm_only`` and
 ``comm_only`` (cuBLAS alone, NCCL alone), and ``iris_gemm`` (the shared mainloop alone).
@@ -16,6 +18,7 @@ Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md 
 import argparse
 import json
 import os
+import re
 
 import torch
 import torch.distributed as dist
@@ -33,12 +36,16 @@ PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_tma_store",
              "torch_bulk", "torch_fused", "gemm_only", "comm_only", "iris_gemm")
 
 
-def option_variants(ctx):
+def option_variants(ctx, providers=()):
     """Fused kernels with one option changed, and the ops they apply to: what matmul_all_gather's split last
     wave gains, its TMA stores, and the fused reduce ops with each tile's own unit one wave (as many units
-    as SMs) behind the tile's peer units."""
+    as SMs) behind the tile's peer units, or ``L`` tiles for each ``iris_fused_lag<L>`` in ``providers``
+    (``iris_fused_defer<L>``: with ``reduce_defer``)."""
     reduce_ops = ("matmul_reduce_scatter", "matmul_all_reduce")
-    return {"iris_fused_unsplit": (("matmul_all_gather",), OpsConfig(variant="fused", split_tail=False)),
+    named = {p: re.fullmatch(r"iris_fused_(lag|defer)(\d+)", p) for p in providers}
+    lags = {p: (reduce_ops, OpsConfig(variant="fused", reduce_lag=int(m[2]), reduce_defer=m[1] == "defer"))
+            for p, m in named.items() if m}
+    return {**lags, "iris_fused_unsplit": (("matmul_all_gather",), OpsConfig(variant="fused", split_tail=False)),
             "iris_fused_tma_store": (("matmul_all_gather",), OpsConfig(variant="fused", tma_store=True)),
             "iris_fused_lagged": (reduce_ops, OpsConfig(variant="fused",
                                                         reduce_lag=ctx.get_cu_count() // ctx.get_num_ranks()))}
@@ -68,7 +75,7 @@ def make_sweep(ctx, shapes, dtype, timing, ops=OPS, providers=PROVIDERS):
         except Exception as e:  # depends on the torch build
             print(f"[bench] torch fused ops unavailable: {type(e).__name__}: {e}")
     cache = {}
-    variants = option_variants(ctx)
+    variants = option_variants(ctx, providers)
 
     def operands(op, shape):
         key = (op, shape)

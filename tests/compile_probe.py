@@ -166,7 +166,7 @@ for fn, sig in [
 # The fused GEMM + reduce-scatter / all-reduce kernel, TMA-fed.
 from iris.ops.reduce_ops import _matmul_reduce_kernel  # noqa: E402
 
-reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_VEC": 16, **unit}
+reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_VEC": 16, "DEFER": True, **unit}
 reduce_sig = {"a": desc(128, 64), "b": desc(64, 128), "out": "*bf16", "staging": "*bf16", "tile_flags": "*i32",
               "call": "*i32", "lag": "i32", "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig}
 text = ptx(_matmul_reduce_kernel, {**reduce_sig, **{k: "constexpr" for k in reduce_meta}}, reduce_meta,

@@ -85,15 +85,17 @@ def _ops_body(dtype):
         scattered.fill_(float("nan"))
         ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
         fails.append(mismatch(f"matmul_reduce_scatter {variant}", scattered, scattered_ref))
-    # the own unit of each tile one tile behind its peer units (between the two ops' orders)
-    lagged = config("fused", reduce_lag=1)
-    on_heap.fill_(float("nan"))
-    ctx.barrier()
-    ctx.ops.matmul_all_reduce(on_heap, a_k[rank].to(dev), b_k[rank].to(dev), config=lagged)
-    fails.append(mismatch("matmul_all_reduce fused, reduce_lag=1", on_heap, reduced_ref))
-    scattered.fill_(float("nan"))
-    ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=lagged)
-    fails.append(mismatch("matmul_reduce_scatter fused, reduce_lag=1", scattered, scattered_ref))
+    # the own unit of each tile one tile behind its peer units (between the two ops' orders), and the flags of
+    # pushed partials raised a unit late, at that lag and at each op's own
+    for options in (dict(reduce_lag=1), dict(reduce_lag=1, reduce_defer=True), dict(reduce_defer=True)):
+        chosen, named = config("fused", **options), ", ".join(f"{k}={v}" for k, v in options.items())
+        on_heap.fill_(float("nan"))
+        ctx.barrier()
+        ctx.ops.matmul_all_reduce(on_heap, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
+        fails.append(mismatch(f"matmul_all_reduce fused, {named}", on_heap, reduced_ref))
+        scattered.fill_(float("nan"))
+        ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
+        fails.append(mismatch(f"matmul_reduce_scatter fused, {named}", scattered, scattered_ref))
     # twice more, fused: per-tile flags from the last call must not let this one read stale partials
     for salt in (7, 8):
         a_k = [operand(r, (M, K), dtype, salt) for r in range(world)]

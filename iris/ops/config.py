@@ -33,7 +33,9 @@ class OpsConfig:
     tile trails the peers' units of that tile in the kernel's walk (the own unit adds the partials they push).
     ``None`` keeps each op's measured order: reduce_scatter every peer unit first (a lag of every tile),
     all_reduce right after (0). Between the two, only part of the programs store to the link at a time and
-    the own unit finds its partials landed."""
+    the own unit finds its partials landed.
+    ``reduce_defer`` (the same ops, fused): raise the flag of a partial pushed to a peer after the program's
+    next K loop instead of right after the stores, so the program does not wait for them to cross the link."""
 
     variant: str = "auto"
     block_m: int | None = None
@@ -48,6 +50,7 @@ class OpsConfig:
     split_tail: bool = True
     tma_store: bool = False
     reduce_lag: int | None = None
+    reduce_defer: bool = False
 
     def __post_init__(self):
         if self.variant not in VARIANTS:

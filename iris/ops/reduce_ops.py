@@ -60,7 +60,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
                           stride_bn, stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
                           GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, ALL_REDUCE: tl.constexpr,
-                          STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr):
+                          STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr, DEFER: tl.constexpr):
     row = program_row(flags, world_size)
     # staging is free: every rank has started this call, so its last call (all of whose reads) is over
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
@@ -78,6 +78,13 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
     # lower index, and those never wait, so any order of resident programs completes. Programs run one at a
     # time (the interpreter) need each program to wait only on units of the same program number, earlier in
     # its sequence (``_run`` picks the count).
+    #
+    # A release waits until the program's stores have reached the peer, and a wave's partials leave together,
+    # so a flag raised right after its tile's stores stalls the program for the link's time on the whole wave.
+    # With DEFER the flag of a pushed partial is raised one unit later, after that unit's K loop, by when the
+    # stores have drained: still before the program waits on anything, so no two programs wait on each other.
+    pending = -1  # with DEFER: the flag (index into tile_flags on rank pending_dest) not yet raised
+    pending_dest = rank
     for u in range(tl.program_id(0), GROUP_SIZE * tiles, tl.num_programs(0)):
         step, t = _unit(u, tiles, lag, GROUP_SIZE)
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
@@ -85,14 +92,21 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
         acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
                        pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
         n_mask = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N
+        if pending >= 0:
+            atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
+            pending = -1
         if step < GROUP_SIZE:
             # ---- a peer's row block: push the partial to the owner's staging slot for us, stamp its flag
             dest = tl.load(members + block_index)
             slot = staging + group_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
             store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases, mask=n_mask,
                   hint=(1, STAGE_VEC))
-            atomic_xchg(tile_flags + group_index * tiles + t, epoch, rank, dest, heap_bases, sem="release",
-                        scope="sys")
+            if DEFER:
+                pending = group_index * tiles + t
+                pending_dest = dest
+            else:
+                atomic_xchg(tile_flags + group_index * tiles + t, epoch, rank, dest, heap_bases, sem="release",
+                            scope="sys")
         else:
             # ---- our row block: our partial plus every peer's, then out
             for back in range(1, GROUP_SIZE):
@@ -109,6 +123,8 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
                                GROUP_SIZE, mask=n_mask, hint=(1, OUT_VEC))
             else:
                 store_tile(out, acc, pid_m, pid_n, M_local, N, stride_om, stride_on, BLOCK_M, BLOCK_N, False)
+    if pending >= 0:
+        atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
     if ALL_REDUCE:
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's finished tiles are in our out
     finish_call(call)
@@ -156,7 +172,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
         lag, m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
-        STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out),
+        STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=config.reduce_defer,
         num_warps=config.num_warps, num_stages=config.stages())
     return out
 
