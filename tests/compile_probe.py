@@ -139,7 +139,7 @@ out["ops/_matmul_kernel_tma"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
 out["tma/_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
 sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
             "world_size": "i32"}
-split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "split": "i32"}  # split_tail's workspace
+split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "stream": "i32"}  # split_tail's workspace
 fused = {"GROUP_SIZE": 2, **tiles}
 traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "TMA_STORE": False}
 # As Triton's launcher specialises row-major operands: unit column strides become constants.

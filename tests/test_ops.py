@@ -9,6 +9,7 @@ import triton.language as tl
 from conftest import on_gpu, world_sizes
 from iris.ops import OpsConfig
 from iris.ops import reference as ref_ops
+from iris.ops.gemm import stream_program, stream_share
 from iris.ops.reduce_ops import _unit
 from rank_utils import GPU_SCALE, SEED, error_message, new_context
 
@@ -190,7 +191,7 @@ def test_fused_ops_in_changing_subgroups(pools):
 
 def _split_tail_body():
     """matmul_all_gather with one output tile column and a few more row tiles than programs: the last wave's
-    tiles are split along K between programs and summed in a workspace."""
+    tiles' K steps are shared by the programs (stream-K) and summed in a workspace."""
     from iris.ops.gemm import num_programs, split_tail
 
     ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
@@ -198,11 +199,13 @@ def _split_tail_body():
     dtype = torch.bfloat16 if GPU_SCALE else torch.float32
     block_m, block_n, block_k = OpsConfig().blocks(dev.type, dtype)
     programs = num_programs(dev, 1 << 20)
-    row_tiles = programs + max(1, programs // 8)  # a last wave of 1/8 of the programs
-    M, K = row_tiles * block_m, 4 * block_k
-    full, split = split_tail(row_tiles, programs, 4)
+    # a last wave of ~3/10 of the programs: its 8-step tiles shared unevenly, so that most shares finish one
+    # tile and start the next (3 tiles over 4 programs on the cpu backend, 39 over 132 on an H200)
+    row_tiles = programs + max(3, programs * 3 // 10)
+    M, K = row_tiles * block_m, 8 * block_k
+    full, stream = split_tail(row_tiles, programs, 8)
     out = ctx.empty(M, world * block_n, dtype=dtype)
-    fails = [None if split > 1 else f"no split: {row_tiles} tiles over {programs} programs"]
+    fails = [None if stream > 0 else f"no stream-K wave: {row_tiles} tiles over {programs} programs"]
     # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then split with
     # the tiles leaving through TMA stores
     for salt, split_on, tma_store in ((20, True, False), (21, True, False), (22, False, False), (23, True, True)):
@@ -213,8 +216,8 @@ def _split_tail_body():
         ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
                                   config=OpsConfig(variant="fused", split_tail=split_on, tma_store=tma_store))
         ctx.barrier()
-        fails.append(mismatch(f"matmul_all_gather split_tail={split_on} tma_store={tma_store} ({salt}, {split}-way "
-                              "split)", out,
+        fails.append(mismatch(f"matmul_all_gather split_tail={split_on} tma_store={tma_store} ({salt}, {stream} "
+                              "programs in the last wave)", out,
                               ref_ops.matmul_all_gather(a, b_cols)))
     return [f for f in fails if f]
 
@@ -258,9 +261,37 @@ def test_reduce_walk_trails_by_the_lag(group_size):
 def test_split_tail_fills_the_last_wave():
     from iris.ops.gemm import split_tail
 
-    assert split_tail(448, 132, 224) == (396, 2)  # 52 tiles left: two parts each, 104 of 132 programs busy
-    assert split_tail(148, 132, 4) == (132, 4)    # 16 left: at most 4 parts, and no more than the K steps
-    assert split_tail(148, 132, 2) == (132, 2)
-    assert split_tail(512, 128, 64) == (512, 1)   # whole waves
-    assert split_tail(250, 132, 64) == (250, 1)   # 118 left: the last wave is mostly full already
-    assert split_tail(100, 132, 64) == (100, 1)   # one partial wave: the grid shrinks to the tiles instead
+    assert split_tail(448, 132, 224) == (396, 132)  # 52 tiles left: their K steps shared by every program
+    assert split_tail(148, 132, 4) == (132, 64)     # 16 left: at most 4 programs per tile
+    assert split_tail(148, 132, 2) == (132, 32)     # and no more than one per K step
+    assert split_tail(250, 132, 64) == (132, 132)   # 118 left
+    assert split_tail(512, 128, 64) == (512, 0)     # whole waves
+    assert split_tail(100, 132, 64) == (100, 0)     # one partial wave: the grid shrinks to the tiles instead
+    assert split_tail(133, 132, 1) == (133, 0)      # single-step tiles: nothing to share
+
+
+@triton.jit
+def _stream_table(firsts, stops, owners, programs, stream, tail_steps):
+    for p in range(0, programs):
+        first, stop = stream_share(p, stream, tail_steps)
+        tl.store(firsts + p, first)
+        tl.store(stops + p, stop)
+    for step in range(0, tail_steps):
+        tl.store(owners + step, stream_program(step, stream, tail_steps))
+
+
+@pytest.mark.parametrize("stream,tail_steps", [(132, 52 * 224), (64, 16 * 4), (7, 7), (5, 23), (128, 130)])
+def test_stream_shares_cover_the_tail(stream, tail_steps):
+    """The stream-K last wave: the shares tile the tail's K steps in program order, as evenly as integers
+    allow, programs past ``stream`` take none, and ``stream_program`` names the share that holds each step."""
+    programs = stream + 3
+    device = "cuda" if on_gpu() else "cpu"
+    firsts, stops = (torch.full((programs,), -1, dtype=torch.int32, device=device) for _ in range(2))
+    owners = torch.full((tail_steps,), -1, dtype=torch.int32, device=device)
+    _stream_table[(1,)](firsts, stops, owners, programs, stream, tail_steps)
+    firsts, stops, owners = firsts.tolist(), stops.tolist(), owners.tolist()
+    assert firsts[0] == 0 and stops[stream - 1] == tail_steps
+    assert all(stops[p] == firsts[p + 1] for p in range(programs - 1))
+    assert {stops[p] - firsts[p] for p in range(stream)} <= {tail_steps // stream, -(-tail_steps // stream)}
+    assert all(firsts[p] == stops[p] == tail_steps for p in range(stream, programs))
+    assert all(firsts[owners[x]] <= x < stops[owners[x]] for x in range(tail_steps)), owners

@@ -36,7 +36,7 @@ def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, p
              REMOTE_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              A_VEC: tl.constexpr = 1, TMA: tl.constexpr = False, k_first=0, k_stop=-1):
     """acc = A[pid_m rows, :] @ B[:, pid_n cols] in fp32; with ``k_first`` / ``k_stop`` (in BLOCK_K steps; -1:
-    to the end) only that part of the K range, for a tile split between programs (``split_tail``).
+    to the end) only that part of the K range, for a tile shared between programs (``split_tail``).
 
     With ``TMA`` the operands are tensor descriptors (A only when it is local) and the strides go unused.
     With ``REMOTE_A`` the A rows are read from rank ``a_rank``'s heap (``a`` then points into our own heap at
@@ -75,47 +75,57 @@ def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, p
 
 
 @triton.jit
-def split_unit(u, full, split, k_iters):
-    """Work unit ``u`` of a persistent tile loop whose last, partial wave is split along K (``split_tail``):
-    units below ``full`` are whole tiles; the rest are ``split`` parts of each tail tile. Returns (tile, part,
-    parts, first and stop K step, slot): ``slot`` numbers the tail tile's helper parts in the workspace."""
-    tail = tl.maximum(u - full, 0) // split
-    part = tl.where(u < full, 0, (u - full) % split)
-    parts = tl.where(u < full, 1, split)
-    tile = tl.where(u < full, u, full + tail)
-    return tile, part, parts, part * k_iters // parts, (part + 1) * k_iters // parts, tail * (split - 1)
+def stream_share(p, stream, tail_steps):
+    """[first, stop): the K steps of a stream-K last wave (``split_tail``) that program ``p`` takes, counted
+    tile after tile over the tail's tiles: ``stream`` even shares, none for programs past them."""
+    first = tl.cast(tl.cast(tl.minimum(p, stream), tl.int64) * tail_steps // stream, tl.int32)
+    stop = tl.cast(tl.cast(tl.minimum(p + 1, stream), tl.int64) * tail_steps // stream, tl.int32)
+    return first, stop
 
 
 @triton.jit
-def join_parts(acc, part, parts, slot, partials, part_flags, rank, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Combine a split tile: a helper part (any but the last) leaves its fp32 partial in ``partials[slot +
-    part]`` and raises the slot's flag; the last part (the tile's owner, always the highest program of the
-    tile, so it runs after its helpers even one program at a time) waits for each flag, adds the partial, and
-    lowers the flag for the next launch. Returns (owner, acc): only the owner stores the tile."""
+def stream_program(step, stream, tail_steps):
+    """The program whose stream-K share holds tail step ``step``. Shares are at least one step long (the host
+    keeps ``stream`` <= tail_steps), so the estimate below is the program or the one before it."""
+    p = tl.cast(tl.cast(step, tl.int64) * stream // tail_steps, tl.int32)
+    _, stop = stream_share(p, stream, tail_steps)
+    return tl.where(stop <= step, p + 1, p)
+
+
+@triton.jit
+def leave_partial(acc, p, partials, part_flags, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A stream-K helper: program ``p``'s share ends inside a tile; leave its fp32 partial in slot ``p`` and
+    raise the slot's flag for the tile's owner."""
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    owner = part == parts - 1
-    if owner:
-        for q in range(0, parts - 1):
-            flag = part_flags + slot + q
-            wait_until(flag, 1, rank, rank, "split tile")
-            acc += tl.load(partials + (slot + q) * BLOCK_M * BLOCK_N + offs)
-            tl.atomic_xchg(flag, 0, sem="relaxed", scope="gpu")
-    else:
-        tl.store(partials + (slot + part) * BLOCK_M * BLOCK_N + offs, acc)
-        tl.debug_barrier()  # every warp's part of the partial is written before the flag is raised
-        tl.atomic_xchg(part_flags + slot + part, 1, sem="release", scope="gpu")
-    return owner, acc
+    tl.store(partials + p * BLOCK_M * BLOCK_N + offs, acc)
+    tl.debug_barrier()  # every warp's part of the partial is written before the flag is raised
+    tl.atomic_xchg(part_flags + p, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def add_partials(acc, helpers, p, partials, part_flags, rank, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A stream-K owner (the program that holds a tile's last K step): add the partials of programs
+    ``helpers`` .. p - 1, whose shares end inside this tile, lowering each flag for the next launch. Each helper
+    computes its partial first thing in the last wave and never waits, so the wait is short and any order of
+    resident programs completes; programs run one at a time (the interpreter) run the helpers first."""
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    for q in range(helpers, p):
+        wait_until(part_flags + q, 1, rank, rank, "stream-K tile")
+        acc += tl.load(partials + q * BLOCK_M * BLOCK_N + offs)
+        tl.atomic_xchg(part_flags + q, 0, sem="relaxed", scope="gpu")
+    return acc
 
 
 def split_tail(tiles, programs, k_iters, max_split=4):
-    """(full, split) for a persistent loop of ``programs`` over ``tiles``: when the last wave would leave at
-    least half the programs idle, its tiles are split along K into ``split`` parts (at most ``max_split``,
-    at most ``k_iters``) so they fill it: the last wave then runs (tiles - full) * split <= programs units."""
+    """(full, stream) for a persistent loop of ``programs`` over ``tiles`` of ``k_iters`` K steps: when the last
+    wave would leave programs idle, the first ``full`` tiles run whole and the K steps of the rest are shared
+    evenly by ``stream`` programs (stream-K; at most ``max_split`` programs per tail tile, at most one per K
+    step), so the last wave lasts tail * k_iters / stream steps instead of a whole tile. ``stream`` 0: no tail."""
     tail = tiles % programs if tiles > programs else 0
-    split = min(programs // tail, max_split, k_iters) if tail else 1
-    if split < 2:
-        return tiles, 1
-    return tiles - tail, split
+    stream = min(programs, tail * max_split, tail * k_iters)
+    if stream <= tail:  # nothing to share: whole waves, a grid no larger than the tiles, or single-step tiles
+        return tiles, 0
+    return tiles - tail, stream
 
 
 @triton.jit

@@ -1,9 +1,11 @@
 """matmul_all_gather (the paper's GEMM + All-Scatter): ``out = cat_r(A @ B_r, dim=1)`` on every rank.
 
 Fused sequential schedule: each output tile is stored into every rank's ``out`` as soon as it is computed,
-so the link carries tile i while the tensor cores work on tile i + 1.
+so the link carries tile i while the tensor cores work on tile i + 1. When the tiles do not fill the last
+wave, its tiles' K steps are shared evenly by the programs (stream-K, ``OpsConfig.split_tail``).
 
-    program p:  barrier(out free) | tile -> C tile -> store to rank 0..W-1 | tile -> ... | barrier(all landed)
+    program p:  barrier(out free) | tile -> C tile -> store to rank 0..W-1 | tile -> ... | its share of the
+                last wave's K steps (partials summed by each tile's last program, which stores it) | barrier
 """
 
 import torch
@@ -16,14 +18,42 @@ from iris.device.translate import translate
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
-from iris.ops.gemm import (descriptors_fit, join_parts, mainloop, num_programs, operand, split_tail, split_unit,
-                           tile_coords)
+from iris.ops.gemm import (add_partials, descriptors_fit, leave_partial, mainloop, num_programs, operand, split_tail,
+                           stream_program, stream_share, tile_coords)
+
+
+@triton.jit
+def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
+                  trace, t_send, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  VEC: tl.constexpr, TRACE: tl.constexpr, TMA_STORE: tl.constexpr):
+    """The finished tile lands in our column block of every rank's ``out``."""
+    tile_out = acc.to(out.dtype.element_ty)
+    if TMA_STORE:
+        # through the tensor-memory engine, which copies the tile while this program goes on to its next one;
+        # each descriptor ends at our column block's right edge, so a partial tile is clipped there
+        for i in range(GROUP_SIZE):
+            peer_out = translate(out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, None, None,
+                                 "matmul_all_gather tma store")
+            dest = tl.make_tensor_descriptor(peer_out, shape=[M, (group_index + 1) * N_local],
+                                             strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
+            dest.store([pid_m * BLOCK_M, group_index * N_local + pid_n * BLOCK_N], tile_out)
+    else:
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
+        ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
+        store_to_group(ptrs, tile_out, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
+                       hint=(1, VEC))
+    if TRACE:
+        # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
+        tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
+        record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * tile_bytes, t_send, rank)
 
 
 @triton.jit
 def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace, partials,
-                              part_flags, full, split, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
+                              part_flags, full, stream, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr,
                               TRACE: tl.constexpr, TMA: tl.constexpr, TMA_STORE: tl.constexpr):
     row = program_row(flags, world_size)
@@ -31,42 +61,50 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N_local, BLOCK_N)
     tiles = num_pid_m * num_pid_n
-    for u in range(tl.program_id(0), full + (tiles - full) * split, tl.num_programs(0)):
-        # ---- compute: one tile of A @ B_local (or, in a split last wave, part of its K range)
+    k_iters = tl.cdiv(K, BLOCK_K)
+    p = tl.program_id(0)
+    # ---- whole tiles: compute one tile of A @ B_local, scatter it, next
+    for tile in range(p, full, tl.num_programs(0)):
         if TRACE:
             t_gemm = now(trace)
-        tile, part, parts, k_first, k_stop, slot = split_unit(u, full, split, tl.cdiv(K, BLOCK_K))
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
-                       heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA, k_first=k_first,
-                       k_stop=k_stop)  # [BLOCK_M, BLOCK_N] fp32
-        owner, acc = join_parts(acc, part, parts, slot, partials, part_flags, rank, BLOCK_M, BLOCK_N)
+                       heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
+        t_send = 0
         if TRACE:
             record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
             t_send = now(trace)
-        if owner:
-            # ---- communicate: the tile lands in our column block of every rank's out
-            tile_out = acc.to(out.dtype.element_ty)
-            if TMA_STORE:
-                # through the tensor-memory engine, which copies the tile while this program goes on to its next
-                # one; each descriptor ends at our column block's right edge, so a partial tile is clipped there
-                for i in range(GROUP_SIZE):
-                    peer_out = translate(out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, None,
-                                         None, "matmul_all_gather tma store")
-                    dest = tl.make_tensor_descriptor(peer_out, shape=[M, (group_index + 1) * N_local],
-                                                     strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
-                    dest.store([pid_m * BLOCK_M, group_index * N_local + pid_n * BLOCK_N], tile_out)
-            else:
-                offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
-                ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
-                store_to_group(ptrs, tile_out, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
-                               hint=(1, VEC))
+        _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
+                      group_index, trace, t_send, GROUP_SIZE, BLOCK_M, BLOCK_N, VEC, TRACE, TMA_STORE)
+    # ---- the last wave, stream-K: our even share of the remaining tiles' K steps, tile after tile. A share that
+    # ends inside a tile leaves that part as a partial, computed first; each tile whose last step is ours is
+    # finished here, with the partials of the programs before us that hold its earlier steps.
+    if full < tiles:
+        tail_steps = (tiles - full) * k_iters
+        first, stop = stream_share(p, stream, tail_steps)
+        if (stop % k_iters != 0) & (stop > first):
+            j = stop // k_iters
+            pid_m, pid_n = tile_coords(full + j, num_pid_m, num_pid_n, GROUP_M)
+            acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
+                           heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA,
+                           k_first=tl.maximum(first - j * k_iters, 0), k_stop=stop - j * k_iters)
+            leave_partial(acc, p, partials, part_flags, BLOCK_M, BLOCK_N)
+        for j in range(first // k_iters, stop // k_iters):
             if TRACE:
-                # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
-                tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
-                record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * tile_bytes, t_send, rank)
+                t_gemm = now(trace)
+            pid_m, pid_n = tile_coords(full + j, num_pid_m, num_pid_n, GROUP_M)
+            acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
+                           heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA,
+                           k_first=tl.maximum(first - j * k_iters, 0))
+            acc = add_partials(acc, stream_program(j * k_iters, stream, tail_steps), p, partials, part_flags, rank,
+                               BLOCK_M, BLOCK_N)
+            t_send = 0
+            if TRACE:
+                record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
+                t_send = now(trace)
+            _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
+                          group_index, trace, t_send, GROUP_SIZE, BLOCK_M, BLOCK_N, VEC, TRACE,
+                          TMA_STORE)
     if TMA_STORE:
         wait_async_stores()  # our tiles are written in every rank's out before the barrier publishes them
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's tiles have landed in our out
@@ -101,8 +139,8 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     if tma_store and out.is_cuda:
         common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device
     programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
-    full, split = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 1)
-    slots = max(1, (tiles - full) * (split - 1))  # helper parts of the split tiles
+    full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
+    slots = max(1, stream)  # one partial per program of the stream-K last wave
     partials = ctx.ops.workspaces.get("matmul_all_gather.partials", sync.ranks, (slots, block_m, block_n),
                                       torch.float32)
     part_flags = ctx.ops.workspaces.get("matmul_all_gather.part_flags", sync.ranks, (slots,), torch.int32,
@@ -110,7 +148,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     _matmul_all_gather_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
         a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases, sync.members,
-        ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags, full, split,
+        ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags, full, stream,
         GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
         VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store,
         num_warps=config.num_warps, num_stages=config.stages())
