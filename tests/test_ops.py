@@ -199,9 +199,9 @@ def _split_tail_body():
     dtype = torch.bfloat16 if GPU_SCALE else torch.float32
     block_m, block_n, block_k = OpsConfig().blocks(dev.type, dtype)
     programs = num_programs(dev, 1 << 20)
-    # a last wave of ~3/10 of the programs: its 8-step tiles shared unevenly, so that most shares finish one
-    # tile and start the next (3 tiles over 4 programs on the cpu backend, 39 over 132 on an H200)
-    row_tiles = programs + max(3, programs * 3 // 10)
+    # a last wave of ~3/10 of the programs: its 8-step tiles shared unevenly, so that on an H200 (39 tiles over
+    # 132 programs) most shares finish one tile and start the next; on the cpu backend 1 tile over 4 programs
+    row_tiles = programs + max(1, programs * 3 // 10)
     M, K = row_tiles * block_m, 8 * block_k
     full, stream = split_tail(row_tiles, programs, 8)
     out = ctx.empty(M, world * block_n, dtype=dtype)
@@ -264,7 +264,8 @@ def test_split_tail_fills_the_last_wave():
     assert split_tail(448, 132, 224) == (396, 132)  # 52 tiles left: their K steps shared by every program
     assert split_tail(148, 132, 4) == (132, 64)     # 16 left: at most 4 programs per tile
     assert split_tail(148, 132, 2) == (132, 32)     # and no more than one per K step
-    assert split_tail(250, 132, 64) == (132, 132)   # 118 left
+    assert split_tail(250, 132, 64) == (250, 0)     # 118 left: the last wave is mostly full already
+    assert split_tail(198, 132, 64) == (132, 132)   # 66 left: shared by every program
     assert split_tail(512, 128, 64) == (512, 0)     # whole waves
     assert split_tail(100, 132, 64) == (100, 0)     # one partial wave: the grid shrinks to the tiles instead
     assert split_tail(133, 132, 1) == (133, 0)      # single-step tiles: nothing to share

@@ -23,8 +23,8 @@ def store_to_group(ptr, value, rank, heap_bases, members, group_index, GROUP_SIZ
                    hint: tl.constexpr = None, PEERS_FIRST: tl.constexpr = False):
     """``ptr[...] = value`` on every member's heap (``ptr`` in ours): ourselves first, then the members after
     us in turn (``peer_at``); with ``PEERS_FIRST``, ourselves last. ``hint`` keeps the remote stores
-    vectorised, as for ``iris.store``."""
-    for i in range(GROUP_SIZE):
+    vectorised, as for ``iris.store``. Unrolled, so a tile loop around it can still be flattened."""
+    for i in tl.static_range(GROUP_SIZE):
         j = (i + 1) % GROUP_SIZE if PEERS_FIRST else i
         store(ptr, value, rank, peer_at(members, group_index, j, GROUP_SIZE), heap_bases, mask=mask, hint=hint)
 

@@ -24,18 +24,17 @@ class OpsConfig:
     dimension); ``flatten`` lets the compiler software-pipeline across tile boundaries (the plain GEMM and
     the bulk variants' GEMM off GPUs).
     ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data.
-    ``split_tail``: when the last wave of output tiles would leave half the programs or more idle, split its
-    tiles along K between programs (matmul_all_gather), so the wave fills; partial sums meet in a workspace.
+    ``split_tail``: when the last wave of output tiles would leave half the programs or more idle, share its
+    tiles' K steps evenly among the programs (stream-K; matmul_all_gather); partial sums meet in a workspace.
     ``tma_store`` (matmul_all_gather, fused; off until measured faster): hand each finished tile to the
     tensor-memory engine, one bulk copy per rank, instead of storing it from registers, so the program starts
     its next tile while the copies run; needs ``out`` rows 16-byte aligned (else the plain stores run).
     ``reduce_lag`` (matmul_reduce_scatter and matmul_all_reduce, fused): how many tiles a rank's own unit of a
     tile trails the peers' units of that tile in the kernel's walk (the own unit adds the partials they push).
-    ``None`` keeps each op's measured order: reduce_scatter every peer unit first (a lag of every tile),
-    all_reduce right after (0). Between the two, only part of the programs store to the link at a time and
-    the own unit finds its partials landed.
-    ``reduce_defer`` (the same ops, fused): raise the flag of a partial pushed to a peer after the program's
-    next K loop instead of right after the stores, so the program does not wait for them to cross the link."""
+    ``reduce_defer`` (the same ops): raise the flag of a partial pushed to a peer after the program's next K loop
+    instead of right after the stores, so the program does not wait for them to cross the link. ``None`` keeps
+    each op's measured choice: reduce_scatter two waves of tiles (2 x SMs / ranks) and deferred flags,
+    all_reduce 0 (each own unit right after its tile's peer units) and flags raised at once."""
 
     variant: str = "auto"
     block_m: int | None = None
@@ -50,7 +49,7 @@ class OpsConfig:
     split_tail: bool = True
     tma_store: bool = False
     reduce_lag: int | None = None
-    reduce_defer: bool = False
+    reduce_defer: bool | None = None
 
     def __post_init__(self):
         if self.variant not in VARIANTS:

@@ -118,12 +118,14 @@ def add_partials(acc, helpers, p, partials, part_flags, rank, BLOCK_M: tl.conste
 
 def split_tail(tiles, programs, k_iters, max_split=4):
     """(full, stream) for a persistent loop of ``programs`` over ``tiles`` of ``k_iters`` K steps: when the last
-    wave would leave programs idle, the first ``full`` tiles run whole and the K steps of the rest are shared
-    evenly by ``stream`` programs (stream-K; at most ``max_split`` programs per tail tile, at most one per K
-    step), so the last wave lasts tail * k_iters / stream steps instead of a whole tile. ``stream`` 0: no tail."""
+    wave would leave at least half the programs idle, the first ``full`` tiles run whole and the K steps of the
+    rest are shared evenly by ``stream`` programs (stream-K; at most ``max_split`` programs per tail tile, at most
+    one per K step), so the last wave lasts tail * k_iters / stream steps instead of a whole tile. A fuller last
+    wave runs whole: sharing its 116 tiles over 132 programs measured 1% slower (docs/perf-notes.md).
+    ``stream`` 0: no stream-K wave."""
     tail = tiles % programs if tiles > programs else 0
     stream = min(programs, tail * max_split, tail * k_iters)
-    if stream <= tail:  # nothing to share: whole waves, a grid no larger than the tiles, or single-step tiles
+    if tail > programs // 2 or stream <= tail:  # whole waves, a grid no larger than the tiles, single-step tiles
         return tiles, 0
     return tiles - tail, stream
 

@@ -31,7 +31,7 @@ def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap
     if TMA_STORE:
         # through the tensor-memory engine, which copies the tile while this program goes on to its next one;
         # each descriptor ends at our column block's right edge, so a partial tile is clipped there
-        for i in range(GROUP_SIZE):
+        for i in tl.static_range(GROUP_SIZE):
             peer_out = translate(out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, None, None,
                                  "matmul_all_gather tma store")
             dest = tl.make_tensor_descriptor(peer_out, shape=[M, (group_index + 1) * N_local],
@@ -55,7 +55,7 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace, partials,
                               part_flags, full, stream, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr,
-                              TRACE: tl.constexpr, TMA: tl.constexpr, TMA_STORE: tl.constexpr):
+                              TRACE: tl.constexpr, TMA: tl.constexpr, TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -63,8 +63,9 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
     tiles = num_pid_m * num_pid_n
     k_iters = tl.cdiv(K, BLOCK_K)
     p = tl.program_id(0)
-    # ---- whole tiles: compute one tile of A @ B_local, scatter it, next
-    for tile in range(p, full, tl.num_programs(0)):
+    # ---- whole tiles: compute one tile of A @ B_local, scatter it, next. With FLATTEN the compiler pipelines
+    # across tiles: the next tile's first operand loads are in flight while this one's stores go out.
+    for tile in tl.range(p, full, tl.num_programs(0), flatten=FLATTEN):
         if TRACE:
             t_gemm = now(trace)
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
@@ -151,5 +152,6 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags, full, stream,
         GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
         VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store,
+        FLATTEN=config.flatten,
         num_warps=config.num_warps, num_stages=config.stages())
     return common.add_bias(out, bias, caller)

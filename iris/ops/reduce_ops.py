@@ -3,12 +3,13 @@
 Fused schedule (one persistent kernel). The output rows are split into W row blocks; rank q owns block q.
 Every rank computes its partial product for every tile and pushes those of peers' row blocks into a staging
 slot on the owner's heap, stamped with a per-tile flag. A rank's own unit of a tile trails that tile's peer
-units by ``lag`` tiles (``_unit``). For reduce_scatter the lag is every tile, so its own row block comes last:
-by then the peers' partials for those tiles have landed, so the epilogue only waits on the flags, adds the
-staged tiles to its fp32 accumulator and stores. For all_reduce each tile's own unit follows that tile's
-peer units (lag 0), and the finished tile is pushed to every rank's ``out``: a reduce-scatter and an
-all-gather, both inside the GEMM, the all-gather spread over the whole kernel. ``OpsConfig.reduce_lag``
-sets the lag.
+units by ``lag`` tiles (``_unit``). For reduce_scatter the lag is two waves of tiles: its own unit of a tile
+comes when the peers' partials for it have landed, so the epilogue only waits on the flags, adds the staged
+tiles to its fp32 accumulator and stores, while every wave mixes programs pushing partials with programs
+adding them, so only part of the programs store to the link at a time. For all_reduce each tile's own unit
+follows that tile's peer units (lag 0), and the finished tile is pushed to every rank's ``out``: a
+reduce-scatter and an all-gather, both inside the GEMM, the all-gather spread over the whole kernel.
+``OpsConfig.reduce_lag`` sets the lag, ``OpsConfig.reduce_defer`` when a pushed partial's flag is raised.
 
     rank q:  barrier | units (block d != q, tile t): partial -> staging[q] on d, flag[q, t] = call number
                      | units (block q, tile t): partial + sum over s != q of staging[s][t] (after flag[s, t])
@@ -158,8 +159,12 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     call = ctx.ops.workspaces.get(caller + ".call", sync.ranks, (2,), torch.int32, zero=True)
     tma = config.tma and descriptors_fit(a, b)
     own_tiles = tiles // sync.size
-    lag = (0 if all_reduce else own_tiles) if config.reduce_lag is None else min(config.reduce_lag, own_tiles)
     programs = min(num_programs(ctx.get_device(), own_tiles), MAX_COMM_PROGRAMS)
+    # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
+    # unit late; all_reduce tile by tile, flags raised at once.
+    lag = (0 if all_reduce else min(2 * programs // sync.size, own_tiles)) if config.reduce_lag is None \
+        else min(config.reduce_lag, own_tiles)
+    defer = (not all_reduce) if config.reduce_defer is None else config.reduce_defer
     if ctx.get_device().type == "cpu":  # programs run one at a time there: a program waits only on its namesakes
         if lag == 0:  # program p takes step p + 1 of every tile: all producers or all consumers
             programs = sync.size
@@ -172,7 +177,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
         lag, m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
-        STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=config.reduce_defer,
+        STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=defer,
         num_warps=config.num_warps, num_stages=config.stages())
     return out
 
