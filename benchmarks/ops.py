@@ -6,8 +6,8 @@ symmetric-memory ops where they exist, and each half alone (the speed of light i
 
 Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md section 6 says. Providers:
 ``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit``,
-``iris_fused_unflat``, ``iris_fused_stagger`` and ``iris_fused_tma_store``: matmul_all_gather's fused kernel
-without ``split_tail``, without ``flatten``, with ``stagger`` and with ``tma_store``;
+``iris_fused_unflat`` and ``iris_fused_tma_store``: matmul_all_gather's fused kernel without ``split_tail``,
+without ``flatten`` and with ``tma_store``;
 ``iris_fused_lagged``: the fused reduce ops with each tile's own unit a wave behind its peer units;
 ``iris_fused_lag<L>``: the same with a lag of L tiles, any L; ``iris_fused_defer<L>``: and each flag raised a unit
 late, ``reduce_defer``),
@@ -33,9 +33,8 @@ from iris.ops.gemm import matmul
 
 OPS = ("matmul_all_gather", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce")
 SHAPES = ((8192, 3584, 14336), (8192, 4608, 36864), (4096, 8192, 8192), (128, 8192, 8192))
-PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_unflat", "iris_fused_stagger",
-             "iris_fused_tma_store", "iris_fused_lagged", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only",
-             "comm_only", "iris_gemm")
+PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_unflat", "iris_fused_tma_store",
+             "iris_fused_lagged", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only", "iris_gemm")
 
 
 def option_variants(ctx, providers=()):
@@ -49,7 +48,6 @@ def option_variants(ctx, providers=()):
             for p, m in named.items() if m}
     return {**lags, "iris_fused_unsplit": (("matmul_all_gather",), OpsConfig(variant="fused", split_tail=False)),
             "iris_fused_unflat": (("matmul_all_gather",), OpsConfig(variant="fused", flatten=False)),
-            "iris_fused_stagger": (("matmul_all_gather",), OpsConfig(variant="fused", stagger=True)),
             "iris_fused_tma_store": (("matmul_all_gather",), OpsConfig(variant="fused", tma_store=True)),
             "iris_fused_lagged": (reduce_ops, OpsConfig(variant="fused",
                                                         reduce_lag=ctx.get_cu_count() // ctx.get_num_ranks()))}

@@ -141,7 +141,7 @@ sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i
             "world_size": "i32"}
 split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "stream": "i32"}  # split_tail's workspace
 fused = {"GROUP_SIZE": 2, **tiles}
-traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "TMA_STORE": False, "FLATTEN": False, "STAGGER": False}
+traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "TMA_STORE": False, "FLATTEN": False}
 # As Triton's launcher specialises row-major operands: unit column strides become constants.
 unit = {"stride_ak": 1, "stride_bn": 1, "stride_on": 1}
 strides = {"stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
@@ -205,7 +205,7 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
         (_matmul_all_gather_kernel, {"a": a, "b": b, "out": f"*{ty}", "M": "i32", "N_local": "i32", "K": "i32",
                                      **strides, **sync_sig, "trace": "*i64", **split_sig},
          {**unit, **fused, "VEC": 16, "TRACE": False, "TMA": True, "TMA_STORE": False,
-          "FLATTEN": config.flatten, "STAGGER": True}),
+          "FLATTEN": config.flatten}),
         (_matmul_reduce_kernel, {**reduce_sig, "a": a, "b": b, "out": f"*{ty}", "staging": f"*{ty}"},
          {**reduce_meta, **fused}),
         (_all_gather_matmul_kernel, {**ag_sig, "a": a, "a_rows": f"*{ty}", "gathered": a, "gathered_rows": f"*{ty}",

@@ -26,9 +26,6 @@ class OpsConfig:
     ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data.
     ``split_tail``: when the last wave of output tiles would leave half the programs or more idle, share its
     tiles' K steps evenly among the programs (stream-K; matmul_all_gather); partial sums meet in a workspace.
-    ``stagger`` (matmul_all_gather, fused): each program computes its first tile's K steps in two parts, the
-    later part first and the first p / programs of them last, so programs finish tiles at evenly spread phases
-    and the tiles leave for the peers as a steady stream rather than a burst per wave.
     ``tma_store`` (matmul_all_gather, fused; off until measured faster): hand each finished tile to the
     tensor-memory engine, one bulk copy per rank, instead of storing it from registers, so the program starts
     its next tile while the copies run; needs ``out`` rows 16-byte aligned (else the plain stores run).
@@ -50,7 +47,6 @@ class OpsConfig:
     flatten: bool = True
     comm_sms: int = 16
     split_tail: bool = True
-    stagger: bool = False
     tma_store: bool = False
     reduce_lag: int | None = None
     reduce_defer: bool | None = None

@@ -55,8 +55,7 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace, partials,
                               part_flags, full, stream, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr,
-                              TRACE: tl.constexpr, TMA: tl.constexpr, TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr,
-                              STAGGER: tl.constexpr):
+                              TRACE: tl.constexpr, TMA: tl.constexpr, TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -64,25 +63,9 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
     tiles = num_pid_m * num_pid_n
     k_iters = tl.cdiv(K, BLOCK_K)
     p = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    start = p
-    # ---- STAGGER: our first tile's K steps from ``head`` (p / programs of them) on now, kept in our stash; its
-    # first ``head`` steps last. Each program then finishes its tiles at its own phase, so the tiles leave for
-    # the peers as a steady stream instead of one burst per wave.
-    if STAGGER:
-        head = p * k_iters // num_programs
-        staggered = (head > 0) & (p + num_programs < full)
-        stash = partials + (stream + p) * BLOCK_M * BLOCK_N + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N \
-            + tl.arange(0, BLOCK_N)[None, :]
-        if staggered:
-            pid_m, pid_n = tile_coords(p, num_pid_m, num_pid_n, GROUP_M)
-            acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
-                           heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA, k_first=head)
-            tl.store(stash, acc)
-        start = tl.where(staggered, p + num_programs, p)
     # ---- whole tiles: compute one tile of A @ B_local, scatter it, next. With FLATTEN the compiler pipelines
     # across tiles: the next tile's first operand loads are in flight while this one's stores go out.
-    for tile in tl.range(start, full, num_programs, flatten=FLATTEN):
+    for tile in tl.range(p, full, tl.num_programs(0), flatten=FLATTEN):
         if TRACE:
             t_gemm = now(trace)
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
@@ -123,13 +106,6 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
             _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
                           group_index, trace, t_send, GROUP_SIZE, BLOCK_M, BLOCK_N, VEC, TRACE,
                           TMA_STORE)
-    if STAGGER:
-        if staggered:  # ---- our first tile's head, added to the stash: the tile is done
-            pid_m, pid_n = tile_coords(p, num_pid_m, num_pid_n, GROUP_M)
-            acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
-                           heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA, k_first=0, k_stop=head)
-            _scatter_tile(acc + tl.load(stash), pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases,
-                          members, rank, group_index, trace, 0, GROUP_SIZE, BLOCK_M, BLOCK_N, VEC, False, TMA_STORE)
     if TMA_STORE:
         wait_async_stores()  # our tiles are written in every rank's out before the barrier publishes them
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's tiles have landed in our out
@@ -165,9 +141,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device
     programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
     full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
-    stagger = config.stagger and tiles >= 2 * programs  # a phase needs two whole tiles per program to show
-    # one partial per program of the stream-K last wave, then (stagger) one stash per program
-    slots = max(1, stream + (programs if stagger else 0))
+    slots = max(1, stream)  # one partial per program of the stream-K last wave
     partials = ctx.ops.workspaces.get("matmul_all_gather.partials", sync.ranks, (slots, block_m, block_n),
                                       torch.float32)
     part_flags = ctx.ops.workspaces.get("matmul_all_gather.part_flags", sync.ranks, (slots,), torch.int32,
@@ -179,6 +153,5 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
         VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store,
         FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
-        STAGGER=stagger,
         num_warps=config.num_warps, num_stages=config.stages())
     return common.add_bias(out, bias, caller)
