@@ -72,13 +72,13 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
     M = GROUP_SIZE * M_local
     offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
     # One pass over every (row block, tile) unit, so the programs fill the waves of all blocks together
-    # (separate passes would round each block up to whole waves). reduce_scatter takes the peers' blocks first
-    # and ours last: by then their partials have landed. all_reduce goes tile by tile (each tile's units for
-    # the peers' blocks, then ours), so the stores of finished tiles to every rank spread over the kernel
-    # instead of all following the last GEMM wave. Either way a unit of ours waits only on peers' units of
-    # lower index, and those never wait, so any order of resident programs completes. Programs run one at a
-    # time (the interpreter) need each program to wait only on units of the same program number, earlier in
-    # its sequence (``_run`` picks the count).
+    # (separate passes would round each block up to whole waves). reduce_scatter takes our unit of a tile
+    # ``lag`` tiles after the peers' units of it (two waves by default): by then their partials have landed.
+    # all_reduce goes tile by tile (each tile's units for the peers' blocks, then ours), so the stores of
+    # finished tiles to every rank spread over the kernel instead of all following the last GEMM wave.
+    # Either way a unit of ours waits only on peers' units of lower index, and those never wait, so any order
+    # of resident programs completes. Programs run one at a time (the interpreter) need each program to wait
+    # only on units of the same program number, earlier in its sequence (``_run`` picks the count).
     #
     # A release waits until the program's stores have reached the peer, and a wave's partials leave together,
     # so a flag raised right after its tile's stores stalls the program for the link's time on the whole wave.
