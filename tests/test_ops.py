@@ -222,9 +222,41 @@ def _split_tail_body():
     return [f for f in fails if f]
 
 
+def _mixed_shares_body(programs):
+    """matmul_all_gather on a grid of ``programs`` (5: 2 tail tiles of 8 K steps over 5 programs, so the
+    middle program finishes the first tail tile and starts the second), so that the cpu backend's 4 programs
+    also meet a share that spans two tiles; on GPUs ``_split_tail_body`` meets them at the real grid."""
+    import importlib
+
+    from iris.ops.gemm import split_tail
+
+    module = importlib.import_module("iris.ops.matmul_all_gather")  # the module, not the op it exports
+
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    dtype = torch.bfloat16 if GPU_SCALE else torch.float32
+    block_m, block_n, block_k = OpsConfig().blocks(dev.type, dtype)
+    row_tiles = 2 * programs + 2
+    M, K = row_tiles * block_m, 8 * block_k
+    fails = [None if split_tail(row_tiles, programs, 8) == (2 * programs, programs) else "no stream-K wave"]
+    a = operand(0, (M, K), dtype, 30)
+    b_cols = [operand(r, (K, block_n), dtype, 31) for r in range(world)]
+    out = ctx.empty(M, world * block_n, dtype=dtype).fill_(float("nan"))
+    grid = module.num_programs
+    module.num_programs = lambda device, tiles: min(tiles, programs)
+    try:
+        ctx.barrier()
+        ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev), config=OpsConfig(variant="fused"))
+        ctx.barrier()
+    finally:
+        module.num_programs = grid
+    fails.append(mismatch(f"matmul_all_gather, {programs} programs", out, ref_ops.matmul_all_gather(a, b_cols)))
+    return [f for f in fails if f]
+
+
 def test_split_last_wave_sums_every_part(pools):
-    results = pools(2).run(_split_tail_body)
-    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    results = pools(2).run(_split_tail_body) + pools(2).run(_mixed_shares_body, 5)
+    fails = [f"rank {r % 2}: {f}" for r, fs in enumerate(results) for f in fs]
     assert not fails, "\n".join(fails)
 
 
