@@ -8,9 +8,8 @@ Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md 
 ``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit``,
 ``iris_fused_unflat`` and ``iris_fused_tma_store``: matmul_all_gather's fused kernel without ``split_tail``,
 without ``flatten`` and with ``tma_store``;
-``iris_fused_lagged``: the fused reduce ops with each tile's own unit a wave behind its peer units;
-``iris_fused_lag<L>``: the same with a lag of L tiles, any L; ``iris_fused_defer<L>``: and each flag raised a unit
-late, ``reduce_defer``),
+``iris_fused_lag<L>``: the fused reduce ops with each tile's own unit L tiles behind its peer units, flags
+raised at once; ``iris_fused_defer<L>``: the same with each flag raised a unit late, ``reduce_defer``),
 ``torch_bulk`` (``torch.matmul`` then the NCCL collective), ``torch_fused``
 (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), ``gemm_only`` and
 ``comm_only`` (cuBLAS alone, NCCL alone), and ``iris_gemm`` (the shared mainloop alone).
@@ -34,23 +33,20 @@ from iris.ops.gemm import matmul
 OPS = ("matmul_all_gather", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce")
 SHAPES = ((8192, 3584, 14336), (8192, 4608, 36864), (4096, 8192, 8192), (128, 8192, 8192))
 PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_unflat", "iris_fused_tma_store",
-             "iris_fused_lagged", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only", "iris_gemm")
+             "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only", "iris_gemm")
 
 
-def option_variants(ctx, providers=()):
-    """Fused kernels with one option changed, and the ops they apply to: what matmul_all_gather's split last
-    wave gains, its TMA stores, and the fused reduce ops with each tile's own unit one wave (as many units
-    as SMs) behind the tile's peer units, or ``L`` tiles for each ``iris_fused_lag<L>`` in ``providers``
-    (``iris_fused_defer<L>``: with ``reduce_defer``)."""
+def option_variants(providers=()):
+    """Fused kernels with one option changed, and the ops they apply to: matmul_all_gather without its
+    stream-K last wave, without flattening, with TMA stores; and the fused reduce ops at the lag ``L`` (and
+    deferral) that each ``iris_fused_lag<L>`` / ``iris_fused_defer<L>`` in ``providers`` names."""
     reduce_ops = ("matmul_reduce_scatter", "matmul_all_reduce")
     named = {p: re.fullmatch(r"iris_fused_(lag|defer)(\d+)", p) for p in providers}
     lags = {p: (reduce_ops, OpsConfig(variant="fused", reduce_lag=int(m[2]), reduce_defer=m[1] == "defer"))
             for p, m in named.items() if m}
     return {**lags, "iris_fused_unsplit": (("matmul_all_gather",), OpsConfig(variant="fused", split_tail=False)),
             "iris_fused_unflat": (("matmul_all_gather",), OpsConfig(variant="fused", flatten=False)),
-            "iris_fused_tma_store": (("matmul_all_gather",), OpsConfig(variant="fused", tma_store=True)),
-            "iris_fused_lagged": (reduce_ops, OpsConfig(variant="fused",
-                                                        reduce_lag=ctx.get_cu_count() // ctx.get_num_ranks()))}
+            "iris_fused_tma_store": (("matmul_all_gather",), OpsConfig(variant="fused", tma_store=True))}
 
 
 def local_shapes(op, M, N, K, world):
@@ -77,7 +73,7 @@ def make_sweep(ctx, shapes, dtype, timing, ops=OPS, providers=PROVIDERS):
         except Exception as e:  # depends on the torch build
             print(f"[bench] torch fused ops unavailable: {type(e).__name__}: {e}")
     cache = {}
-    variants = option_variants(ctx, providers)
+    variants = option_variants(providers)
 
     def operands(op, shape):
         key = (op, shape)
