@@ -74,7 +74,7 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
     ctx.check_symmetric(inp, caller, "inp")
     n = inp.numel()
     p = common.plan(ctx, caller, n, group, config)
-    in_place = n > 0 and out.data_ptr() == inp.data_ptr()  # empty tensors all report data_ptr() 0
+    in_place = common.same_start(out, inp)
     algorithm = common.algorithm(p, ALL_REDUCE_ALGORITHMS, caller)
     if algorithm == "auto":
         algorithm = "one_shot" if n * inp.element_size() <= p.config.one_shot_max_bytes and not in_place else "two_shot"

@@ -50,7 +50,7 @@ def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
     common.same_dtype(out, inp, caller)
     common.expect_numel(out, inp.numel(), caller, "out", "inp.numel()")
     ctx.check_symmetric(out, caller, "out")
-    if inp.numel() and out.data_ptr() == inp.data_ptr():  # (empty tensors all report data_ptr() 0)
+    if common.same_start(out, inp):
         raise ValueError(f"{caller}: out and inp are the same tensor; all_to_all needs a separate out")
     n = common.split_rows(inp, ctx.group_sync(group, caller).size, caller, "inp")
     p = common.plan(ctx, caller, n, group, config)

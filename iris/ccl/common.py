@@ -47,6 +47,12 @@ def same_dtype(out, inp, caller):
         raise ValueError(f"{caller}: out has dtype {out.dtype} but inp has {inp.dtype}; they must match")
 
 
+def same_start(out, inp):
+    """True when ``out`` and ``inp`` begin at the same address: an in-place call. Empty tensors never are (torch
+    reports data_ptr() 0 for each of them)."""
+    return inp.numel() > 0 and out.data_ptr() == inp.data_ptr()
+
+
 def expect_numel(tensor, numel, caller, name, how):
     if tensor.numel() != numel:
         raise ValueError(f"{caller}: {name} has {tensor.numel()} elements ({tuple(tensor.shape)}), expected {how} "
