@@ -189,73 +189,54 @@ def test_fused_ops_in_changing_subgroups(pools):
     assert not fails, "\n".join(fails)
 
 
-def _split_tail_body():
+def _split_tail_body(programs=None):
     """matmul_all_gather with one output tile column and two whole waves of row tiles and part of a third: the
-    last wave's tiles' K steps are shared by the programs (stream-K) and summed in a workspace."""
-    from iris.ops.gemm import num_programs, split_tail
-
-    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
-    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
-    dtype = torch.bfloat16 if GPU_SCALE else torch.float32
-    block_m, block_n, block_k = OpsConfig().blocks(dev.type, dtype)
-    programs = num_programs(dev, 1 << 20)
-    # a last wave of ~3/10 of the programs: its 8-step tiles shared unevenly, so that on an H200 (39 tiles over
-    # 132 programs) most shares finish one tile and start the next; on the cpu backend 1 tile over 4 programs
-    row_tiles = 2 * programs + max(1, programs * 3 // 10)  # after two whole waves
-    M, K = row_tiles * block_m, 8 * block_k
-    full, stream = split_tail(row_tiles, programs, 8)
-    out = ctx.empty(M, world * block_n, dtype=dtype)
-    fails = [None if stream > 0 else f"no stream-K wave: {row_tiles} tiles over {programs} programs"]
-    # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then split with
-    # the tiles leaving through TMA stores
-    for salt, split_on, tma_store in ((20, True, False), (21, True, False), (22, False, False), (23, True, True)):
-        a = operand(0, (M, K), dtype, salt)
-        b_cols = [operand(r, (K, block_n), dtype, salt + 1) for r in range(world)]
-        out.fill_(float("nan"))
-        ctx.barrier()
-        ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
-                                  config=OpsConfig(variant="fused", split_tail=split_on, tma_store=tma_store))
-        ctx.barrier()
-        fails.append(mismatch(f"matmul_all_gather split_tail={split_on} tma_store={tma_store} "
-                              f"({salt}, {stream} programs in the last wave)", out,
-                              ref_ops.matmul_all_gather(a, b_cols)))
-    return [f for f in fails if f]
-
-
-def _mixed_shares_body(programs):
-    """matmul_all_gather on a grid of ``programs`` (5: 2 tail tiles of 8 K steps over 5 programs, so the
-    middle program finishes the first tail tile and starts the second), so that the cpu backend's 4 programs
-    also meet a share that spans two tiles; on GPUs ``_split_tail_body`` meets them at the real grid."""
+    last wave's tiles' K steps are shared by the programs (stream-K) and summed in a workspace. ``programs``
+    replaces the grid (5: 2 tail tiles of 8 K steps over 5 programs, so that the middle program finishes the
+    first tail tile and starts the second, which the cpu backend's 4 programs never do)."""
     import importlib
 
     from iris.ops.gemm import split_tail
 
     module = importlib.import_module("iris.ops.matmul_all_gather")  # the module, not the op it exports
-
+    grid = module.num_programs
     ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     dtype = torch.bfloat16 if GPU_SCALE else torch.float32
     block_m, block_n, block_k = OpsConfig().blocks(dev.type, dtype)
-    row_tiles = 2 * programs + 2
+    programs = programs or grid(dev, 1 << 20)
+    # a last wave of ~3/10 of the programs: its 8-step tiles shared unevenly, so that on an H200 (39 tiles over
+    # 132 programs) most shares finish one tile and start the next; on the cpu backend 2 tiles over 4 programs
+    row_tiles = 2 * programs + max(2, programs * 3 // 10)  # after two whole waves
     M, K = row_tiles * block_m, 8 * block_k
-    fails = [None if split_tail(row_tiles, programs, 8) == (2 * programs, programs) else "no stream-K wave"]
-    a = operand(0, (M, K), dtype, 30)
-    b_cols = [operand(r, (K, block_n), dtype, 31) for r in range(world)]
-    out = ctx.empty(M, world * block_n, dtype=dtype).fill_(float("nan"))
-    grid = module.num_programs
+    full, stream = split_tail(row_tiles, programs, 8)
+    out = ctx.empty(M, world * block_n, dtype=dtype)
+    fails = [None if stream > 0 else f"no stream-K wave: {row_tiles} tiles over {programs} programs"]
+    if programs == 5:
+        fails.append(None if (full, stream) == (10, 5) else f"5 programs: {(full, stream)}, not (10, 5)")
     module.num_programs = lambda device, tiles: min(tiles, programs)
     try:
-        ctx.barrier()
-        ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev), config=OpsConfig(variant="fused"))
-        ctx.barrier()
+        # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then split with
+        # the tiles leaving through TMA stores
+        for salt, split_on, tma_store in ((20, True, False), (21, True, False), (22, False, False),
+                                          (23, True, True)):
+            a = operand(0, (M, K), dtype, salt)
+            b_cols = [operand(r, (K, block_n), dtype, salt + 1) for r in range(world)]
+            out.fill_(float("nan"))
+            ctx.barrier()
+            ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
+                                      config=OpsConfig(variant="fused", split_tail=split_on, tma_store=tma_store))
+            ctx.barrier()
+            fails.append(mismatch(f"matmul_all_gather split_tail={split_on} tma_store={tma_store} ({salt}, "
+                                  f"{stream} of {programs} programs in the last wave)", out,
+                                  ref_ops.matmul_all_gather(a, b_cols)))
     finally:
         module.num_programs = grid
-    fails.append(mismatch(f"matmul_all_gather, {programs} programs", out, ref_ops.matmul_all_gather(a, b_cols)))
     return [f for f in fails if f]
 
 
 def test_split_last_wave_sums_every_part(pools):
-    results = pools(2).run(_split_tail_body) + pools(2).run(_mixed_shares_body, 5)
+    results = pools(2).run(_split_tail_body) + pools(2).run(_split_tail_body, 5)
     fails = [f"rank {r % 2}: {f}" for r, fs in enumerate(results) for f in fs]
     assert not fails, "\n".join(fails)
 
