@@ -139,9 +139,10 @@ out["ops/_matmul_kernel_tma"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
 out["tma/_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
 sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
             "world_size": "i32"}
-split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "stream": "i32"}  # split_tail's workspace
+split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "stream": "i32",  # split_tail's workspace
+             "band_counts": "*i32"}  # and the copy engines' band counts
 fused = {"GROUP_SIZE": 2, **tiles}
-traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "TMA_STORE": False, "FLATTEN": False}
+traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "TMA_STORE": False, "COPY_ENGINE": False, "FLATTEN": False}
 # As Triton's launcher specialises row-major operands: unit column strides become constants.
 unit = {"stride_ak": 1, "stride_bn": 1, "stride_on": 1}
 strides = {"stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
@@ -163,6 +164,9 @@ for fn, sig in [
         out["trace/off"] = "%globaltimer" in text
         text = ptx(fn, signature, {**meta, "TRACE": True}, divisible=sizes)
         out["trace/on"] = ["%globaltimer" in text, "%smid" in text]
+        # tiles stored locally and counted for the copy engines: 16-byte stores, a sys-scope fence before the count
+        text = ptx(fn, signature, {**meta, "COPY_ENGINE": True}, divisible=sizes)
+        out["copy_engine/_matmul_all_gather_kernel"] = [global_accesses(text), "fence.acq_rel.sys" in text]
 # The fused GEMM + reduce-scatter / all-reduce kernel, TMA-fed.
 from iris.ops.reduce_ops import _matmul_reduce_kernel  # noqa: E402
 
@@ -204,7 +208,7 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
         (_matmul_kernel, {**dense, "a": a, "b": b, "c": c}, {**tiles, "TMA": True, "FLATTEN": True}),
         (_matmul_all_gather_kernel, {"a": a, "b": b, "out": f"*{ty}", "M": "i32", "N_local": "i32", "K": "i32",
                                      **strides, **sync_sig, "trace": "*i64", **split_sig},
-         {**unit, **fused, "VEC": 16, "TRACE": False, "TMA": True, "TMA_STORE": False,
+         {**unit, **fused, "VEC": 16, "TRACE": False, "TMA": True, "TMA_STORE": False, "COPY_ENGINE": False,
           "FLATTEN": config.flatten}),
         (_matmul_reduce_kernel, {**reduce_sig, "a": a, "b": b, "out": f"*{ty}", "staging": f"*{ty}"},
          {**reduce_meta, **fused}),

@@ -127,6 +127,14 @@ def test_tma_store_variant_hands_tiles_to_the_copy_engine(compiled):
     assert bulk_store and full_wait
 
 
+def test_copy_engine_variant_stores_locally_and_publishes_each_count(compiled):
+    # the tile's local store keeps 16-byte vectors, and a system-scope fence orders it before the band's count,
+    # which a stream (not a kernel) waits for before its copy engine reads the band
+    accesses, fenced = compiled["copy_engine/_matmul_all_gather_kernel"]
+    assert "st.global.v4.b32" in accesses and "st.global.b16" not in accesses, accesses
+    assert fenced
+
+
 def test_fused_reduce_pushes_16_byte_vectors(compiled):
     # staged partials and finished tiles cross the link as st.global.v4; no 2-byte scalar stores
     accesses = compiled["ops_access/_matmul_reduce_kernel"]

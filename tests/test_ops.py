@@ -48,7 +48,9 @@ def _ops_body(dtype):
     b_cols = [operand(r, (K, N_LOCAL), dtype, 2) for r in range(world)]
     out = ctx.empty(M, N, dtype=dtype)
     for name, chosen in (("fused", config("fused")), ("bulk", config("bulk")),
-                         ("fused, TMA stores", config("fused", tma_store=True))):
+                         ("fused, TMA stores", config("fused", tma_store=True)),
+                         ("fused, copy engine", config("fused", copy_engine=True)),
+                         ("fused, copy engine again", config("fused", copy_engine=True))):
         out.fill_(float("nan"))
         ctx.barrier()
         ctx.ops.matmul_all_gather(out, a_full.to(dev), b_cols[rank].to(dev), config=chosen)
@@ -217,17 +219,20 @@ def _split_tail_body(programs=None):
     module.num_programs = lambda device, tiles: min(tiles, programs)
     try:
         # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then split with
-        # the tiles leaving through TMA stores
-        for salt, split_on, tma_store in ((20, True, False), (21, True, False), (22, False, False),
-                                          (23, True, True)):
+        # the tiles leaving through TMA stores, then through the copy engines (band counts and flags reused)
+        for salt, split_on, tma_store, copy_engine in ((20, True, False, False), (21, True, False, False),
+                                                       (22, False, False, False), (23, True, True, False),
+                                                       (24, True, False, True), (25, True, False, True)):
             a = operand(0, (M, K), dtype, salt)
             b_cols = [operand(r, (K, block_n), dtype, salt + 1) for r in range(world)]
             out.fill_(float("nan"))
             ctx.barrier()
             ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
-                                      config=OpsConfig(variant="fused", split_tail=split_on, tma_store=tma_store))
+                                      config=OpsConfig(variant="fused", split_tail=split_on, tma_store=tma_store,
+                                                       copy_engine=copy_engine))
             ctx.barrier()
-            fails.append(mismatch(f"matmul_all_gather split_tail={split_on} tma_store={tma_store} ({salt}, "
+            fails.append(mismatch(f"matmul_all_gather split_tail={split_on} tma_store={tma_store} "
+                                  f"copy_engine={copy_engine} ({salt}, "
                                   f"{stream} of {programs} programs in the last wave)", out,
                                   ref_ops.matmul_all_gather(a, b_cols)))
     finally:

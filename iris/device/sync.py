@@ -43,6 +43,16 @@ def fence_release_sys():
 
 
 @triton.jit
+def count_published(counter):
+    """Add one to the local int32 ``counter`` once this program's earlier stores are visible to every observer in
+    the system, the copy engines and the streams' memory operations included (``bar.sync``, ``fence.acq_rel.sys``,
+    then a relaxed add): a side stream that waits for the count may copy what the program stored."""
+    tl.debug_barrier()
+    fence_release_sys()
+    tl.atomic_add(counter, 1, sem="relaxed", scope="sys")
+
+
+@triton.jit
 def wait_until(flag, target, rank, peer, what: tl.constexpr, RELAXED: tl.constexpr = False):
     """Spin until the local counter ``flag`` (which ``peer`` advances) reaches ``target``: acquire (relaxed with
     ``RELAXED``), sys scope. In debug mode the spin is bounded and reports ``what``, who waited for whom and

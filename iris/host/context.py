@@ -11,6 +11,7 @@ import torch.distributed as dist
 from iris.host import backend as _backend
 from iris.host.distributed import StoreBarrier, all_gather_object, default_store, device_synchronize, \
     ensure_process_group
+from iris.host.copy_engine import CopyQueue
 from iris.host.groups import GroupTable, region_bytes
 from iris.host.heap import SymmetricHeap, align_up
 from iris.host.logging import RankLogger
@@ -98,6 +99,7 @@ class Iris(TensorFactory, RankLogger):
             memory = CudaIpcMemory(total, self.device, self.cur_rank, all_gather_object)
         self.heap = SymmetricHeap(memory, heap_size, reserved, self.cur_rank, self.num_ranks)
         self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device)
+        self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
         # [rank, bytes each base addresses, world_size, base_0, ...]: heap_bases is a view of the tail, so the
         # two words before it (read by debug mode) are the extent and the world size.

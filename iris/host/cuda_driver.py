@@ -85,11 +85,37 @@ class _Memcpy2D(ctypes.Structure):
                 ("WidthInBytes", ctypes.c_size_t), ("Height", ctypes.c_size_t)]
 
 
-def copy_to_device_2d(dst, dst_pitch, src, src_pitch, width, height, stream):
-    """Copy ``height`` rows of ``width`` bytes from host address ``src`` to device address ``dst`` on
-    ``stream`` (a ``cudaStream_t``): one copy-engine transfer however strided, unlike ``Tensor.copy_`` into
-    a strided view, which launches a kernel. Uses the calling thread's current context."""
-    copy = _Memcpy2D(srcMemoryType=CU_MEMORYTYPE_HOST, srcHost=src, srcPitch=src_pitch,
-                     dstMemoryType=CU_MEMORYTYPE_DEVICE, dstDevice=dst, dstPitch=dst_pitch,
-                     WidthInBytes=width, Height=height)
+def copy_2d(dst, dst_pitch, src, src_pitch, width, height, stream, from_host=False):
+    """Copy ``height`` rows of ``width`` bytes from address ``src`` (host memory with ``from_host``, else device
+    memory, a peer's mapped heap included) to device address ``dst`` on ``stream`` (a ``cudaStream_t``): one
+    copy-engine transfer however strided, unlike ``Tensor.copy_`` into a strided view, which launches a kernel.
+    Uses the calling thread's current context."""
+    kind = CU_MEMORYTYPE_HOST if from_host else CU_MEMORYTYPE_DEVICE
+    copy = _Memcpy2D(srcMemoryType=kind, srcPitch=src_pitch, dstMemoryType=CU_MEMORYTYPE_DEVICE, dstDevice=dst,
+                     dstPitch=dst_pitch, WidthInBytes=width, Height=height)
+    if from_host:
+        copy.srcHost = src
+    else:
+        copy.srcDevice = src
     _check(_fn("cuMemcpy2DAsync")(ctypes.byref(copy), ctypes.c_void_p(stream)), "cuMemcpy2DAsync")
+
+
+# Stream memory operations: the stream's front end reads or writes one 32-bit word, no kernel involved.
+CU_STREAM_WAIT_VALUE_GEQ = 0x0  # wait until (int32)(*addr - value) >= 0: counts that only grow, wrapping
+CU_STREAM_WRITE_VALUE_DEFAULT = 0x0  # the write is fenced after the stream's earlier memory operations
+
+
+def stream_wait_at_least(stream, address, value):
+    """Queue on ``stream``: hold later work until the int32 at device address ``address`` reaches ``value``."""
+    _check(_fn("cuStreamWaitValue32")(ctypes.c_void_p(stream), ctypes.c_uint64(address),
+                                      ctypes.c_uint32(value & 0xFFFFFFFF), ctypes.c_uint(CU_STREAM_WAIT_VALUE_GEQ)),
+           "cuStreamWaitValue32")
+
+
+def stream_write(stream, address, value):
+    """Queue on ``stream``: write the int32 ``value`` at device address ``address`` (a peer's mapped heap too),
+    after everything queued before it, copies included, is visible."""
+    _check(_fn("cuStreamWriteValue32")(ctypes.c_void_p(stream), ctypes.c_uint64(address),
+                                       ctypes.c_uint32(value & 0xFFFFFFFF),
+                                       ctypes.c_uint(CU_STREAM_WRITE_VALUE_DEFAULT)),
+           "cuStreamWriteValue32")

@@ -120,6 +120,6 @@ class GroupTable:
         stream = self._poison_stream
         for target in targets:  # [height, width] int32 views with a row pitch
             height, width = target.shape
-            cuda_driver.copy_to_device_2d(target.data_ptr(), target.stride(0) * 4, self._poison_values.data_ptr(),
-                                          width * 4, width * 4, height, stream.cuda_stream)
+            cuda_driver.copy_2d(target.data_ptr(), target.stride(0) * 4, self._poison_values.data_ptr(), width * 4,
+                                width * 4, height, stream.cuda_stream, from_host=True)
             stream.synchronize()

@@ -29,6 +29,10 @@ class OpsConfig:
     ``tma_store`` (matmul_all_gather, fused; off until measured faster): hand each finished tile to the
     tensor-memory engine, one bulk copy per rank, instead of storing it from registers, so the program starts
     its next tile while the copies run; needs ``out`` rows 16-byte aligned (else the plain stores run).
+    ``copy_engine`` (matmul_all_gather, fused, on GPUs): store each tile into our own ``out`` only, and let the
+    copy engines carry each finished band of ``group_m`` tile rows to the peers (a side stream waits for the band's
+    tile count), so no SM time goes to the link; ``None`` is the measured choice (``uses_copy_engine``). Needs a
+    contiguous ``out`` (else the tiles leave as ``tma_store`` says).
     ``reduce_lag`` (matmul_reduce_scatter and matmul_all_reduce, fused): how many tiles a rank's own unit of a
     tile trails the peers' units of that tile in the kernel's walk (the own unit adds the partials they push).
     ``reduce_defer`` (the same ops): raise the flag of a partial pushed to a peer after the program's next K loop
@@ -48,6 +52,7 @@ class OpsConfig:
     comm_sms: int = 16
     split_tail: bool = True
     tma_store: bool = False
+    copy_engine: bool | None = None
     reduce_lag: int | None = None
     reduce_defer: bool | None = None
 
@@ -77,6 +82,10 @@ class OpsConfig:
         else:
             default = (128, 128, 32) if dtype.itemsize == 4 else (128, 256, 64)
         return tuple(value or fallback for value, fallback in zip((self.block_m, self.block_n, self.block_k), default))
+
+    def uses_copy_engine(self, device_type):
+        """Whether matmul_all_gather's fused kernel leaves the peers' copies to the copy engines."""
+        return bool(self.copy_engine) if self.copy_engine is not None else False
 
     def stages(self):
         """Pipeline depth of the K loop: 3 unless set (4 does not fit a 128 x 256 bf16 tile's shared memory)."""

@@ -13,9 +13,10 @@ import triton
 import triton.language as tl
 
 from iris.ccl.device import peer_at, program_row, store_to_group
-from iris.device.sync import group_barrier, wait_async_stores
+from iris.device.sync import count_published, group_barrier, wait_async_stores
 from iris.device.translate import translate
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
+from iris.host.copy_engine import peer_view
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.ops.gemm import (add_partials, descriptors_fit, leave_partial, mainloop, num_programs, operand, split_tail,
@@ -24,11 +25,21 @@ from iris.ops.gemm import (add_partials, descriptors_fit, leave_partial, mainloo
 
 @triton.jit
 def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
-                  trace, t_send, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  VEC: tl.constexpr, TRACE: tl.constexpr, TMA_STORE: tl.constexpr):
-    """The finished tile lands in our column block of every rank's ``out``."""
+                  trace, t_send, band_counts, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA_STORE: tl.constexpr,
+                  COPY_ENGINE: tl.constexpr):
+    """The finished tile lands in our column block of every rank's ``out``: from registers or through the TMA
+    engine into each rank's, or (``COPY_ENGINE``) into ours alone, counted on its band of ``GROUP_M`` tile rows,
+    which the copy engines carry to the peers once the count is full."""
     tile_out = acc.to(out.dtype.element_ty)
-    if TMA_STORE:
+    if COPY_ENGINE:
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
+        tl.store(out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on,
+                 tile_out, mask=mask)
+        count_published(band_counts + pid_m // GROUP_M)
+    elif TMA_STORE:
         # through the tensor-memory engine, which copies the tile while this program goes on to its next one;
         # each descriptor ends at our column block's right edge, so a partial tile is clipped there
         for i in tl.static_range(GROUP_SIZE):
@@ -44,7 +55,7 @@ def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap
         ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
         store_to_group(ptrs, tile_out, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
                        hint=(1, VEC))
-    if TRACE:
+    if TRACE and not COPY_ENGINE:
         # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
         tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
         record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * tile_bytes, t_send, rank)
@@ -53,9 +64,10 @@ def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap
 @triton.jit
 def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace, partials,
-                              part_flags, full, stream, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
-                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr,
-                              TRACE: tl.constexpr, TMA: tl.constexpr, TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr):
+                              part_flags, full, stream, band_counts, GROUP_SIZE: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                              GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
+                              TMA_STORE: tl.constexpr, COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -76,7 +88,8 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
             record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
             t_send = now(trace)
         _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
-                      group_index, trace, t_send, GROUP_SIZE, BLOCK_M, BLOCK_N, VEC, TRACE, TMA_STORE)
+                      group_index, trace, t_send, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE,
+                      TMA_STORE, COPY_ENGINE)
     # ---- the last wave, stream-K: our even share of the remaining tiles' K steps, tile after tile. A share that
     # ends inside a tile leaves that part as a partial, computed first; each tile whose last step is ours is
     # finished here, with the partials of the programs before us that hold its earlier steps.
@@ -104,11 +117,12 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                 record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
                 t_send = now(trace)
             _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
-                          group_index, trace, t_send, GROUP_SIZE, BLOCK_M, BLOCK_N, VEC, TRACE,
-                          TMA_STORE)
+                          group_index, trace, t_send, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC,
+                          TRACE, TMA_STORE, COPY_ENGINE)
     if TMA_STORE:
         wait_async_stores()  # our tiles are written in every rank's out before the barrier publishes them
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's tiles have landed in our out
+    if not COPY_ENGINE:  # (the copy engines' flags tell the host's streams instead)
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's tiles have landed in our out
 
 
 def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
@@ -136,7 +150,8 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
         return common.add_bias(out, bias, caller)
     tma = config.tma and descriptors_fit(a, b)
-    tma_store = config.tma_store and descriptors_fit(out)
+    copy_engine = config.uses_copy_engine(out.device.type) and out.is_contiguous()
+    tma_store = config.tma_store and not copy_engine and descriptors_fit(out)
     if tma_store and out.is_cuda:
         common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device
     programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
@@ -146,12 +161,47 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
                                       torch.float32)
     part_flags = ctx.ops.workspaces.get("matmul_all_gather.part_flags", sync.ranks, (slots,), torch.int32,
                                         zero=True)
+    bands = triton.cdiv(M, config.group_m * block_m)  # the tile order finishes them one after another
+    band_counts = ctx.ops.workspaces.get("matmul_all_gather.band_counts", sync.ranks, (bands,), torch.int32,
+                                         zero=True) if copy_engine else part_flags
+    if copy_engine:
+        # made (zeroed) before the kernel, whose opening barrier keeps peers from raising them before that
+        sent = ctx.ops.workspaces.peer_flags("matmul_all_gather.sent", sync.ranks, 1)  # row i: member i's block
+        ctx.copy_queue.fork()
     _matmul_all_gather_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
         a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases, sync.members,
         ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags, full, stream,
-        GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
+        band_counts, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
         VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store,
+        COPY_ENGINE=copy_engine,
         FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
         num_warps=config.num_warps, num_stages=config.stages())
+    if copy_engine:
+        _send_bands(ctx, sync, out, n_local, band_counts, sent, config.group_m * block_m,
+                    triton.cdiv(n_local, block_n), block_m, caller)
     return common.add_bias(out, bias, caller)
+
+
+def _send_bands(ctx, sync, out, n_local, band_counts, sent, band_rows, tiles_per_row, block_m, caller):
+    """The copy engines' part (queued after the kernel): each band of ``band_rows`` rows of our column block goes
+    to every peer's ``out`` once the kernel has counted all its tiles; then each peer's flag says that its
+    ``out`` holds our block, and the compute stream goes on once ours say the same of every peer's block."""
+    queue, M = ctx.copy_queue, out.shape[0]
+    cols = slice(sync.index * n_local, (sync.index + 1) * n_local)
+    peers = [r for r in sync.ranks if r != ctx.cur_rank]
+    peer_outs = [peer_view(ctx, out, r) for r in peers]
+    for band in range(band_counts.numel()):
+        rows = slice(band * band_rows, min(M, (band + 1) * band_rows))
+        tiles = triton.cdiv(rows.stop - rows.start, block_m) * tiles_per_row
+        count = band_counts[band:band + 1]
+        if not out.is_cuda and int(count.item()) != tiles:  # the kernel has finished: the count must be exact
+            raise RuntimeError(f"{caller}: band {band} counted {int(count.item())} tiles, expected {tiles}")
+        queue.wait(count, tiles, caller)
+        queue.write(count, 0)
+        for peer_out in peer_outs:
+            queue.copy(peer_out[rows, cols], out[rows, cols])
+    call = ctx.ops.workspaces.next_call("matmul_all_gather.sent", sync.ranks)
+    for peer in peers:
+        queue.write(peer_view(ctx, sent, peer)[sync.index], call)
+    queue.join([sent[i] for i, r in enumerate(sync.ranks) if r != ctx.cur_rank], call, caller)

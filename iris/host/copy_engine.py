@@ -1,0 +1,145 @@
+"""The host-driven copy-engine path: copies into peers' heaps, and the flags that order them, queued on a side
+stream beside the kernels so that no SM spends time on them.
+
+A fused kernel stores its results locally and counts them on a flag. The side stream waits for the count
+(``cuStreamWaitValue32``, a stream memory operation: the stream's front end polls one word), copies the finished
+region into each peer's heap (``cuMemcpy2DAsync``: one copy-engine transfer however strided), and writes a flag
+on each peer (``cuStreamWriteValue32``, fenced after the copies). The compute stream joins the side stream and
+waits for the peers' flags before anything after the op runs.
+
+On the cpu backend the same calls run on the host, in order: the interpreted kernel before them has finished.
+"""
+
+import time
+import weakref
+
+import torch
+
+from iris.host import cuda_driver
+from iris.host.distributed import DEFAULT_TIMEOUT_S, RankTimeoutError
+
+_HOST_BASES = weakref.WeakKeyDictionary()  # Iris -> heap bases as Python ints (fixed for a context's life)
+
+
+def peer_address(ctx, tensor, peer):
+    """Address, in this process, of ``tensor``'s symmetric counterpart on rank ``peer``."""
+    ctx.check_symmetric(tensor, "peer_address")
+    ctx.check_rank(peer, "peer_address", "peer")
+    if ctx not in _HOST_BASES:
+        _HOST_BASES[ctx] = ctx.get_heap_bases().tolist()
+    bases = _HOST_BASES[ctx]
+    return tensor.data_ptr() - bases[ctx.get_rank()] + bases[peer]
+
+
+def peer_view(ctx, tensor, peer):
+    """A tensor of ``tensor``'s shape and dtype viewing its counterpart on ``peer`` (writes land there).
+
+    The peer's heap is already mapped into this process (CUDA IPC, or shared memory on the cpu backend), so
+    this builds a non-owning storage over the address on our own device, as ``torch._inductor``'s CUDA-graph
+    trees rebuild storages from pointers. A contiguous ``view.copy_(src)`` is then one ``cudaMemcpyAsync``,
+    which the driver runs on a copy engine over NVLink."""
+    if not tensor.is_contiguous():
+        raise ValueError("peer_view: tensor must be contiguous; take the view of a contiguous heap tensor")
+    address = peer_address(ctx, tensor, peer)
+    nbytes = tensor.numel() * tensor.element_size()
+    device = ctx.get_device()
+    construct = getattr(torch._C, "_construct_storage_from_data_pointer", None)
+    if construct is not None:
+        storage = construct(address, device, nbytes)
+        return torch.empty(0, dtype=tensor.dtype, device=device).set_(storage, 0, tensor.shape, tensor.stride())
+    return _view_from_interface(address, tensor, device)
+
+
+def _view_from_interface(address, tensor, device):
+    """Fallback for a torch without the private constructor: the array interfaces torch imports zero-copy."""
+    if device.type == "cuda":
+        class _Interface:
+            __cuda_array_interface__ = {"data": (address, False), "shape": tuple(tensor.shape),
+                                        "typestr": _typestr(tensor), "version": 3, "strides": None}
+
+        view = torch.as_tensor(_Interface(), device=device)
+    else:
+        import ctypes
+
+        import numpy as np
+
+        nbytes = tensor.numel() * tensor.element_size()
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+        view = torch.from_numpy(raw).view(tensor.dtype).view(tensor.shape)
+    if view.data_ptr() != address:
+        raise RuntimeError(f"peer_view: torch copied the peer memory instead of viewing it (on {view.device}); "
+                           "this torch cannot wrap a raw device address")
+    return view
+
+
+def _typestr(tensor):
+    if tensor.dtype == torch.bfloat16:
+        raise TypeError("peer_view: bfloat16 has no array-interface type string; view the buffer as int16")
+    kind = "f" if tensor.dtype.is_floating_point else "i"
+    return f"<{kind}{tensor.element_size()}"
+
+
+class CopyQueue:
+    """One side stream of copies and flag operations per context (made with the context: creating a stream
+    while a kernel of ours spins can block). Use in this order: ``fork`` (the side stream starts after the
+    compute stream's work so far), launch the kernel, queue ``wait`` / ``copy`` / ``write``, then ``join``."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.device = ctx.get_device()
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    def fork(self):
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+
+    def wait(self, flag, value, caller):
+        """Later side-stream work waits until the int32 ``flag`` (a one-element heap view) reaches ``value``."""
+        if self.stream is not None:
+            cuda_driver.stream_wait_at_least(self.stream.cuda_stream, flag.data_ptr(), value)
+        else:
+            self._spin(flag, value, caller)
+
+    def copy(self, dst, src):
+        """``dst.copy_(src)`` on a copy engine: 2-D views with contiguous rows, ``dst`` on any rank's heap."""
+        if self.stream is None:
+            dst.copy_(src)
+            return
+        if dst.shape != src.shape or dst.dtype != src.dtype or dst.stride(1) != 1 or src.stride(1) != 1:
+            raise ValueError(f"CopyQueue.copy: {tuple(src.shape)} {src.dtype} -> {tuple(dst.shape)} {dst.dtype}; "
+                             "both must be 2-D views of one shape and dtype with contiguous rows")
+        size = dst.element_size()
+        cuda_driver.copy_2d(dst.data_ptr(), dst.stride(0) * size, src.data_ptr(), src.stride(0) * size,
+                            dst.shape[1] * size, dst.shape[0], self.stream.cuda_stream)
+
+    def write(self, flag, value):
+        """Write ``value`` into the int32 ``flag`` (a one-element view, a peer's included) after the side
+        stream's earlier copies have landed."""
+        if self.stream is not None:
+            cuda_driver.stream_write(self.stream.cuda_stream, flag.data_ptr(), value)
+        else:
+            flag.fill_(value)
+
+    def join(self, flags, value, caller):
+        """The compute stream continues after the side stream's work, once every one of ``flags`` (one-element
+        int32 views on our heap, each raised by a peer's side stream) has reached ``value``."""
+        if self.stream is None:
+            for flag in flags:
+                self._spin(flag, value, caller)
+            return
+        main = torch.cuda.current_stream(self.device)
+        main.wait_stream(self.stream)
+        for flag in flags:
+            cuda_driver.stream_wait_at_least(main.cuda_stream, flag.data_ptr(), value)
+
+    def _spin(self, flag, value, caller):
+        """The cpu backend's wait: poll the shared word, giving up with the context's timeout, or at once when a
+        peer has failed (the watchdog then poisons the flags peers raise, so the wait ends there too)."""
+        timeout_s = DEFAULT_TIMEOUT_S if self.ctx.timeout_s is None else self.ctx.timeout_s
+        deadline = time.monotonic() + timeout_s
+        while int(flag.item()) - value < 0:
+            self.ctx.groups.check(caller)
+            if time.monotonic() > deadline:
+                raise RankTimeoutError(f"{caller}: waited {timeout_s:g} s for a flag to reach {value}; it reads "
+                                       f"{int(flag.item())} (raise the limit with IRIS_TIMEOUT_S)", [])
+            time.sleep(1e-4)
