@@ -142,7 +142,8 @@ sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i
 split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "stream": "i32",  # split_tail's workspace
              "band_counts": "*i32"}  # and the copy engines' band counts
 fused = {"GROUP_SIZE": 2, **tiles}
-traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "TMA_STORE": False, "COPY_ENGINE": False, "FLATTEN": False}
+traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "TMA_STORE": False, "COPY_ENGINE": False, "FLATTEN": False,
+          "WARPS": 8}
 # As Triton's launcher specialises row-major operands: unit column strides become constants.
 unit = {"stride_ak": 1, "stride_bn": 1, "stride_on": 1}
 strides = {"stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
@@ -164,9 +165,16 @@ for fn, sig in [
         out["trace/off"] = "%globaltimer" in text
         text = ptx(fn, signature, {**meta, "TRACE": True}, divisible=sizes)
         out["trace/on"] = ["%globaltimer" in text, "%smid" in text]
-        # tiles stored locally and counted for the copy engines: 16-byte stores, a sys-scope fence before the count
+        # tiles stored locally and counted for the copy engines: 16-byte stores, each warp's lanes met and a
+        # sys-scope fence before its count; and the flattened tile loop still software-pipelined (3 stages)
         text = ptx(fn, signature, {**meta, "COPY_ENGINE": True}, divisible=sizes)
-        out["copy_engine/_matmul_all_gather_kernel"] = [global_accesses(text), "fence.acq_rel.sys" in text]
+        out["copy_engine/_matmul_all_gather_kernel"] = [
+            global_accesses(text), bool(re.search(r"bar\.warp\.sync[^}]*fence\.acq_rel\.sys[^}]*red\.", text))]
+        pipelined = {"TMA": True, "FLATTEN": True, "BLOCK_N": 256}
+        shared = [compile_sm90(fn, {**signature, "a": desc(128, 64), "b": desc(64, 256)},
+                               {**meta, **pipelined, "COPY_ENGINE": engine}, sizes, num_warps=8,
+                               num_stages=3).metadata.shared for engine in (False, True)]
+        out["copy_engine/pipelined"] = shared
 # The fused GEMM + reduce-scatter / all-reduce kernel, TMA-fed.
 from iris.ops.reduce_ops import _matmul_reduce_kernel  # noqa: E402
 
@@ -209,7 +217,7 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
         (_matmul_all_gather_kernel, {"a": a, "b": b, "out": f"*{ty}", "M": "i32", "N_local": "i32", "K": "i32",
                                      **strides, **sync_sig, "trace": "*i64", **split_sig},
          {**unit, **fused, "VEC": 16, "TRACE": False, "TMA": True, "TMA_STORE": False, "COPY_ENGINE": False,
-          "FLATTEN": config.flatten}),
+          "FLATTEN": config.flatten, "WARPS": config.num_warps}),
         (_matmul_reduce_kernel, {**reduce_sig, "a": a, "b": b, "out": f"*{ty}", "staging": f"*{ty}"},
          {**reduce_meta, **fused}),
         (_all_gather_matmul_kernel, {**ag_sig, "a": a, "a_rows": f"*{ty}", "gathered": a, "gathered_rows": f"*{ty}",

@@ -27,10 +27,10 @@ from iris.ops.gemm import (add_partials, descriptors_fit, leave_partial, mainloo
 def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
                   trace, t_send, band_counts, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA_STORE: tl.constexpr,
-                  COPY_ENGINE: tl.constexpr):
+                  COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     """The finished tile lands in our column block of every rank's ``out``: from registers or through the TMA
-    engine into each rank's, or (``COPY_ENGINE``) into ours alone, counted on its band of ``GROUP_M`` tile rows,
-    which the copy engines carry to the peers once the count is full."""
+    engine into each rank's, or (``COPY_ENGINE``) into ours alone, counted (once per warp) on its band of
+    ``GROUP_M`` tile rows, which the copy engines carry to the peers once the count is full."""
     tile_out = acc.to(out.dtype.element_ty)
     if COPY_ENGINE:
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -38,7 +38,7 @@ def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
         tl.store(out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on,
                  tile_out, mask=mask)
-        count_published(band_counts + pid_m // GROUP_M)
+        count_published(band_counts + pid_m // GROUP_M, WARPS)
     elif TMA_STORE:
         # through the tensor-memory engine, which copies the tile while this program goes on to its next one;
         # each descriptor ends at our column block's right edge, so a partial tile is clipped there
@@ -67,7 +67,8 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                               part_flags, full, stream, band_counts, GROUP_SIZE: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                               GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
-                              TMA_STORE: tl.constexpr, COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr):
+                              TMA_STORE: tl.constexpr, COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr,
+                              WARPS: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -89,7 +90,7 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
             t_send = now(trace)
         _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
                       group_index, trace, t_send, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE,
-                      TMA_STORE, COPY_ENGINE)
+                      TMA_STORE, COPY_ENGINE, WARPS)
     # ---- the last wave, stream-K: our even share of the remaining tiles' K steps, tile after tile. A share that
     # ends inside a tile leaves that part as a partial, computed first; each tile whose last step is ours is
     # finished here, with the partials of the programs before us that hold its earlier steps.
@@ -118,7 +119,7 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                 t_send = now(trace)
             _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
                           group_index, trace, t_send, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC,
-                          TRACE, TMA_STORE, COPY_ENGINE)
+                          TRACE, TMA_STORE, COPY_ENGINE, WARPS)
     if TMA_STORE:
         wait_async_stores()  # our tiles are written in every rank's out before the barrier publishes them
     if not COPY_ENGINE:  # (the copy engines' flags tell the host's streams instead)
@@ -176,14 +177,14 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store,
         COPY_ENGINE=copy_engine,
         FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
-        num_warps=config.num_warps, num_stages=config.stages())
+        WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
     if copy_engine:
         _send_bands(ctx, sync, out, n_local, band_counts, sent, config.group_m * block_m,
-                    triton.cdiv(n_local, block_n), block_m, caller)
+                    triton.cdiv(n_local, block_n) * config.num_warps, block_m, caller)
     return common.add_bias(out, bias, caller)
 
 
-def _send_bands(ctx, sync, out, n_local, band_counts, sent, band_rows, tiles_per_row, block_m, caller):
+def _send_bands(ctx, sync, out, n_local, band_counts, sent, band_rows, counts_per_row, block_m, caller):
     """The copy engines' part (queued after the kernel): each band of ``band_rows`` rows of our column block goes
     to every peer's ``out`` once the kernel has counted all its tiles; then each peer's flag says that its
     ``out`` holds our block, and the compute stream goes on once ours say the same of every peer's block."""
@@ -193,11 +194,11 @@ def _send_bands(ctx, sync, out, n_local, band_counts, sent, band_rows, tiles_per
     peer_outs = [peer_view(ctx, out, r) for r in peers]
     for band in range(band_counts.numel()):
         rows = slice(band * band_rows, min(M, (band + 1) * band_rows))
-        tiles = triton.cdiv(rows.stop - rows.start, block_m) * tiles_per_row
+        expected = triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row  # one per tile and warp
         count = band_counts[band:band + 1]
-        if not out.is_cuda and int(count.item()) != tiles:  # the kernel has finished: the count must be exact
-            raise RuntimeError(f"{caller}: band {band} counted {int(count.item())} tiles, expected {tiles}")
-        queue.wait(count, tiles, caller)
+        if not out.is_cuda and int(count.item()) != expected:  # the kernel has finished: the count must be exact
+            raise RuntimeError(f"{caller}: band {band} counted {int(count.item())}, expected {expected}")
+        queue.wait(count, expected, caller)
         queue.write(count, 0)
         for peer_out in peer_outs:
             queue.copy(peer_out[rows, cols], out[rows, cols])
