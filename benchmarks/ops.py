@@ -33,13 +33,15 @@ from iris.ops.gemm import matmul
 OPS = ("matmul_all_gather", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce")
 SHAPES = ((8192, 3584, 14336), (8192, 4608, 36864), (4096, 8192, 8192), (128, 8192, 8192))
 PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_unflat", "iris_fused_tma_store",
-             "iris_fused_ce", "iris_fused_sm", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only", "iris_gemm")
+             "iris_fused_ce", "iris_fused_sm", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only",
+             "iris_gemm")
 
 
 def option_variants(providers=()):
     """Fused kernels with one option changed, and the ops they apply to: matmul_all_gather without its
-    stream-K last wave, without flattening, with TMA stores, with and without the copy engines; and the fused reduce ops at the lag ``L`` (and
-    deferral) that each ``iris_fused_lag<L>`` / ``iris_fused_defer<L>`` in ``providers`` names."""
+    stream-K last wave, without flattening, with TMA stores, with and without the copy engines; and the fused
+    reduce ops at the lag ``L`` (and deferral) that each ``iris_fused_lag<L>`` / ``iris_fused_defer<L>`` in
+    ``providers`` names."""
     reduce_ops = ("matmul_reduce_scatter", "matmul_all_reduce")
     named = {p: re.fullmatch(r"iris_fused_(lag|defer)(\d+)", p) for p in providers}
     lags = {p: (reduce_ops, OpsConfig(variant="fused", reduce_lag=int(m[2]), reduce_defer=m[1] == "defer"))
