@@ -178,14 +178,22 @@ for fn, sig in [
 # The fused GEMM + reduce-scatter / all-reduce kernel, TMA-fed.
 from iris.ops.reduce_ops import _matmul_reduce_kernel  # noqa: E402
 
-reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_VEC": 16, "DEFER": True, **unit}
+reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_VEC": 16, "DEFER": True, **unit,
+               "COPY_ENGINE": False, "WARPS": 8}
 reduce_sig = {"a": desc(128, 64), "b": desc(64, 128), "out": "*bf16", "staging": "*bf16", "tile_flags": "*i32",
-              "call": "*i32", "lag": "i32", "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig}
+              "call": "*i32", "lag": "i32", "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig,
+              "outbox": "*bf16", "band_counts": "*i32", "band_flags": "*i32", "band_epoch": "i32"}
 text = ptx(_matmul_reduce_kernel, {**reduce_sig, **{k: "constexpr" for k in reduce_meta}}, reduce_meta,
            divisible=("M_local", "N", "K", "stride_am", "stride_bk", "stride_om"))
 out["ops/_matmul_reduce_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
 out["tma/_matmul_reduce_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
 out["ops_access/_matmul_reduce_kernel"] = global_accesses(text)
+# reduce_scatter through the copy engines: partials stored locally as 16-byte vectors, each warp's count fenced
+text = ptx(_matmul_reduce_kernel, {**reduce_sig, **{k: "constexpr" for k in reduce_meta}},
+           {**reduce_meta, "ALL_REDUCE": False, "COPY_ENGINE": True},
+           divisible=("M_local", "N", "K", "stride_am", "stride_bk", "stride_om"))
+out["copy_engine/_matmul_reduce_kernel"] = [
+    global_accesses(text), bool(re.search(r"bar\.warp\.sync[^}]*fence\.acq_rel\.sys[^}]*red\.", text))]
 # all_gather_matmul: communication programs copy A rows to peers; GEMM programs run the TMA mainloop.
 ag_meta = {**fused, "COMM_PROGRAMS": 16, "COPY_K": 128, "VEC": 16, "TMA": True, **unit}
 ag_sig = {"a": desc(128, 64), "a_rows": "*bf16", "gathered": desc(128, 64), "gathered_rows": "*bf16",
@@ -218,8 +226,8 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
                                      **strides, **sync_sig, "trace": "*i64", **split_sig},
          {**unit, **fused, "VEC": 16, "TRACE": False, "TMA": True, "TMA_STORE": False, "COPY_ENGINE": False,
           "FLATTEN": config.flatten, "WARPS": config.num_warps}),
-        (_matmul_reduce_kernel, {**reduce_sig, "a": a, "b": b, "out": f"*{ty}", "staging": f"*{ty}"},
-         {**reduce_meta, **fused}),
+        (_matmul_reduce_kernel, {**reduce_sig, "a": a, "b": b, "out": f"*{ty}", "staging": f"*{ty}",
+                                 "outbox": f"*{ty}"}, {**reduce_meta, **fused, "WARPS": config.num_warps}),
         (_all_gather_matmul_kernel, {**ag_sig, "a": a, "a_rows": f"*{ty}", "gathered": a, "gathered_rows": f"*{ty}",
                                      "b": b, "out": c}, {**ag_meta, **fused}),
     ]:

@@ -137,6 +137,10 @@ def test_copy_engine_variant_stores_locally_and_publishes_each_count(compiled):
     # the counts (a program-wide barrier there left one stage, and the kernel 3x slower on H200)
     plain, counted = compiled["copy_engine/pipelined"]
     assert counted == plain, (plain, counted)
+    # reduce_scatter's partials for the copy engines: the same local vectors and fenced per-warp counts
+    accesses, fenced = compiled["copy_engine/_matmul_reduce_kernel"]
+    assert "st.global.v4.b32" in accesses and "st.global.b16" not in accesses, accesses
+    assert fenced
 
 
 def test_fused_reduce_pushes_16_byte_vectors(compiled):

@@ -90,7 +90,8 @@ def _ops_body(dtype):
         fails.append(mismatch(f"matmul_reduce_scatter {variant}", scattered, scattered_ref))
     # the own unit of each tile one tile behind its peer units (between the two ops' orders), and the flags of
     # pushed partials raised a unit late, at that lag and at each op's own
-    for options in (dict(reduce_lag=1), dict(reduce_lag=1, reduce_defer=True), dict(reduce_defer=True)):
+    for options in (dict(reduce_lag=1), dict(reduce_lag=1, reduce_defer=True), dict(reduce_defer=True),
+                    dict(copy_engine=True)):
         chosen, named = config("fused", **options), ", ".join(f"{k}={v}" for k, v in options.items())
         on_heap.fill_(float("nan"))
         ctx.barrier()
@@ -99,12 +100,14 @@ def _ops_body(dtype):
         scattered.fill_(float("nan"))
         ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
         fails.append(mismatch(f"matmul_reduce_scatter fused, {named}", scattered, scattered_ref))
-    # twice more, fused: per-tile flags from the last call must not let this one read stale partials
-    for salt in (7, 8):
+    # twice more each way, fused: per-tile (per-band) flags from the last call must not let this one read stale
+    # partials
+    for salt, copy_engine in ((7, False), (8, False), (13, True), (14, True)):
         a_k = [operand(r, (M, K), dtype, salt) for r in range(world)]
+        scattered.fill_(float("nan"))
         ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev),
-                                      config=config("fused"))
-        fails.append(mismatch(f"matmul_reduce_scatter again ({salt})", scattered,
+                                      config=config("fused", copy_engine=copy_engine))
+        fails.append(mismatch(f"matmul_reduce_scatter again ({salt}, copy_engine={copy_engine})", scattered,
                               ref_ops.matmul_reduce_scatter(a_k, b_k, rank)))
     ctx.barrier()
     return [f for f in fails if f]

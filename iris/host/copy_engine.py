@@ -10,6 +10,8 @@ waits for the peers' flags before anything after the op runs.
 On the cpu backend the same calls run on the host, in order: the interpreted kernel before them has finished.
 """
 
+import queue
+import threading
 import time
 import weakref
 
@@ -82,32 +84,37 @@ def _typestr(tensor):
 class CopyQueue:
     """One side stream of copies and flag operations per context (made with the context: creating a stream
     while a kernel of ours spins can block). Use in this order: ``fork`` (the side stream starts after the
-    compute stream's work so far), launch the kernel, queue ``wait`` / ``copy`` / ``write``, then ``join``."""
+    compute stream's work so far), queue ``wait`` / ``copy`` / ``write``, launch the kernel whose counts the
+    waits read, then ``join``. Queued before the launch, so that on the cpu backend, where a launch returns only
+    once the interpreted kernel has finished, a host thread runs them beside it, as the stream does on GPUs."""
 
     def __init__(self, ctx):
         self.ctx = ctx
         self.device = ctx.get_device()
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._worker = None
 
     def fork(self):
         if self.stream is not None:
             self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        else:
+            self._worker = _HostStream()
 
     def wait(self, flag, value, caller):
         """Later side-stream work waits until the int32 ``flag`` (a one-element heap view) reaches ``value``."""
         if self.stream is not None:
             cuda_driver.stream_wait_at_least(self.stream.cuda_stream, flag.data_ptr(), value)
         else:
-            self._spin(flag, value, caller)
+            self._worker.put(lambda: self._spin(flag, value, caller))
 
     def copy(self, dst, src):
         """``dst.copy_(src)`` on a copy engine: 2-D views with contiguous rows, ``dst`` on any rank's heap."""
-        if self.stream is None:
-            dst.copy_(src)
-            return
         if dst.shape != src.shape or dst.dtype != src.dtype or dst.stride(1) != 1 or src.stride(1) != 1:
             raise ValueError(f"CopyQueue.copy: {tuple(src.shape)} {src.dtype} -> {tuple(dst.shape)} {dst.dtype}; "
                              "both must be 2-D views of one shape and dtype with contiguous rows")
+        if self.stream is None:
+            self._worker.put(lambda: dst.copy_(src))
+            return
         size = dst.element_size()
         cuda_driver.copy_2d(dst.data_ptr(), dst.stride(0) * size, src.data_ptr(), src.stride(0) * size,
                             dst.shape[1] * size, dst.shape[0], self.stream.cuda_stream)
@@ -118,12 +125,14 @@ class CopyQueue:
         if self.stream is not None:
             cuda_driver.stream_write(self.stream.cuda_stream, flag.data_ptr(), value)
         else:
-            flag.fill_(value)
+            self._worker.put(lambda: flag.fill_(value))
 
     def join(self, flags, value, caller):
         """The compute stream continues after the side stream's work, once every one of ``flags`` (one-element
         int32 views on our heap, each raised by a peer's side stream) has reached ``value``."""
         if self.stream is None:
+            worker, self._worker = self._worker, None
+            worker.finish()
             for flag in flags:
                 self._spin(flag, value, caller)
             return
@@ -143,3 +152,31 @@ class CopyQueue:
                 raise RankTimeoutError(f"{caller}: waited {timeout_s:g} s for a flag to reach {value}; it reads "
                                        f"{int(flag.item())} (raise the limit with IRIS_TIMEOUT_S)", [])
             time.sleep(1e-4)
+
+
+class _HostStream:
+    """The cpu backend's side stream: a thread that runs the queued operations in order, beside the interpreted
+    kernel. After a failed operation it skips the rest; ``finish`` waits for the thread and raises the failure."""
+
+    def __init__(self):
+        self._queue = queue.Queue()
+        self._error = None
+        self._thread = threading.Thread(target=self._run, name="iris-copy-queue", daemon=True)
+        self._thread.start()
+
+    def put(self, operation):
+        self._queue.put(operation)
+
+    def _run(self):
+        while (operation := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    operation()
+                except BaseException as e:  # handed to the caller's thread by finish
+                    self._error = e
+
+    def finish(self):
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error

@@ -1,8 +1,11 @@
 """Host-side checks and workspaces shared by the fused ops."""
 
+import contextlib
+
 import torch
 import triton
 
+from iris.host.groups import POISON
 from iris.ops.config import OpsConfig
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -122,6 +125,19 @@ def ensure_allocator():
 
     if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+
+
+@contextlib.contextmanager
+def launching_counted(ctx, counts, caller):
+    """Around the launch of a kernel whose ``counts`` the copy queue waits for (``iris/host/copy_engine.py``): if
+    the launch fails, raise every count past its target so that the side stream, and the peers waiting for its
+    flags, do not block for good, and let the queue finish before the error goes on."""
+    try:
+        yield
+    except BaseException:
+        counts.fill_(POISON)
+        ctx.copy_queue.join([], 0, caller)
+        raise
 
 
 def comm_programs(config, programs):

@@ -8,6 +8,8 @@ wave, its tiles' K steps are shared evenly by the programs (stream-K, ``OpsConfi
                 last wave's K steps (partials summed by each tile's last program, which stores it) | barrier
 """
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -168,41 +170,40 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     if copy_engine:
         # made (zeroed) before the kernel, whose opening barrier keeps peers from raising them before that
         sent = ctx.ops.workspaces.peer_flags("matmul_all_gather.sent", sync.ranks, 1)  # row i: member i's block
-        ctx.copy_queue.fork()
-    _matmul_all_gather_kernel[(programs,)](
-        operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
-        a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases, sync.members,
-        ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags, full, stream,
-        band_counts, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
-        VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store,
-        COPY_ENGINE=copy_engine,
-        FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
-        WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
+        call = _send_bands(ctx, sync, out, n_local, band_counts, sent, config.group_m * block_m,
+                           triton.cdiv(n_local, block_n) * config.num_warps, block_m, caller)
+    with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
+        _matmul_all_gather_kernel[(programs,)](
+            operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
+            a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases,
+            sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags,
+            full, stream, band_counts, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+            GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma,
+            TMA_STORE=tma_store, COPY_ENGINE=copy_engine,
+            FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
+            WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
     if copy_engine:
-        _send_bands(ctx, sync, out, n_local, band_counts, sent, config.group_m * block_m,
-                    triton.cdiv(n_local, block_n) * config.num_warps, block_m, caller)
+        ctx.copy_queue.join([sent[i] for i, r in enumerate(sync.ranks) if r != ctx.cur_rank], call, caller)
     return common.add_bias(out, bias, caller)
 
 
 def _send_bands(ctx, sync, out, n_local, band_counts, sent, band_rows, counts_per_row, block_m, caller):
-    """The copy engines' part (queued after the kernel): each band of ``band_rows`` rows of our column block goes
-    to every peer's ``out`` once the kernel has counted all its tiles; then each peer's flag says that its
-    ``out`` holds our block, and the compute stream goes on once ours say the same of every peer's block."""
+    """The copy engines' part, queued before the kernel that counts the bands: each band of ``band_rows`` rows of
+    our column block goes to every peer's ``out`` once the kernel has counted all its tiles (once per warp), then
+    a flag on each peer says that its ``out`` holds our block. Returns the number those flags carry."""
     queue, M = ctx.copy_queue, out.shape[0]
+    queue.fork()
     cols = slice(sync.index * n_local, (sync.index + 1) * n_local)
     peers = [r for r in sync.ranks if r != ctx.cur_rank]
     peer_outs = [peer_view(ctx, out, r) for r in peers]
     for band in range(band_counts.numel()):
         rows = slice(band * band_rows, min(M, (band + 1) * band_rows))
-        expected = triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row  # one per tile and warp
         count = band_counts[band:band + 1]
-        if not out.is_cuda and int(count.item()) != expected:  # the kernel has finished: the count must be exact
-            raise RuntimeError(f"{caller}: band {band} counted {int(count.item())}, expected {expected}")
-        queue.wait(count, expected, caller)
+        queue.wait(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
         queue.write(count, 0)
         for peer_out in peer_outs:
             queue.copy(peer_out[rows, cols], out[rows, cols])
     call = ctx.ops.workspaces.next_call("matmul_all_gather.sent", sync.ranks)
     for peer in peers:
         queue.write(peer_view(ctx, sent, peer)[sync.index], call)
-    queue.join([sent[i] for i, r in enumerate(sync.ranks) if r != ctx.cur_rank], call, caller)
+    return call

@@ -20,6 +20,8 @@ stamped with the call number (``call_epoch``), the same in every program of ever
 the GEMM (cuBLAS on GPUs), then the Triton collective.
 """
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -28,7 +30,8 @@ from iris.ccl.config import CollectiveConfig
 from iris.ccl.device import program_row, store_to_group
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
-from iris.device.sync import call_epoch, finish_call, group_barrier, wait_until
+from iris.device.sync import call_epoch, count_published, finish_call, group_barrier, wait_until
+from iris.host.copy_engine import peer_view
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
@@ -59,9 +62,10 @@ def _unit(u, tiles, lag, GROUP_SIZE: tl.constexpr):
 @triton.jit
 def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N, K, stride_am, stride_ak, stride_bk,
                           stride_bn, stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
-                          GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, ALL_REDUCE: tl.constexpr,
-                          STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr, DEFER: tl.constexpr):
+                          outbox, band_counts, band_flags, band_epoch, GROUP_SIZE: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                          TMA: tl.constexpr, ALL_REDUCE: tl.constexpr, STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr,
+                          DEFER: tl.constexpr, COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     row = program_row(flags, world_size)
     # staging is free: every rank has started this call, so its last call (all of whose reads) is over
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
@@ -69,6 +73,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
     num_pid_m = M_local // BLOCK_M  # row blocks per rank
     num_pid_n = tl.cdiv(N, BLOCK_N)
     tiles = num_pid_m * num_pid_n
+    bands = tl.cdiv(num_pid_m, GROUP_M)  # of a row block, in tile order (COPY_ENGINE)
     M = GROUP_SIZE * M_local
     offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
     # One pass over every (row block, tile) unit, so the programs fill the waves of all blocks together
@@ -96,7 +101,12 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
         if pending >= 0:
             atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
             pending = -1
-        if step < GROUP_SIZE:
+        if (step < GROUP_SIZE) & COPY_ENGINE:
+            # ---- a peer's row block, for the copy engines: the partial into our outbox, counted on its band
+            slot = outbox + block_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+            tl.store(slot + offs, acc.to(outbox.dtype.element_ty), mask=n_mask)
+            count_published(band_counts + (step - 1) * bands + pid_m // GROUP_M, WARPS)
+        elif step < GROUP_SIZE:
             # ---- a peer's row block: push the partial to the owner's staging slot for us, stamp its flag
             dest = tl.load(members + block_index)
             slot = staging + group_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
@@ -112,8 +122,12 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
             # ---- our row block: our partial plus every peer's, then out
             for back in range(1, GROUP_SIZE):
                 src_index = (group_index + GROUP_SIZE - back) % GROUP_SIZE
-                wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index),
-                           "matmul_reduce")
+                if COPY_ENGINE:  # the band holding the tile, raised by the peer's side stream after its copy
+                    wait_until(band_flags + src_index * bands + pid_m // GROUP_M, band_epoch, rank,
+                               tl.load(members + src_index), "matmul_reduce band")
+                else:
+                    wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index),
+                               "matmul_reduce")
                 slot = staging + src_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
                 acc += tl.load(slot + offs, mask=n_mask, other=0.0).to(tl.float32)
             if ALL_REDUCE:  # rows group_index * M_local + ... of every rank's out
@@ -160,26 +174,67 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     tma = config.tma and descriptors_fit(a, b)
     own_tiles = tiles // sync.size
     programs = min(num_programs(ctx.get_device(), own_tiles), MAX_COMM_PROGRAMS)
+    copy_engine = not all_reduce and config.uses_copy_engine(ctx.get_device().type)
     # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
-    # unit late; all_reduce tile by tile, flags raised at once.
+    # unit late; all_reduce tile by tile, flags raised at once. Through the copy engines every peer unit comes
+    # first, so that the bands leave in order while our own block is computed.
     lag = (0 if all_reduce else min(2 * programs // sync.size, own_tiles)) if config.reduce_lag is None \
         else min(config.reduce_lag, own_tiles)
+    lag = own_tiles if copy_engine else lag
     defer = (not all_reduce) if config.reduce_defer is None else config.reduce_defer
     if ctx.get_device().type == "cpu":  # programs run one at a time there: a program waits only on its namesakes
-        if lag == 0:  # program p takes step p + 1 of every tile: all producers or all consumers
+        if copy_engine:  # a band leaves once every program counted its tiles: one program does them all first
+            programs = 1
+        elif lag == 0:  # program p takes step p + 1 of every tile: all producers or all consumers
             programs = sync.size
         elif lag == own_tiles:  # peers first: tile t's units all fall to program t % programs
             programs = max(p for p in range(1, programs + 1) if own_tiles % p == 0)
         else:
             programs = 1
-    _matmul_reduce_kernel[(programs,)](
-        operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
-        lag, m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
-        STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=defer,
-        num_warps=config.num_warps, num_stages=config.stages())
+    bands = triton.cdiv(m_local // block_m, config.group_m)
+    if copy_engine:
+        outbox = ctx.ops.workspaces.get(caller + ".outbox", sync.ranks, (sync.size, m_local, N), a.dtype)
+        band_counts = ctx.ops.workspaces.get(caller + ".band_counts", sync.ranks, ((sync.size - 1) * bands,),
+                                             torch.int32, zero=True)
+        band_flags = ctx.ops.workspaces.peer_flags(caller + ".band_flags", sync.ranks, bands)
+        band_epoch = _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, config.group_m * block_m,
+                                    triton.cdiv(N, block_n) * config.num_warps, block_m, caller)
+    else:
+        outbox, band_counts, band_flags, band_epoch = staging, tile_flags, tile_flags, 0
+    with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
+        _matmul_reduce_kernel[(programs,)](
+            operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
+            lag, m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
+            out.stride(1), sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, outbox,
+            band_counts, band_flags, band_epoch, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n,
+            BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
+            STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=defer,
+            COPY_ENGINE=copy_engine, WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
+    if copy_engine:
+        ctx.copy_queue.join([], 0, caller)  # our outbox is free again once the side stream has copied it
     return out
+
+
+def _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, band_rows, counts_per_row, block_m, caller):
+    """The copy engines' part of the fused reduce-scatter, queued before the kernel that counts the bands: our
+    partials of each peer's row block, band by band as the kernel counts them (once per tile and warp), go from
+    our outbox into our staging slot on that peer, and then the band's flag there, stamped with the call number,
+    lets the peer's kernel add them. Returns that number."""
+    queue, m_local, bands = ctx.copy_queue, staging.shape[1], band_flags.shape[1]
+    queue.fork()
+    call = ctx.ops.workspaces.next_call(caller + ".band_flags", sync.ranks)
+    for step in range(1, sync.size):
+        index = (sync.index + step) % sync.size
+        their_staging = peer_view(ctx, staging, sync.ranks[index])[sync.index]
+        their_flags = peer_view(ctx, band_flags, sync.ranks[index])[sync.index]
+        for band in range(bands):
+            rows = slice(band * band_rows, min(m_local, (band + 1) * band_rows))
+            count = band_counts[(step - 1) * bands + band:][:1]
+            queue.wait(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
+            queue.write(count, 0)
+            queue.copy(their_staging[rows], outbox[index][rows])
+            queue.write(their_flags[band:band + 1], call)
+    return call
 
 
 def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
