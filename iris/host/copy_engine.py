@@ -83,29 +83,40 @@ def _typestr(tensor):
 
 class CopyQueue:
     """One side stream of copies and flag operations per context (made with the context: creating a stream
-    while a kernel of ours spins can block). Use in this order: ``fork`` (the side stream starts after the
-    compute stream's work so far), queue ``wait`` / ``copy`` / ``write``, launch the kernel whose counts the
-    waits read, then ``join``. Queued before the launch, so that on the cpu backend, where a launch returns only
-    once the interpreted kernel has finished, a host thread runs them beside it, as the stream does on GPUs."""
+    while a kernel of ours spins can block). Use in this order: ``fork``, queue ``wait`` / ``copy`` / ``write``,
+    launch the kernel whose counts the waits read, then ``join``.
+
+    They are queued before the launch because on the cpu backend a launch returns only once the interpreted
+    kernel has finished: a host thread runs them beside it. On GPUs ``join`` issues them, after the launch: streams
+    share the GPU's few hardware queues (``CUDA_DEVICE_MAX_CONNECTIONS``), and a stream wait issued before the
+    kernel can stand in the kernel's queue ahead of it, waiting for a count only the kernel can raise."""
 
     def __init__(self, ctx):
         self.ctx = ctx
         self.device = ctx.get_device()
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self._worker = None
+        self._worker = None  # cpu backend: the thread that runs the operations
+        self._pending = []  # GPUs: the operations, issued by join
 
     def fork(self):
         if self.stream is not None:
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))  # after the compute stream's work so far
+            self._pending = []
         else:
             self._worker = _HostStream()
+
+    def _queue(self, operation):
+        if self.stream is not None:
+            self._pending.append(operation)
+        else:
+            self._worker.put(operation)
 
     def wait(self, flag, value, caller):
         """Later side-stream work waits until the int32 ``flag`` (a one-element heap view) reaches ``value``."""
         if self.stream is not None:
-            cuda_driver.stream_wait_at_least(self.stream.cuda_stream, flag.data_ptr(), value)
+            self._queue(lambda: cuda_driver.stream_wait_at_least(self.stream.cuda_stream, flag.data_ptr(), value))
         else:
-            self._worker.put(lambda: self._spin(flag, value, caller))
+            self._queue(lambda: self._spin(flag, value, caller))
 
     def copy(self, dst, src):
         """``dst.copy_(src)`` on a copy engine: 2-D views with contiguous rows, ``dst`` on any rank's heap."""
@@ -113,19 +124,20 @@ class CopyQueue:
             raise ValueError(f"CopyQueue.copy: {tuple(src.shape)} {src.dtype} -> {tuple(dst.shape)} {dst.dtype}; "
                              "both must be 2-D views of one shape and dtype with contiguous rows")
         if self.stream is None:
-            self._worker.put(lambda: dst.copy_(src))
+            self._queue(lambda: dst.copy_(src))
             return
         size = dst.element_size()
-        cuda_driver.copy_2d(dst.data_ptr(), dst.stride(0) * size, src.data_ptr(), src.stride(0) * size,
-                            dst.shape[1] * size, dst.shape[0], self.stream.cuda_stream)
+        self._queue(lambda: cuda_driver.copy_2d(dst.data_ptr(), dst.stride(0) * size, src.data_ptr(),
+                                                src.stride(0) * size, dst.shape[1] * size, dst.shape[0],
+                                                self.stream.cuda_stream))
 
     def write(self, flag, value):
         """Write ``value`` into the int32 ``flag`` (a one-element view, a peer's included) after the side
         stream's earlier copies have landed."""
         if self.stream is not None:
-            cuda_driver.stream_write(self.stream.cuda_stream, flag.data_ptr(), value)
+            self._queue(lambda: cuda_driver.stream_write(self.stream.cuda_stream, flag.data_ptr(), value))
         else:
-            self._worker.put(lambda: flag.fill_(value))
+            self._queue(lambda: flag.fill_(value))
 
     def join(self, flags, value, caller):
         """The compute stream continues after the side stream's work, once every one of ``flags`` (one-element
@@ -136,6 +148,9 @@ class CopyQueue:
             for flag in flags:
                 self._spin(flag, value, caller)
             return
+        pending, self._pending = self._pending, []
+        for operation in pending:
+            operation()
         main = torch.cuda.current_stream(self.device)
         main.wait_stream(self.stream)
         for flag in flags:
