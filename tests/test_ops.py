@@ -317,3 +317,13 @@ def test_stream_shares_cover_the_tail(stream, tail_steps):
     assert {stops[p] - firsts[p] for p in range(stream)} <= {tail_steps // stream, -(-tail_steps // stream)}
     assert all(firsts[p] == stops[p] == tail_steps for p in range(stream, programs))
     assert all(firsts[owners[x]] <= x < stops[owners[x]] for x in range(tail_steps)), owners
+
+
+def test_copy_engines_by_default_on_gpus_only():
+    # the measured choice: GPUs hand the transfers to the copy engines, except in traced calls (whose device
+    # trace records scatters only when the SMs do them); the interpreter's default stays with the SMs
+    assert OpsConfig().uses_copy_engine("cuda") is True
+    assert OpsConfig().uses_copy_engine("cuda", traced=True) is False
+    assert OpsConfig().uses_copy_engine("cpu") is False
+    assert OpsConfig(copy_engine=True).uses_copy_engine("cpu") is True
+    assert OpsConfig(copy_engine=False).uses_copy_engine("cuda") is False

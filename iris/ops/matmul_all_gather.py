@@ -153,7 +153,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
         return common.add_bias(out, bias, caller)
     tma = config.tma and descriptors_fit(a, b)
-    copy_engine = config.uses_copy_engine(out.device.type) and out.is_contiguous()
+    copy_engine = config.uses_copy_engine(out.device.type, ctx.tracing.enabled) and out.is_contiguous()
     tma_store = config.tma_store and not copy_engine and descriptors_fit(out)
     if tma_store and out.is_cuda:
         common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device
