@@ -6,6 +6,11 @@ wave, its tiles' K steps are shared evenly by the programs (stream-K, ``OpsConfi
 
     program p:  barrier(out free) | tile -> C tile -> store to rank 0..W-1 | tile -> ... | its share of the
                 last wave's K steps (partials summed by each tile's last program, which stores it) | barrier
+
+On GPUs by default (``OpsConfig.copy_engine``) the tiles finished before the last wave are stored into our own
+``out`` only and counted per band of ``group_m`` tile rows; a side stream copies each band to the peers once
+its count is full (``iris/host/copy_engine.py``), so the SMs spend no time on those transfers. The last wave's
+tiles still leave from the SMs, which then have nothing else to do.
 """
 
 import contextlib
@@ -29,12 +34,12 @@ from iris.ops.gemm import (add_partials, descriptors_fit, leave_partial, mainloo
 def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
                   trace, t_send, band_counts, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA_STORE: tl.constexpr,
-                  COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
+                  BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     """The finished tile lands in our column block of every rank's ``out``: from registers or through the TMA
-    engine into each rank's, or (``COPY_ENGINE``) into ours alone, counted (once per warp) on its band of
+    engine into each rank's, or (``BY_ENGINE``) into ours alone, counted (once per warp) on its band of
     ``GROUP_M`` tile rows, which the copy engines carry to the peers once the count is full."""
     tile_out = acc.to(out.dtype.element_ty)
-    if COPY_ENGINE:
+    if BY_ENGINE:
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
@@ -57,16 +62,37 @@ def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap
         ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
         store_to_group(ptrs, tile_out, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
                        hint=(1, VEC))
-    if TRACE and not COPY_ENGINE:
+    if TRACE and not BY_ENGINE:  # (a traced call takes the SM stores unless told otherwise)
         # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
         tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
         record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * tile_bytes, t_send, rank)
 
 
 @triton.jit
+def _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
+                heap_bases, members, rank, group_index, trace, band_counts, GROUP_SIZE: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr, TMA_STORE: tl.constexpr,
+                BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
+    """One output tile of A @ B_local, its whole K loop, then its scatter."""
+    if TRACE:
+        t_gemm = now(trace)
+    pid_m, pid_n = tile_coords(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N_local, BLOCK_N), GROUP_M)
+    acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
+                   heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
+    t_send = 0
+    if TRACE:
+        record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
+        t_send = now(trace)
+    _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
+                  trace, t_send, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE, TMA_STORE, BY_ENGINE,
+                  WARPS)
+
+
+@triton.jit
 def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace, partials,
-                              part_flags, full, stream, band_counts, GROUP_SIZE: tl.constexpr,
+                              part_flags, full, stream, band_counts, engine_tiles, GROUP_SIZE: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                               GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
                               TMA_STORE: tl.constexpr, COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr,
@@ -78,21 +104,22 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
     tiles = num_pid_m * num_pid_n
     k_iters = tl.cdiv(K, BLOCK_K)
     p = tl.program_id(0)
+    programs = tl.num_programs(0)
     # ---- whole tiles: compute one tile of A @ B_local, scatter it, next. With FLATTEN the compiler pipelines
-    # across tiles: the next tile's first operand loads are in flight while this one's stores go out.
-    for tile in tl.range(p, full, tl.num_programs(0), flatten=FLATTEN):
-        if TRACE:
-            t_gemm = now(trace)
-        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
-                       heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
-        t_send = 0
-        if TRACE:
-            record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
-            t_send = now(trace)
-        _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
-                      group_index, trace, t_send, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE,
-                      TMA_STORE, COPY_ENGINE, WARPS)
+    # across tiles: the next tile's first operand loads are in flight while this one's stores go out. With
+    # COPY_ENGINE the tiles before ``engine_tiles`` (whole bands) are the copy engines' to carry, in a loop of
+    # their own: a branch between the two kinds of tile inside one flattened loop fails to compile (Triton 3.6).
+    first = p
+    if COPY_ENGINE:
+        for tile in tl.range(p, engine_tiles, programs, flatten=FLATTEN):
+            _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
+                        stride_on, heap_bases, members, rank, group_index, trace, band_counts, GROUP_SIZE, BLOCK_M,
+                        BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, True, WARPS)
+        first = p + tl.cdiv(tl.maximum(engine_tiles - p, 0), programs) * programs
+    for tile in tl.range(first, full, programs, flatten=FLATTEN):
+        _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
+                    heap_bases, members, rank, group_index, trace, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N,
+                    BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, False, WARPS)
     # ---- the last wave, stream-K: our even share of the remaining tiles' K steps, tile after tile. A share that
     # ends inside a tile leaves that part as a partial, computed first; each tile whose last step is ours is
     # finished here, with the partials of the programs before us that hold its earlier steps.
@@ -121,11 +148,12 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                 t_send = now(trace)
             _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
                           group_index, trace, t_send, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC,
-                          TRACE, TMA_STORE, COPY_ENGINE, WARPS)
+                          TRACE, TMA_STORE, False, WARPS)
     if TMA_STORE:
         wait_async_stores()  # our tiles are written in every rank's out before the barrier publishes them
-    if not COPY_ENGINE:  # (the copy engines' flags tell the host's streams instead)
-        group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's tiles have landed in our out
+    # every rank's tiles stored from its SMs have landed in our out (those the copy engines carry, the host's
+    # streams wait for)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
 
 
 def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
@@ -153,19 +181,25 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
         return common.add_bias(out, bias, caller)
     tma = config.tma and descriptors_fit(a, b)
-    copy_engine = config.uses_copy_engine(out.device.type, ctx.tracing.enabled) and out.is_contiguous()
+    programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
+    full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
+    # The tile order finishes the bands of group_m tile rows one after another. The copy engines carry those
+    # finished before the last wave; the last wave's tiles all finish at the end, when the programs have nothing
+    # left to do, and their stores from the SMs cross the link faster (~370 GB/s against ~240 for the copy engines
+    # with both directions busy) and without the streams' waits.
+    tiles_per_band = config.group_m * triton.cdiv(n_local, block_n)
+    engine_bands = min(full, (tiles - 1) // programs * programs) // tiles_per_band
+    copy_engine = (config.uses_copy_engine(out.device.type, ctx.tracing.enabled) and out.is_contiguous()
+                   and engine_bands > 0)
     tma_store = config.tma_store and not copy_engine and descriptors_fit(out)
     if tma_store and out.is_cuda:
         common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device
-    programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
-    full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
     slots = max(1, stream)  # one partial per program of the stream-K last wave
     partials = ctx.ops.workspaces.get("matmul_all_gather.partials", sync.ranks, (slots, block_m, block_n),
                                       torch.float32)
     part_flags = ctx.ops.workspaces.get("matmul_all_gather.part_flags", sync.ranks, (slots,), torch.int32,
                                         zero=True)
-    bands = triton.cdiv(M, config.group_m * block_m)  # the tile order finishes them one after another
-    band_counts = ctx.ops.workspaces.get("matmul_all_gather.band_counts", sync.ranks, (bands,), torch.int32,
+    band_counts = ctx.ops.workspaces.get("matmul_all_gather.band_counts", sync.ranks, (engine_bands,), torch.int32,
                                          zero=True) if copy_engine else part_flags
     if copy_engine:
         # made (zeroed) before the kernel, whose opening barrier keeps peers from raising them before that
@@ -177,9 +211,9 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
             a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases,
             sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags,
-            full, stream, band_counts, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-            GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma,
-            TMA_STORE=tma_store, COPY_ENGINE=copy_engine,
+            full, stream, band_counts, engine_bands * tiles_per_band, GROUP_SIZE=sync.size, BLOCK_M=block_m,
+            BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local),
+            TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store, COPY_ENGINE=copy_engine,
             FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
             WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
     if copy_engine:
@@ -189,8 +223,9 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
 
 def _send_bands(ctx, sync, out, n_local, band_counts, sent, band_rows, counts_per_row, block_m, caller):
     """The copy engines' part, queued before the kernel that counts the bands: each band of ``band_rows`` rows of
-    our column block goes to every peer's ``out`` once the kernel has counted all its tiles (once per warp), then
-    a flag on each peer says that its ``out`` holds our block. Returns the number those flags carry."""
+    our column block (one per count) goes to every peer's ``out`` once the kernel has counted all its tiles (once
+    per warp), then a flag on each peer says that its ``out`` holds those bands. Returns the number the flags
+    carry."""
     queue, M = ctx.copy_queue, out.shape[0]
     queue.fork()
     cols = slice(sync.index * n_local, (sync.index + 1) * n_local)
