@@ -7,7 +7,7 @@ region into each peer's heap (``cuMemcpy2DAsync``: one copy-engine transfer howe
 on each peer (``cuStreamWriteValue32``, fenced after the copies). The compute stream joins the side stream and
 waits for the peers' flags before anything after the op runs.
 
-On the cpu backend the same calls run on the host, in order: the interpreted kernel before them has finished.
+On the cpu backend a host thread runs the same operations, in order, beside the interpreted kernel.
 """
 
 import queue

@@ -32,9 +32,10 @@ class OpsConfig:
     ``copy_engine`` (matmul_all_gather and matmul_reduce_scatter, fused): store each output tile (each partial
     tile for a peer's row block) locally, and let the copy engines carry each finished band of ``group_m`` tile
     rows to the peers (a side stream waits for the band's count: ``iris/host/copy_engine.py``), so no SM time goes
-    to the link. reduce_scatter then takes every peer unit first (the lag is all tiles); matmul_all_gather needs a
-    contiguous ``out`` (else the tiles leave as ``tma_store`` says). ``None`` is the measured choice
-    (``uses_copy_engine``): on GPUs, except in traced calls.
+    to the link. reduce_scatter then takes every peer unit first (the lag is all tiles). matmul_all_gather needs a
+    contiguous ``out`` (else the tiles leave as ``tma_store`` says), and its last wave of tiles still leaves from
+    the SMs, which have nothing else left to do by then. ``None`` is the measured choice (``uses_copy_engine``):
+    on GPUs, except in traced calls.
     ``reduce_lag`` (matmul_reduce_scatter and matmul_all_reduce, fused): how many tiles a rank's own unit of a
     tile trails the peers' units of that tile in the kernel's walk (the own unit adds the partials they push).
     ``reduce_defer`` (the same ops): raise the flag of a partial pushed to a peer after the program's next K loop
@@ -87,7 +88,7 @@ class OpsConfig:
 
     def uses_copy_engine(self, device_type, traced=False):
         """Whether a fused kernel leaves the peers' copies to the copy engines: by default on GPUs, where it
-        measured 1-6% faster than stores from the SMs (docs/perf-notes.md), except in a traced call, whose
+        measured 3-6% faster than stores from the SMs alone (docs/perf-notes.md), except in a traced call, whose
         device trace records each tile's scatter only when the SMs do it."""
         return self.copy_engine if self.copy_engine is not None else device_type == "cuda" and not traced
 

@@ -18,6 +18,11 @@ reduce-scatter and an all-gather, both inside the GEMM, the all-gather spread ov
 The units of all row blocks form one persistent loop, so the tiles of every block share the waves. Flags are
 stamped with the call number (``call_epoch``), the same in every program of every rank. The bulk variant runs
 the GEMM (cuBLAS on GPUs), then the Triton collective.
+
+reduce_scatter on GPUs by default (``OpsConfig.copy_engine``) takes every peer unit first and stores those partials
+in a local outbox instead, counted per band of ``group_m`` tile rows; a side stream copies each band into its
+owner's staging slot once the count is full and raises the band's flag there (``iris/host/copy_engine.py``), so
+the SMs spend no time on the link, and each own unit waits on its band's flag.
 """
 
 import contextlib
@@ -193,6 +198,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             programs = 1
     bands = triton.cdiv(m_local // block_m, config.group_m)
     if copy_engine:
+        # slot d holds our partial of rank d's row block (ours unused), laid out as the owner's staging slot
         outbox = ctx.ops.workspaces.get(caller + ".outbox", sync.ranks, (sync.size, m_local, N), a.dtype)
         band_counts = ctx.ops.workspaces.get(caller + ".band_counts", sync.ranks, ((sync.size - 1) * bands,),
                                              torch.int32, zero=True)
@@ -229,7 +235,8 @@ def _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, band_row
         their_flags = peer_view(ctx, band_flags, sync.ranks[index])[sync.index]
         for band in range(bands):
             rows = slice(band * band_rows, min(m_local, (band + 1) * band_rows))
-            count = band_counts[(step - 1) * bands + band:][:1]
+            slot = (step - 1) * bands + band
+            count = band_counts[slot:slot + 1]
             queue.wait(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
             queue.write(count, 0)
             queue.copy(their_staging[rows], outbox[index][rows])
