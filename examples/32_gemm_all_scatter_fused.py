@@ -3,7 +3,8 @@
 One persistent kernel. The only lines added to the plain GEMM kernel (``iris/ops/gemm.py``) are the loop
 that stores the tile to every rank instead of storing it locally, and a barrier at each end (the output is
 free before anyone writes it; every rank's tiles have landed before anyone reads it). The stores of tile i
-are in flight while the tensor cores compute tile i + 1. ``ctx.ops.matmul_all_gather`` is this kernel.
+are in flight while the tensor cores compute tile i + 1. ``ctx.ops.matmul_all_gather`` is this kernel, grown
+a stream-K last wave and, on GPUs, the copy engines to carry the bands of tiles finished before the last wave.
 
     program p:  [ tile ][ send ][ tile ][ send ] ...    (sends drain while the next tile computes)
 
