@@ -35,7 +35,7 @@ class OpsConfig:
     to the link. reduce_scatter then takes every peer unit first (the lag is all tiles). matmul_all_gather needs a
     contiguous ``out`` (else the tiles leave as ``tma_store`` says), and its last wave of tiles still leaves from
     the SMs, which have nothing else left to do by then. ``None`` is the measured choice (``uses_copy_engine``):
-    on GPUs, except in traced calls.
+    on GPUs in groups of 2, except in traced calls.
     ``reduce_lag`` (matmul_reduce_scatter and matmul_all_reduce, fused): how many tiles a rank's own unit of a
     tile trails the peers' units of that tile in the kernel's walk (the own unit adds the partials they push).
     ``reduce_defer`` (the same ops): raise the flag of a partial pushed to a peer after the program's next K loop
@@ -86,11 +86,15 @@ class OpsConfig:
             default = (128, 128, 32) if dtype.itemsize == 4 else (128, 256, 64)
         return tuple(value or fallback for value, fallback in zip((self.block_m, self.block_n, self.block_k), default))
 
-    def uses_copy_engine(self, device_type, traced=False):
-        """Whether a fused kernel leaves the peers' copies to the copy engines: by default on GPUs, where it
-        measured 3-6% faster than stores from the SMs alone (docs/perf-notes.md), except in a traced call, whose
-        device trace records each tile's scatter only when the SMs do it."""
-        return self.copy_engine if self.copy_engine is not None else device_type == "cuda" and not traced
+    def uses_copy_engine(self, device_type, group_size, traced=False):
+        """Whether a fused kernel leaves the peers' copies to the copy engines. By default on GPUs in groups of 2,
+        where it measured 3-6% faster than stores from the SMs alone (docs/perf-notes.md); not in larger groups,
+        where one side stream copies to every peer in turn while the SMs store to all of them at once (not yet
+        measured there); and not in a traced call, whose device trace records a tile's scatter only when the SMs
+        do it."""
+        if self.copy_engine is not None:
+            return self.copy_engine
+        return device_type == "cuda" and group_size == 2 and not traced
 
     def stages(self):
         """Pipeline depth of the K loop: 3 unless set (4 does not fit a 128 x 256 bf16 tile's shared memory)."""

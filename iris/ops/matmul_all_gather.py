@@ -7,10 +7,10 @@ wave, its tiles' K steps are shared evenly by the programs (stream-K, ``OpsConfi
     program p:  barrier(out free) | tile -> C tile -> store to rank 0..W-1 | tile -> ... | its share of the
                 last wave's K steps (partials summed by each tile's last program, which stores it) | barrier
 
-On GPUs by default (``OpsConfig.copy_engine``) the tiles finished before the last wave are stored into our own
-``out`` only and counted per band of ``group_m`` tile rows; a side stream copies each band to the peers once
-its count is full (``iris/host/copy_engine.py``), so the SMs spend no time on those transfers. The last wave's
-tiles still leave from the SMs, which then have nothing else to do.
+By default on pairs of GPUs (``OpsConfig.copy_engine``) the tiles finished before the last wave are stored into
+our own ``out`` only and counted per band of ``group_m`` tile rows; a side stream copies each band to the peers
+once its count is full (``iris/host/copy_engine.py``), so the SMs spend no time on those transfers. The last
+wave's tiles still leave from the SMs, which then have nothing else to do.
 """
 
 import contextlib
@@ -189,7 +189,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     # with both directions busy) and without the streams' waits.
     tiles_per_band = config.group_m * triton.cdiv(n_local, block_n)
     engine_bands = min(full, (tiles - 1) // programs * programs) // tiles_per_band
-    copy_engine = (config.uses_copy_engine(out.device.type, ctx.tracing.enabled) and out.is_contiguous()
+    copy_engine = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled) and out.is_contiguous()
                    and engine_bands > 0)
     tma_store = config.tma_store and not copy_engine and descriptors_fit(out)
     if tma_store and out.is_cuda:

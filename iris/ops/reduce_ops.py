@@ -19,10 +19,10 @@ The units of all row blocks form one persistent loop, so the tiles of every bloc
 stamped with the call number (``call_epoch``), the same in every program of every rank. The bulk variant runs
 the GEMM (cuBLAS on GPUs), then the Triton collective.
 
-reduce_scatter on GPUs by default (``OpsConfig.copy_engine``) takes every peer unit first and stores those partials
-in a local outbox instead, counted per band of ``group_m`` tile rows; a side stream copies each band into its
-owner's staging slot once the count is full and raises the band's flag there (``iris/host/copy_engine.py``), so
-the SMs spend no time on the link, and each own unit waits on its band's flag.
+By default on pairs of GPUs (``OpsConfig.copy_engine``) reduce_scatter takes every peer unit first and stores
+those partials in a local outbox instead, counted per band of ``group_m`` tile rows; a side stream copies each
+band into its owner's staging slot once the count is full and raises the band's flag there
+(``iris/host/copy_engine.py``), so the SMs spend no time on the link, and each own unit waits on its band's flag.
 """
 
 import contextlib
@@ -179,7 +179,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     tma = config.tma and descriptors_fit(a, b)
     own_tiles = tiles // sync.size
     programs = min(num_programs(ctx.get_device(), own_tiles), MAX_COMM_PROGRAMS)
-    copy_engine = not all_reduce and config.uses_copy_engine(ctx.get_device().type)
+    copy_engine = not all_reduce and config.uses_copy_engine(ctx.get_device().type, sync.size)
     # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
     # unit late; all_reduce tile by tile, flags raised at once. Through the copy engines every peer unit comes
     # first, so that the bands leave in order while our own block is computed.
