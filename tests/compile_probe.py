@@ -182,7 +182,7 @@ reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_V
                "COPY_ENGINE": False, "WARPS": 8}
 reduce_sig = {"a": desc(128, 64), "b": desc(64, 128), "out": "*bf16", "staging": "*bf16", "tile_flags": "*i32",
               "call": "*i32", "lag": "i32", "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig,
-              "outbox": "*bf16", "band_counts": "*i32", "band_flags": "*i32", "band_epoch": "i32"}
+              "outbox": "*bf16", "band_counts": "*i32", "band_flags": "*i32"}
 text = ptx(_matmul_reduce_kernel, {**reduce_sig, **{k: "constexpr" for k in reduce_meta}}, reduce_meta,
            divisible=("M_local", "N", "K", "stride_am", "stride_bk", "stride_om"))
 out["ops/_matmul_reduce_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))

@@ -35,6 +35,12 @@ def mismatch(name, tri, ref):
     return None if err <= TOLERANCE[tri.dtype] else f"{name}: relative error {err:.2e}"
 
 
+def leftover_flags(ctx, name):
+    """The largest value left in the op's workspace flags ``name`` (of every shape): 0 once each was consumed, as
+    a replayed CUDA graph needs (it writes the values it was captured with)."""
+    return max((int(t.max()) for key, t in ctx.ops.workspaces.buffers.items() if key[0] == name), default=0)
+
+
 def _ops_body(dtype):
     ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
@@ -110,6 +116,8 @@ def _ops_body(dtype):
                                       config=config("fused", copy_engine=copy_engine))
         fails.append(mismatch(f"matmul_reduce_scatter again ({salt}, copy_engine={copy_engine})", scattered,
                               ref_ops.matmul_reduce_scatter(a_k, b_k, rank)))
+    left = leftover_flags(ctx, "ops.matmul_reduce_scatter.band_flags")
+    fails.append(None if left == 0 else f"matmul_reduce_scatter left a band flag at {left}")
     ctx.barrier()
     return [f for f in fails if f]
 
@@ -242,6 +250,8 @@ def _split_tail_body(programs=None, engines_only=False):
                                   f"copy_engine={copy_engine} ({salt}, "
                                   f"{stream} of {programs} programs in the last wave)", out,
                                   ref_ops.matmul_all_gather(a, b_cols)))
+        left = leftover_flags(ctx, "matmul_all_gather.sent")
+        fails.append(None if left == 0 else f"matmul_all_gather left a sent flag at {left}")
     finally:
         module.num_programs = grid
     return [f for f in fails if f]

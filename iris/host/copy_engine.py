@@ -139,14 +139,17 @@ class CopyQueue:
         else:
             self._queue(lambda: flag.fill_(value))
 
-    def join(self, flags, value, caller):
+    def join(self, flags, caller):
         """The compute stream continues after the side stream's work, once every one of ``flags`` (one-element
-        int32 views on our heap, each raised by a peer's side stream) has reached ``value``."""
+        int32 views on our heap, each set to 1 by a peer's side stream) is set; it then clears them. A flag is
+        consumed, not stamped with a call number: a replayed CUDA graph writes the numbers it was captured with,
+        so a stamp left by the last replay would satisfy the next one's wait."""
         if self.stream is None:
             worker, self._worker = self._worker, None
             worker.finish()
             for flag in flags:
-                self._spin(flag, value, caller)
+                self._spin(flag, 1, caller)
+                flag.fill_(0)
             return
         pending, self._pending = self._pending, []
         for operation in pending:
@@ -154,7 +157,8 @@ class CopyQueue:
         main = torch.cuda.current_stream(self.device)
         main.wait_stream(self.stream)
         for flag in flags:
-            cuda_driver.stream_wait_at_least(main.cuda_stream, flag.data_ptr(), value)
+            cuda_driver.stream_wait_at_least(main.cuda_stream, flag.data_ptr(), 1)
+            cuda_driver.stream_write(main.cuda_stream, flag.data_ptr(), 0)
 
     def _spin(self, flag, value, caller):
         """The cpu backend's wait: poll the shared word, giving up with the context's timeout, or at once when a

@@ -52,14 +52,6 @@ class Workspaces:
     def __init__(self, ctx):
         self.ctx = ctx
         self.buffers = {}
-        self.calls = {}
-
-    def next_call(self, name, ranks):
-        """1, 2, ... on successive calls of ``name`` in the group of ``ranks``: the same number on every member,
-        for stamping flags that are never reset (stream writes, which no kernel can number)."""
-        key = (name, tuple(ranks))
-        self.calls[key] = self.calls.get(key, 0) + 1
-        return self.calls[key]
 
     def get(self, name, ranks, shape, dtype, zero=False, grow=False):
         """The buffer ``name`` of the group of ``ranks``: ``shape`` x ``dtype``, zeroed once if ``zero``. With
@@ -136,7 +128,7 @@ def launching_counted(ctx, counts, caller):
         yield
     except BaseException:
         counts.fill_(POISON)
-        ctx.copy_queue.join([], 0, caller)
+        ctx.copy_queue.join([], caller)
         raise
 
 

@@ -204,8 +204,8 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     if copy_engine:
         # made (zeroed) before the kernel, whose opening barrier keeps peers from raising them before that
         sent = ctx.ops.workspaces.peer_flags("matmul_all_gather.sent", sync.ranks, 1)  # row i: member i's block
-        call = _send_bands(ctx, sync, out, n_local, band_counts, sent, config.group_m * block_m,
-                           triton.cdiv(n_local, block_n) * config.num_warps, block_m, caller)
+        _send_bands(ctx, sync, out, n_local, band_counts, sent, config.group_m * block_m,
+                    triton.cdiv(n_local, block_n) * config.num_warps, block_m, caller)
     with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
         _matmul_all_gather_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
@@ -217,15 +217,15 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
             FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
             WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
     if copy_engine:
-        ctx.copy_queue.join([sent[i] for i, r in enumerate(sync.ranks) if r != ctx.cur_rank], call, caller)
+        ctx.copy_queue.join([sent[i] for i, r in enumerate(sync.ranks) if r != ctx.cur_rank], caller)
     return common.add_bias(out, bias, caller)
 
 
 def _send_bands(ctx, sync, out, n_local, band_counts, sent, band_rows, counts_per_row, block_m, caller):
     """The copy engines' part, queued before the kernel that counts the bands: each band of ``band_rows`` rows of
     our column block (one per count) goes to every peer's ``out`` once the kernel has counted all its tiles (once
-    per warp), then a flag on each peer says that its ``out`` holds those bands. Returns the number the flags
-    carry."""
+    per warp), then a flag on each peer (set to 1, cleared by the peer once seen) says that its ``out`` holds
+    those bands."""
     queue, M = ctx.copy_queue, out.shape[0]
     queue.fork()
     cols = slice(sync.index * n_local, (sync.index + 1) * n_local)
@@ -238,7 +238,5 @@ def _send_bands(ctx, sync, out, n_local, band_counts, sent, band_rows, counts_pe
         queue.write(count, 0)
         for peer_out in peer_outs:
             queue.copy(peer_out[rows, cols], out[rows, cols])
-    call = ctx.ops.workspaces.next_call("matmul_all_gather.sent", sync.ranks)
     for peer in peers:
-        queue.write(peer_view(ctx, sent, peer)[sync.index], call)
-    return call
+        queue.write(peer_view(ctx, sent, peer)[sync.index], 1)

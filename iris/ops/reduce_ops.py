@@ -67,7 +67,7 @@ def _unit(u, tiles, lag, GROUP_SIZE: tl.constexpr):
 @triton.jit
 def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N, K, stride_am, stride_ak, stride_bk,
                           stride_bn, stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
-                          outbox, band_counts, band_flags, band_epoch, GROUP_SIZE: tl.constexpr,
+                          outbox, band_counts, band_flags, GROUP_SIZE: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                           TMA: tl.constexpr, ALL_REDUCE: tl.constexpr, STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr,
                           DEFER: tl.constexpr, COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
@@ -127,8 +127,8 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
             # ---- our row block: our partial plus every peer's, then out
             for back in range(1, GROUP_SIZE):
                 src_index = (group_index + GROUP_SIZE - back) % GROUP_SIZE
-                if COPY_ENGINE:  # the band holding the tile, raised by the peer's side stream after its copy
-                    wait_until(band_flags + src_index * bands + pid_m // GROUP_M, band_epoch, rank,
+                if COPY_ENGINE:  # the band holding the tile, set by the peer's side stream after its copy
+                    wait_until(band_flags + src_index * bands + pid_m // GROUP_M, 1, rank,
                                tl.load(members + src_index), "matmul_reduce band")
                 else:
                     wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index),
@@ -203,32 +203,34 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
         band_counts = ctx.ops.workspaces.get(caller + ".band_counts", sync.ranks, ((sync.size - 1) * bands,),
                                              torch.int32, zero=True)
         band_flags = ctx.ops.workspaces.peer_flags(caller + ".band_flags", sync.ranks, bands)
-        band_epoch = _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, config.group_m * block_m,
-                                    triton.cdiv(N, block_n) * config.num_warps, block_m, caller)
+        _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, config.group_m * block_m,
+                       triton.cdiv(N, block_n) * config.num_warps, block_m, caller)
     else:
-        outbox, band_counts, band_flags, band_epoch = staging, tile_flags, tile_flags, 0
+        outbox, band_counts, band_flags = staging, tile_flags, tile_flags
     with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
         _matmul_reduce_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
             lag, m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
             out.stride(1), sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, outbox,
-            band_counts, band_flags, band_epoch, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n,
+            band_counts, band_flags, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n,
             BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
             STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=defer,
             COPY_ENGINE=copy_engine, WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
     if copy_engine:
-        ctx.copy_queue.join([], 0, caller)  # our outbox is free again once the side stream has copied it
+        # every band flag on our heap was set, and seen by the kernel: cleared for the next call (a flag is consumed,
+        # not stamped with a call number, which a replayed CUDA graph would repeat: CopyQueue.join)
+        band_flags.zero_()
+        ctx.copy_queue.join([], caller)  # our outbox is free again once the side stream has copied it
     return out
 
 
 def _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, band_rows, counts_per_row, block_m, caller):
     """The copy engines' part of the fused reduce-scatter, queued before the kernel that counts the bands: our
     partials of each peer's row block, band by band as the kernel counts them (once per tile and warp), go from
-    our outbox into our staging slot on that peer, and then the band's flag there, stamped with the call number,
-    lets the peer's kernel add them. Returns that number."""
+    our outbox into our staging slot on that peer, and then the band's flag there, set to 1, lets the peer's
+    kernel add them."""
     queue, m_local, bands = ctx.copy_queue, staging.shape[1], band_flags.shape[1]
     queue.fork()
-    call = ctx.ops.workspaces.next_call(caller + ".band_flags", sync.ranks)
     for step in range(1, sync.size):
         index = (sync.index + step) % sync.size
         their_staging = peer_view(ctx, staging, sync.ranks[index])[sync.index]
@@ -240,8 +242,7 @@ def _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, band_row
             queue.wait(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
             queue.write(count, 0)
             queue.copy(their_staging[rows], outbox[index][rows])
-            queue.write(their_flags[band:band + 1], call)
-    return call
+            queue.write(their_flags[band:band + 1], 1)
 
 
 def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
