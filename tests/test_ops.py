@@ -1,6 +1,8 @@
 """Fused GEMM + communication ops against their float64 torch references: every op, fused and bulk
 variants, odd K, 2 and 4 ranks, bias, and bad input."""
 
+import contextlib
+
 import pytest
 import torch
 import triton
@@ -350,3 +352,82 @@ def test_copy_engines_by_default_on_gpus_in_pairs_only():
     assert OpsConfig().uses_copy_engine("cpu", 2) is False
     assert OpsConfig(copy_engine=True).uses_copy_engine("cpu", 4) is True
     assert OpsConfig(copy_engine=False).uses_copy_engine("cuda", 2) is False
+
+
+def _graph_replay_body(replays):
+    """The copy-engine ops called again and again with fresh operands: on GPUs captured once in a CUDA graph and
+    replayed, so each replay must wait for its own copies, not be released by flags a previous replay left (a
+    replay repeats the values captured); on the cpu backend called each time. The result is snapshotted on the
+    op's stream right after it, before any host barrier."""
+    import importlib
+
+    module = importlib.import_module("iris.ops.matmul_all_gather")
+    ctx = new_context(1 << 30 if GPU_SCALE else 1 << 24)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    dtype = torch.bfloat16 if GPU_SCALE else torch.float32
+    block_m, block_n, block_k = OpsConfig().blocks(dev.type, dtype)
+    programs = module.num_programs(dev, 1 << 20)
+    engines = OpsConfig(variant="fused", copy_engine=True)
+    # matmul_all_gather: three waves of single-column tiles and a part, so most bands go by the copy engines
+    M, K = (3 * programs + max(1, programs // 3)) * block_m, 4 * block_k
+    a, b = torch.empty(M, K, dtype=dtype, device=dev), torch.empty(K, block_n, dtype=dtype, device=dev)
+    out = ctx.empty(M, world * block_n, dtype=dtype)
+    # matmul_reduce_scatter: row blocks of 16 tile rows (two bands each), K split over the ranks
+    m_local, N, k_slice = 16 * block_m, 2 * block_n, 4 * block_k
+    a_k, b_k = torch.empty(world * m_local, k_slice, dtype=dtype, device=dev), \
+        torch.empty(k_slice, N, dtype=dtype, device=dev)
+    scattered = torch.empty(m_local, N, dtype=dtype, device=dev)
+    cases = {  # name -> (call, its result, its operands, a draw of every rank's operands, this rank's, reference)
+        "matmul_all_gather": (
+            lambda: ctx.ops.matmul_all_gather(out, a, b, config=engines), out, (a, b),
+            lambda salt: ([operand(0, (M, K), dtype, salt)],
+                          [operand(r, (K, block_n), dtype, salt + 1) for r in range(world)]),
+            lambda x, y: (x[0], y[rank]), lambda x, y: ref_ops.matmul_all_gather(x[0], y)),
+        "matmul_reduce_scatter": (
+            lambda: ctx.ops.matmul_reduce_scatter(scattered, a_k, b_k, config=engines), scattered, (a_k, b_k),
+            lambda salt: ([operand(r, (world * m_local, k_slice), dtype, salt) for r in range(world)],
+                          [operand(r, (k_slice, N), dtype, salt + 1) for r in range(world)]),
+            lambda x, y: (x[rank], y[rank]), lambda x, y: ref_ops.matmul_reduce_scatter(x, y, rank)),
+    }
+    stream = torch.cuda.Stream() if dev.type == "cuda" else None
+    on_stream = (lambda: torch.cuda.stream(stream)) if stream is not None else contextlib.nullcontext
+    fails = []
+    for name, (call, result, operands, draw, mine, reference) in cases.items():
+        for held, value in zip(operands, mine(*draw(40))):
+            held.copy_(value.to(dev))
+        with on_stream():
+            call()  # outside any capture: compiles, makes the workspaces
+        if stream is not None:
+            stream.synchronize()
+            ctx.barrier()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                call()
+            run = graph.replay
+        else:
+            run = call
+        ctx.barrier()
+        for i in range(replays):
+            x, y = draw(41 + 2 * i)
+            for held, value in zip(operands, mine(x, y)):
+                held.copy_(value.to(dev))
+            result.fill_(float("nan"))
+            if stream is not None:
+                torch.cuda.synchronize()
+            ctx.barrier()
+            with on_stream():
+                run()
+                snapshot = result.clone()  # ordered right after the op on its stream
+            if stream is not None:
+                torch.cuda.synchronize()
+            fails.append(mismatch(f"{name} {'replay' if stream is not None else 'call'} {i}", snapshot,
+                                  reference(x, y)))
+            ctx.barrier()  # nobody refills operands before every rank has checked
+    return [f for f in fails if f]
+
+
+def test_copy_engine_ops_repeat_and_replay_in_cuda_graph(pools):
+    # CUDA graphs on GPUs (replays repeat the values they captured); plain repeated calls on the cpu backend
+    results = pools(2).run(_graph_replay_body, 5 if on_gpu() else 2)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails[:10])
