@@ -83,7 +83,7 @@ def _typestr(tensor):
 
 class CopyQueue:
     """One side stream of copies and flag operations per context (made with the context: creating a stream
-    while a kernel of ours spins can block). Use in this order: ``fork``, queue ``wait`` / ``copy`` / ``write``,
+    while a kernel of ours spins can block). Use in this order: ``fork``, queue ``consume`` / ``copy`` / ``write``,
     launch the kernel whose counts the waits read, then ``join``.
 
     They are queued before the launch because on the cpu backend a launch returns only once the interpreted
@@ -111,12 +111,18 @@ class CopyQueue:
         else:
             self._worker.put(operation)
 
-    def wait(self, flag, value, caller):
-        """Later side-stream work waits until the int32 ``flag`` (a one-element heap view) reaches ``value``."""
+    def consume(self, count, value, caller):
+        """Later side-stream work waits until the local int32 ``count`` (a one-element heap view a kernel adds to)
+        reaches ``value``; the count is then cleared for the next call, as ``join`` clears its flags."""
         if self.stream is not None:
-            self._queue(lambda: cuda_driver.stream_wait_at_least(self.stream.cuda_stream, flag.data_ptr(), value))
+            def operation():
+                cuda_driver.stream_wait_at_least(self.stream.cuda_stream, count.data_ptr(), value)
+                cuda_driver.stream_write(self.stream.cuda_stream, count.data_ptr(), 0)
         else:
-            self._queue(lambda: self._spin(flag, value, caller))
+            def operation():
+                self._spin(count, value, caller)
+                count.fill_(0)
+        self._queue(operation)
 
     def copy(self, dst, src):
         """``dst.copy_(src)`` on a copy engine: 2-D views with contiguous rows, ``dst`` on any rank's heap."""

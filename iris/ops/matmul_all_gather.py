@@ -234,8 +234,7 @@ def _send_bands(ctx, sync, out, n_local, band_counts, sent, band_rows, counts_pe
     for band in range(band_counts.numel()):
         rows = slice(band * band_rows, min(M, (band + 1) * band_rows))
         count = band_counts[band:band + 1]
-        queue.wait(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
-        queue.write(count, 0)
+        queue.consume(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
         for peer_out in peer_outs:
             queue.copy(peer_out[rows, cols], out[rows, cols])
     for peer in peers:

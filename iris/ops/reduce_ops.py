@@ -239,8 +239,7 @@ def _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, band_row
             rows = slice(band * band_rows, min(m_local, (band + 1) * band_rows))
             slot = (step - 1) * bands + band
             count = band_counts[slot:slot + 1]
-            queue.wait(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
-            queue.write(count, 0)
+            queue.consume(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
             queue.copy(their_staging[rows], outbox[index][rows])
             queue.write(their_flags[band:band + 1], 1)
 
