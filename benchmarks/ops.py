@@ -7,8 +7,8 @@ symmetric-memory ops where they exist, and each half alone (the speed of light i
 Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md section 6 says. Providers:
 ``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit``,
 ``iris_fused_unflat`` and ``iris_fused_tma_store``: matmul_all_gather's fused kernel without ``split_tail``,
-without ``flatten`` and with ``tma_store``; ``iris_fused_ce`` and ``iris_fused_sm``: matmul_all_gather's and
-matmul_reduce_scatter's with and without ``copy_engine``;
+without ``flatten`` and with ``tma_store``; ``iris_fused_ce`` and ``iris_fused_sm``: matmul_all_gather's,
+matmul_reduce_scatter's and all_gather_matmul's with and without ``copy_engine``;
 ``iris_fused_lag<L>``: the fused reduce ops with each tile's own unit L tiles behind its peer units, flags
 raised at once; ``iris_fused_defer<L>``: the same with each flag raised a unit late, ``reduce_defer``),
 ``torch_bulk`` (``torch.matmul`` then the NCCL collective), ``torch_fused``
@@ -44,7 +44,7 @@ def option_variants(providers=()):
     copy engines; and the fused reduce ops at the lag ``L`` (and deferral) that each ``iris_fused_lag<L>`` /
     ``iris_fused_defer<L>`` in ``providers`` names."""
     reduce_ops = ("matmul_reduce_scatter", "matmul_all_reduce")
-    engine_ops = ("matmul_all_gather", "matmul_reduce_scatter")
+    engine_ops = ("matmul_all_gather", "matmul_reduce_scatter", "all_gather_matmul")
     named = {p: re.fullmatch(r"iris_fused_(lag|defer)(\d+)", p) for p in providers}
     lags = {p: (reduce_ops, OpsConfig(variant="fused", reduce_lag=int(m[2]), reduce_defer=m[1] == "defer"))
             for p, m in named.items() if m}

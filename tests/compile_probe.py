@@ -205,6 +205,17 @@ out["ops/_all_gather_matmul_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", te
 out["tma/_all_gather_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
 out["ops_access/_all_gather_matmul_kernel"] = global_accesses(text)
 out["fence/_all_gather_matmul_kernel"] = "fence.proxy.async" in text
+# all_gather_matmul with the rows carried by the copy engines: every program runs the TMA mainloop.
+from iris.ops.all_gather_matmul import _all_gather_matmul_engines_kernel  # noqa: E402
+
+agce_meta = {**fused, "TMA": True, "FLATTEN": True, **unit}
+agce_sig = {"a": desc(128, 64), "gathered": desc(128, 64), "b": desc(64, 128), "out": desc(128, 128),
+            "arrived": "*i32", "go": "*i32", "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig}
+text = ptx(_all_gather_matmul_engines_kernel, {**agce_sig, **{k: "constexpr" for k in agce_meta}}, agce_meta,
+           divisible=("M_local", "N", "K", "stride_am", "stride_bk", "stride_om"))
+out["ops/_all_gather_matmul_engines_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
+out["tma/_all_gather_matmul_engines_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2d\.\w+", text)))
+out["fence/_all_gather_matmul_engines_kernel"] = "fence.proxy.async" in text
 # Shared memory of every GEMM kernel at the tiles, warps and stages OpsConfig picks on GPUs, per dtype: it must
 # fit one H100/H200 SM (the launch fails otherwise, and only on the GPU).
 import torch  # noqa: E402
@@ -230,6 +241,8 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
                                  "outbox": f"*{ty}"}, {**reduce_meta, **fused, "WARPS": config.num_warps}),
         (_all_gather_matmul_kernel, {**ag_sig, "a": a, "a_rows": f"*{ty}", "gathered": a, "gathered_rows": f"*{ty}",
                                      "b": b, "out": c}, {**ag_meta, **fused}),
+        (_all_gather_matmul_engines_kernel, {**agce_sig, "a": a, "gathered": a, "b": b, "out": c},
+         {**agce_meta, **fused, "FLATTEN": config.flatten}),
     ]:
         kernel = compile_sm90(fn, {**sig, **{k: "constexpr" for k in meta}}, meta, sizes, **options)
         out[f"shared/{fn.__name__}/{ty}"] = kernel.metadata.shared

@@ -99,7 +99,8 @@ def test_debug_checks_cost_nothing_when_off(compiled, compiled_debug, op):
 
 
 @pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_kernel_tma", "_matmul_all_gather_kernel",
-                                    "_all_gather_matmul_kernel", "_matmul_reduce_kernel"])
+                                    "_all_gather_matmul_kernel", "_all_gather_matmul_engines_kernel",
+                                    "_matmul_reduce_kernel"])
 def test_gemm_kernels_use_hopper_tensor_cores(compiled, kernel):
     assert "wgmma.mma_async" in compiled[f"ops/{kernel}"], compiled[f"ops/{kernel}"]
 
@@ -109,13 +110,15 @@ H100_SHARED_BYTES = 232448  # the most shared memory one program may take on sm_
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_all_gather_kernel", "_matmul_reduce_kernel",
-                                    "_all_gather_matmul_kernel", "_matmul_all_gather_kernel_tma_store"])
+                                    "_all_gather_matmul_kernel", "_all_gather_matmul_engines_kernel",
+                                    "_matmul_all_gather_kernel_tma_store"])
 def test_gemm_kernels_fit_an_sm_at_the_default_config(compiled, kernel, dtype):
     # at OpsConfig's GPU tiles and stages; an overflow only shows at launch, on the GPU
     assert 0 < compiled[f"shared/{kernel}/{dtype}"] <= H100_SHARED_BYTES, compiled[f"shared/{kernel}/{dtype}"]
 
 
-@pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_reduce_kernel", "_all_gather_matmul_kernel"])
+@pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_reduce_kernel", "_all_gather_matmul_kernel",
+                                    "_all_gather_matmul_engines_kernel"])
 def test_gemm_mainloop_is_fed_by_tma(compiled, kernel):
     assert compiled[f"tma/{kernel}"], "no cp.async.bulk.tensor load in the TMA mainloop"
 
@@ -141,6 +144,10 @@ def test_copy_engine_variant_stores_locally_and_publishes_each_count(compiled):
     accesses, fenced = compiled["copy_engine/_matmul_reduce_kernel"]
     assert "st.global.v4.b32" in accesses and "st.global.b16" not in accesses, accesses
     assert fenced
+    # all_gather_matmul's rows, written by the copy engines, are read by TMA only after an async-proxy fence; its
+    # tile loops are pipelined like the plain GEMM's (as much shared memory: 3 operand stages)
+    assert compiled["fence/_all_gather_matmul_engines_kernel"]
+    assert compiled["shared/_all_gather_matmul_engines_kernel/bf16"] == compiled["shared/_matmul_kernel/bf16"]
 
 
 def test_fused_reduce_pushes_16_byte_vectors(compiled):

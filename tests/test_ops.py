@@ -67,15 +67,22 @@ def _ops_body(dtype):
         fails.append(mismatch(f"matmul_all_gather {name}", out, ref_ops.matmul_all_gather(a_full, b_cols)))
 
     # all_gather_matmul: A_r [M / W, K] anywhere, B [K, N] shared; fused three times with fresh A, so flags
-    # left by one call must not release the next call's GEMM early
+    # left by one call must not release the next call's GEMM early; each way the rows move (the copy engines in
+    # chunks of one row block too, so that a rank's rows arrive in several)
     b_full = operand(0, (K, N), dtype, 4)
     result = torch.empty(M, N, dtype=dtype, device=dev)
-    for variant, salt in (("fused", 3), ("fused", 10), ("bulk", 11), ("fused", 12)):
+    sm, engines = dict(copy_engine=False), dict(copy_engine=True)
+    for variant, salt, options in (("fused", 3, sm), ("fused", 10, sm), ("bulk", 11, {}), ("fused", 12, sm),
+                                   ("fused", 15, engines), ("fused", 16, engines),
+                                   ("fused", 17, dict(copy_engine=True, group_m=1))):
         a_rows = [operand(r, (M_LOCAL, K), dtype, salt) for r in range(world)]
         result.fill_(float("nan"))
-        ctx.ops.all_gather_matmul(result, a_rows[rank].to(dev), b_full.to(dev), config=config(variant))
-        fails.append(mismatch(f"all_gather_matmul {variant} ({salt})", result,
+        ctx.ops.all_gather_matmul(result, a_rows[rank].to(dev), b_full.to(dev), config=config(variant, **options))
+        fails.append(mismatch(f"all_gather_matmul {variant} ({salt}, {options})", result,
                               ref_ops.all_gather_matmul(a_rows, b_full)))
+    for name in ("all_gather_matmul.arrived", "all_gather_matmul.go"):
+        left = leftover_flags(ctx, name)
+        fails.append(None if left == 0 else f"all_gather_matmul left {name} at {left}")
 
     # matmul_all_reduce / matmul_reduce_scatter: A_r [M, K / W], B_r [K / W, N]
     a_k = [operand(r, (M, K), dtype, 5) for r in range(world)]
@@ -377,6 +384,10 @@ def _graph_replay_body(replays):
     a_k, b_k = torch.empty(world * m_local, k_slice, dtype=dtype, device=dev), \
         torch.empty(k_slice, N, dtype=dtype, device=dev)
     scattered = torch.empty(m_local, N, dtype=dtype, device=dev)
+    # all_gather_matmul: two chunks of rows per rank, each waited for
+    m_rows, n_cols = 2 * OpsConfig().group_m * block_m, 2 * block_n
+    a_rows, b_full = torch.empty(m_rows, K, dtype=dtype, device=dev), torch.empty(K, n_cols, dtype=dtype, device=dev)
+    stacked = torch.empty(world * m_rows, n_cols, dtype=dtype, device=dev)
     cases = {  # name -> (call, its result, its operands, a draw of every rank's operands, this rank's, reference)
         "matmul_all_gather": (
             lambda: ctx.ops.matmul_all_gather(out, a, b, config=engines), out, (a, b),
@@ -388,6 +399,11 @@ def _graph_replay_body(replays):
             lambda salt: ([operand(r, (world * m_local, k_slice), dtype, salt) for r in range(world)],
                           [operand(r, (k_slice, N), dtype, salt + 1) for r in range(world)]),
             lambda x, y: (x[rank], y[rank]), lambda x, y: ref_ops.matmul_reduce_scatter(x, y, rank)),
+        "all_gather_matmul": (
+            lambda: ctx.ops.all_gather_matmul(stacked, a_rows, b_full, config=engines), stacked, (a_rows, b_full),
+            lambda salt: ([operand(r, (m_rows, K), dtype, salt) for r in range(world)],
+                          [operand(0, (K, n_cols), dtype, salt + 1)]),
+            lambda x, y: (x[rank], y[0]), lambda x, y: ref_ops.all_gather_matmul(x, y[0])),
     }
     stream = torch.cuda.Stream() if dev.type == "cuda" else None
     on_stream = (lambda: torch.cuda.stream(stream)) if stream is not None else contextlib.nullcontext

@@ -14,6 +14,15 @@ per-launch ticket counter, so the communication programs take their share of the
 sent instead of idling (16 of 132 SMs, 12% of the GEMM, on a long K). (Pulling A tiles inside the K loop
 instead re-reads each remote row block once per column of tiles: N / BLOCK_N times over the link.)
 Flags are stamped with the call number (``call_epoch``), the same on every rank, so they are never reset.
+
+By default on pairs of GPUs (``OpsConfig.copy_engine``) the copy engines carry A instead, and every program
+computes from the start:
+
+    side stream:  wait for the kernel's opening barrier | chunk c of our A (group_m row blocks, the rows the
+                  tile order takes next) -> every peer's gathered A, then arrived[us, c] = 1 on that peer | ...
+    every program: tiles of our own rows | for each peer's chunk: wait arrived[q, c], then its tiles
+
+The arrived flags are set to 1 and cleared after the kernel, so a replayed CUDA graph waits for its own copies.
 """
 
 import torch
@@ -24,6 +33,7 @@ from iris.ccl.device import peer_at, program_row
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, fence_async_proxy, finish_call, group_barrier, next_tile, wait_until
+from iris.host.copy_engine import peer_view
 from iris.ops import common
 from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
 
@@ -79,6 +89,52 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready,
     finish_call(call, TICKETS=True)
 
 
+@triton.jit
+def _tiles(src, src_rows, src_stride, src_block, b, out, out_block, lo, hi, base, M, N, K, stride_ak, stride_bk,
+           stride_bn, stride_om, stride_on, blocks, num_pid_n, rank, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, FLATTEN: tl.constexpr):
+    """This program's tiles among tiles ``lo`` .. ``hi`` of one rank's row blocks (grouped order), dealt round
+    robin as if numbered from ``base`` on, so that consecutive calls continue one deal: A rows from ``src``
+    (row block ``src_block`` + pid_m), output rows at row block ``out_block`` + pid_m."""
+    programs = tl.num_programs(0)
+    first = lo + (tl.program_id(0) - (base + lo) % programs + programs) % programs
+    for t in tl.range(first, hi, programs, flatten=FLATTEN):
+        pid_m, pid_n = tile_coords(t, blocks, num_pid_n, GROUP_M)
+        acc = mainloop(src, b, src_rows, N, K, src_stride, stride_ak, stride_bk, stride_bn, src_block + pid_m, pid_n,
+                       rank, rank, None, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+        store_tile(out, acc, out_block + pid_m, pid_n, M, N, stride_om, stride_on, BLOCK_M, BLOCK_N, TMA)
+
+
+@triton.jit
+def _all_gather_matmul_engines_kernel(a, gathered, b, out, arrived, go, M_local, N, K, stride_am, stride_ak,
+                                      stride_bk, stride_bn, stride_om, stride_on, flags, heap_bases, members, rank,
+                                      group_index, world_size, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
+                                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                                      TMA: tl.constexpr, FLATTEN: tl.constexpr):
+    if tl.program_id(0) == 0:
+        # peers' previous call no longer reads their gathered A: the copy engines may write it
+        group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE)
+        tl.atomic_xchg(go, 1, sem="relaxed", scope="sys")
+    M = GROUP_SIZE * M_local
+    blocks = M_local // BLOCK_M  # row blocks per rank
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_rank = blocks * num_pid_n
+    per_chunk = GROUP_M * num_pid_n  # the tiles of one chunk of rows, consecutive in the grouped order
+    chunks = tl.cdiv(blocks, GROUP_M)
+    _tiles(a, M_local, stride_am, 0, b, out, group_index * blocks, 0, per_rank, 0, M, N, K, stride_ak, stride_bk,
+           stride_bn, stride_om, stride_on, blocks, num_pid_n, rank, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, FLATTEN)
+    for c in range((GROUP_SIZE - 1) * chunks):
+        step = 1 + c // chunks
+        owner = (group_index + step) % GROUP_SIZE
+        lo = (c % chunks) * per_chunk
+        wait_until(arrived + owner * chunks + c % chunks, 1, rank, tl.load(members + owner), "all_gather_matmul")
+        if TMA:  # the rows arrived by copy-engine writes; the descriptor loads read via the async proxy
+            fence_async_proxy()
+        _tiles(gathered, M, K, owner * blocks, b, out, owner * blocks, lo, tl.minimum(lo + per_chunk, per_rank),
+               step * per_rank, M, N, K, stride_ak, stride_bk, stride_bn, stride_om, stride_on, blocks, num_pid_n, rank,
+               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, FLATTEN)
+
+
 def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     """``out`` ([M, N], anywhere) = ``cat([A_r for r in group], dim=0) @ B (+ bias)``; ``A`` [M / W, K] is this
     rank's row block, ``B`` [K, N] the same on every rank. Collective; stream-ordered. The fused kernel needs
@@ -109,10 +165,26 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         ctx.ccl.all_gather(gathered, slot, group=group)
         common.bulk_gemm(out, gathered, b, config)
         return common.add_bias(out, bias, caller)
-    ready = ctx.ops.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
-    call = ctx.ops.workspaces.get("all_gather_matmul.call", sync.ranks, (3,), torch.int32, zero=True)
     tma = config.tma and descriptors_fit(a, b, out)
     programs = num_programs(ctx.get_device(), tiles)
+    if config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled):
+        chunks = triton.cdiv(m_local // block_m, config.group_m)
+        arrived = ctx.ops.workspaces.peer_flags("all_gather_matmul.arrived", sync.ranks, chunks)  # row i: member i's
+        go = ctx.ops.workspaces.get("all_gather_matmul.go", sync.ranks, (1,), torch.int32, zero=True)
+        _send_rows(ctx, sync, a, gathered, arrived, go, config.group_m * block_m, caller)
+        with common.launching_counted(ctx, go, caller):
+            _all_gather_matmul_engines_kernel[(programs,)](
+                operand(a, (block_m, block_k), tma), operand(gathered, (block_m, block_k), tma),
+                operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), arrived, go, m_local, N,
+                K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags,
+                ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
+                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma,
+                FLATTEN=config.flatten, num_warps=config.num_warps, num_stages=config.stages())
+        ctx.copy_queue.join([], caller)
+        arrived.zero_()  # every peer's copies have landed (the kernel waited for them): ready for the next call
+        return common.add_bias(out, bias, caller)
+    ready = ctx.ops.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
+    call = ctx.ops.workspaces.get("all_gather_matmul.call", sync.ranks, (3,), torch.int32, zero=True)
     comm = common.comm_programs(config, programs)
     _all_gather_matmul_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), a, operand(gathered, (block_m, block_k), tma), gathered,
@@ -123,3 +195,20 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         VEC=common.row_vector_width(gathered), TMA=tma, num_warps=config.num_warps,
         num_stages=config.stages())
     return common.add_bias(out, bias, caller)
+
+
+def _send_rows(ctx, sync, a, gathered, arrived, go, chunk_rows, caller):
+    """The copy engines' part, queued before the kernel: once the kernel's opening barrier has raised ``go``
+    (every peer is in this call, its gathered A free), each chunk of ``chunk_rows`` rows of our A goes to our slot
+    of every peer's gathered A, and then its flag on that peer (set to 1, cleared by the peer after its kernel)."""
+    queue, m_local = ctx.copy_queue, a.shape[0]
+    queue.fork()
+    queue.consume(go, 1, caller)
+    slot = slice(sync.index * m_local, (sync.index + 1) * m_local)
+    peers = [(peer_view(ctx, gathered, r)[slot], peer_view(ctx, arrived, r)[sync.index])
+             for r in sync.ranks if r != ctx.cur_rank]
+    for chunk, start in enumerate(range(0, m_local, chunk_rows)):
+        rows = slice(start, min(m_local, start + chunk_rows))
+        for peer_gathered, peer_arrived in peers:
+            queue.copy(peer_gathered[rows], a[rows])
+            queue.write(peer_arrived[chunk:chunk + 1], 1)
