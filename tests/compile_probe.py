@@ -183,7 +183,7 @@ reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_V
                "COPY_ENGINE": False, "WARPS": 8}
 reduce_sig = {"a": desc(128, 64), "b": desc(64, 128), "out": "*bf16", "staging": "*bf16", "tile_flags": "*i32",
               "call": "*i32", "lag": "i32", "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig,
-              "outbox": "*bf16", "band_counts": "*i32", "band_flags": "*i32"}
+              "outbox": "*bf16", "band_counts": "*i32", "band_flags": "*i32", "engine_tiles": "i32"}
 text = ptx(_matmul_reduce_kernel, {**reduce_sig, **{k: "constexpr" for k in reduce_meta}}, reduce_meta,
            divisible=("M_local", "N", "K", "stride_am", "stride_bk", "stride_om"))
 out["ops/_matmul_reduce_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
@@ -194,6 +194,11 @@ text = ptx(_matmul_reduce_kernel, {**reduce_sig, **{k: "constexpr" for k in redu
            {**reduce_meta, "ALL_REDUCE": False, "COPY_ENGINE": True},
            divisible=("M_local", "N", "K", "stride_am", "stride_bk", "stride_om"))
 out["copy_engine/_matmul_reduce_kernel"] = [
+    global_accesses(text), bool(re.search(r"bar\.warp\.sync[^}]*fence\.acq_rel\.sys[^}]*red\.", text))]
+# all_reduce through the copy engines: the reduced tiles of the early bands stored and counted the same way
+text = ptx(_matmul_reduce_kernel, {**reduce_sig, **{k: "constexpr" for k in reduce_meta}},
+           {**reduce_meta, "COPY_ENGINE": True}, divisible=("M_local", "N", "K", "stride_am", "stride_bk", "stride_om"))
+out["copy_engine/_matmul_reduce_kernel/all_reduce"] = [
     global_accesses(text), bool(re.search(r"bar\.warp\.sync[^}]*fence\.acq_rel\.sys[^}]*red\.", text))]
 # all_gather_matmul: communication programs copy A rows to peers; GEMM programs run the TMA mainloop.
 ag_meta = {**fused, "COMM_PROGRAMS": 16, "COPY_K": 128, "VEC": 16, "TMA": True, **unit}

@@ -140,10 +140,12 @@ def test_copy_engine_variant_stores_locally_and_publishes_each_count(compiled):
     # the counts (a program-wide barrier there left one stage, and the kernel 3x slower on H200)
     plain, counted = compiled["copy_engine/pipelined"]
     assert counted == plain, (plain, counted)
-    # reduce_scatter's partials for the copy engines: the same local vectors and fenced per-warp counts
-    accesses, fenced = compiled["copy_engine/_matmul_reduce_kernel"]
-    assert "st.global.v4.b32" in accesses and "st.global.b16" not in accesses, accesses
-    assert fenced
+    # reduce_scatter's partials (and all_reduce's partials and reduced tiles) for the copy engines: the same local
+    # vectors and fenced per-warp counts
+    for variant in ("", "/all_reduce"):
+        accesses, fenced = compiled[f"copy_engine/_matmul_reduce_kernel{variant}"]
+        assert "st.global.v4.b32" in accesses and "st.global.b16" not in accesses, accesses
+        assert fenced
     # all_gather_matmul's rows, written by the copy engines, are read by TMA only after an async-proxy fence; its
     # tile loops are pipelined like the plain GEMM's (as much shared memory: 3 operand stages)
     assert compiled["fence/_all_gather_matmul_engines_kernel"]

@@ -105,9 +105,10 @@ def _ops_body(dtype):
         ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
         fails.append(mismatch(f"matmul_reduce_scatter {variant}", scattered, scattered_ref))
     # the own unit of each tile one tile behind its peer units (between the two ops' orders), and the flags of
-    # pushed partials raised a unit late, at that lag and at each op's own
+    # pushed partials raised a unit late, at that lag and at each op's own; through the copy engines, with bands
+    # of one tile row too, so that all_reduce's first reduced band goes by the engines and its last from the SMs
     for options in (dict(reduce_lag=1), dict(reduce_lag=1, reduce_defer=True), dict(reduce_defer=True),
-                    dict(copy_engine=True)):
+                    dict(copy_engine=True), dict(copy_engine=True, group_m=1)):
         chosen, named = config("fused", **options), ", ".join(f"{k}={v}" for k, v in options.items())
         on_heap.fill_(float("nan"))
         ctx.barrier()
@@ -125,8 +126,10 @@ def _ops_body(dtype):
                                       config=config("fused", copy_engine=copy_engine))
         fails.append(mismatch(f"matmul_reduce_scatter again ({salt}, copy_engine={copy_engine})", scattered,
                               ref_ops.matmul_reduce_scatter(a_k, b_k, rank)))
-    left = leftover_flags(ctx, "ops.matmul_reduce_scatter.band_flags")
-    fails.append(None if left == 0 else f"matmul_reduce_scatter left a band flag at {left}")
+    for name in ("ops.matmul_reduce_scatter.band_flags", "ops.matmul_all_reduce.band_flags",
+                 "ops.matmul_all_reduce.sent"):
+        left = leftover_flags(ctx, name)
+        fails.append(None if left == 0 else f"{name} left at {left}")
     ctx.barrier()
     return [f for f in fails if f]
 
@@ -397,6 +400,10 @@ def _graph_replay_body(replays):
     a_k, b_k = torch.empty(world * m_local, k_slice, dtype=dtype, device=dev), \
         torch.empty(k_slice, N, dtype=dtype, device=dev)
     scattered = torch.empty(m_local, N, dtype=dtype, device=dev)
+    # matmul_all_reduce: the same row blocks, wide enough on GPUs that a band of ours precedes the last wave
+    n_wide = (16 if dev.type == "cuda" else 2) * block_n
+    b_wide, reduced = torch.empty(k_slice, n_wide, dtype=dtype, device=dev), ctx.empty(world * m_local, n_wide,
+                                                                                         dtype=dtype)
     # all_gather_matmul: two chunks of rows per rank, each waited for
     m_rows, n_cols = 2 * OpsConfig().group_m * block_m, 2 * block_n
     a_rows, b_full = torch.empty(m_rows, K, dtype=dtype, device=dev), torch.empty(K, n_cols, dtype=dtype, device=dev)
@@ -412,6 +419,11 @@ def _graph_replay_body(replays):
             lambda salt: ([operand(r, (world * m_local, k_slice), dtype, salt) for r in range(world)],
                           [operand(r, (k_slice, N), dtype, salt + 1) for r in range(world)]),
             lambda x, y: (x[rank], y[rank]), lambda x, y: ref_ops.matmul_reduce_scatter(x, y, rank)),
+        "matmul_all_reduce": (
+            lambda: ctx.ops.matmul_all_reduce(reduced, a_k, b_wide, config=engines), reduced, (a_k, b_wide),
+            lambda salt: ([operand(r, (world * m_local, k_slice), dtype, salt) for r in range(world)],
+                          [operand(r, (k_slice, n_wide), dtype, salt + 1) for r in range(world)]),
+            lambda x, y: (x[rank], y[rank]), lambda x, y: ref_ops.matmul_all_reduce(x, y)),
         "all_gather_matmul": (
             lambda: ctx.ops.all_gather_matmul(stacked, a_rows, b_full, config=engines), stacked, (a_rows, b_full),
             lambda salt: ([operand(r, (m_rows, K), dtype, salt) for r in range(world)],

@@ -33,12 +33,13 @@ class OpsConfig:
     ``tma_store`` (matmul_all_gather, fused; off until measured faster): hand each finished tile to the
     tensor-memory engine, one bulk copy per rank, instead of storing it from registers, so the program starts
     its next tile while the copies run; needs ``out`` rows 16-byte aligned (else the plain stores run).
-    ``copy_engine`` (matmul_all_gather and matmul_reduce_scatter, fused): store each output tile (each partial
-    tile for a peer's row block) locally, and let the copy engines carry each finished band of ``group_m`` tile
-    rows to the peers (a side stream waits for the band's count: ``iris/host/copy_engine.py``), so no SM time goes
-    to the link. reduce_scatter then takes every peer unit first (the lag is all tiles). matmul_all_gather needs a
-    contiguous ``out`` (else the tiles leave as ``tma_store`` says), and its last wave of tiles still leaves from
-    the SMs, which have nothing else left to do by then. ``None`` is the measured choice (``uses_copy_engine``):
+    ``copy_engine`` (every fused op): store each output tile (each partial tile for a peer's row block) locally,
+    and let the copy engines carry each finished band of ``group_m`` tile rows to the peers (a side stream waits
+    for the band's count: ``iris/host/copy_engine.py``), so no SM time goes to the link; all_gather_matmul's
+    engines carry its A rows instead. matmul_reduce_scatter and matmul_all_reduce then take every peer unit first
+    (the lag is all tiles). matmul_all_gather needs a contiguous ``out`` (else the tiles leave as ``tma_store``
+    says), matmul_all_reduce one with contiguous rows; for both the last wave of tiles still leaves from the SMs,
+    which have nothing else left to do by then. ``None`` is the measured choice (``uses_copy_engine``):
     on GPUs in groups of 2, except in traced calls.
     ``reduce_lag`` (matmul_reduce_scatter and matmul_all_reduce, fused): how many tiles a rank's own unit of a
     tile trails the peers' units of that tile in the kernel's walk (the own unit adds the partials they push).

@@ -19,10 +19,12 @@ The units of all row blocks form one persistent loop, so the tiles of every bloc
 stamped with the call number (``call_epoch``), the same in every program of every rank. The bulk variant runs
 the GEMM (cuBLAS on GPUs), then the Triton collective.
 
-By default on pairs of GPUs (``OpsConfig.copy_engine``) reduce_scatter takes every peer unit first and stores
-those partials in a local outbox instead, counted per band of ``group_m`` tile rows; a side stream copies each
-band into its owner's staging slot once the count is full and raises the band's flag there
+By default on pairs of GPUs (``OpsConfig.copy_engine``) both ops take every peer unit first and store those
+partials in a local outbox instead, counted per band of ``group_m`` tile rows; a side stream copies each band
+into its owner's staging slot once the count is full and raises the band's flag there
 (``iris/host/copy_engine.py``), so the SMs spend no time on the link, and each own unit waits on its band's flag.
+all_reduce then stores its reduced tiles locally, counted per band too, and the side stream copies each band
+into the peers' ``out``; only the walk's last wave, which finishes with the GEMM, is pushed from the SMs.
 """
 
 import contextlib
@@ -67,7 +69,7 @@ def _unit(u, tiles, lag, GROUP_SIZE: tl.constexpr):
 @triton.jit
 def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N, K, stride_am, stride_ak, stride_bk,
                           stride_bn, stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
-                          outbox, band_counts, band_flags, GROUP_SIZE: tl.constexpr,
+                          outbox, band_counts, band_flags, engine_tiles, GROUP_SIZE: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                           TMA: tl.constexpr, ALL_REDUCE: tl.constexpr, STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr,
                           DEFER: tl.constexpr, COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
@@ -139,8 +141,12 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
                 offs_m = group_index * M_local + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
                 offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 ptrs = out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
-                store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, heap_bases, members, group_index,
-                               GROUP_SIZE, mask=n_mask, hint=(1, OUT_VEC))
+                if COPY_ENGINE & (t < engine_tiles):  # ours only; the copy engines take the band to the peers
+                    tl.store(ptrs, acc.to(out.dtype.element_ty), mask=n_mask)
+                    count_published(band_counts + (GROUP_SIZE - 1) * bands + pid_m // GROUP_M, WARPS)
+                else:  # the last wave's tiles: from the SMs, idle by then, which cross the link sooner
+                    store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, heap_bases, members, group_index,
+                                   GROUP_SIZE, mask=n_mask, hint=(1, OUT_VEC))
             else:
                 store_tile(out, acc, pid_m, pid_n, M_local, N, stride_om, stride_on, BLOCK_M, BLOCK_N, False)
     if pending >= 0:
@@ -179,7 +185,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     tma = config.tma and descriptors_fit(a, b)
     own_tiles = tiles // sync.size
     programs = min(num_programs(ctx.get_device(), own_tiles), MAX_COMM_PROGRAMS)
-    copy_engine = not all_reduce and config.uses_copy_engine(ctx.get_device().type, sync.size)
+    copy_engine = config.uses_copy_engine(ctx.get_device().type, sync.size) and (not all_reduce or out.stride(1) == 1)
     # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
     # unit late; all_reduce tile by tile, flags raised at once. Through the copy engines every peer unit comes
     # first, so that the bands leave in order while our own block is computed.
@@ -197,14 +203,27 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
         else:
             programs = 1
     bands = triton.cdiv(m_local // block_m, config.group_m)
+    tiles_per_band = config.group_m * triton.cdiv(N, block_n)
+    out_bands, sent = 0, []  # all_reduce: bands of our reduced rows that the copy engines take to the peers' out
     if copy_engine:
         # slot d holds our partial of rank d's row block (ours unused), laid out as the owner's staging slot
         outbox = ctx.ops.workspaces.get(caller + ".outbox", sync.ranks, (sync.size, m_local, N), a.dtype)
-        band_counts = ctx.ops.workspaces.get(caller + ".band_counts", sync.ranks, ((sync.size - 1) * bands,),
-                                             torch.int32, zero=True)
+        # counts: (W - 1) rows of partial bands, then one of our reduced bands
+        band_counts = ctx.ops.workspaces.get(caller + ".band_counts", sync.ranks, (sync.size * bands,), torch.int32,
+                                             zero=True)
         band_flags = ctx.ops.workspaces.peer_flags(caller + ".band_flags", sync.ranks, bands)
+        if all_reduce:
+            # our units come after every peer unit, tile by tile; the bands finished before the walk's last wave
+            # go by the copy engines, the last wave's tiles from the SMs (which have nothing left to do by then)
+            last_wave = (sync.size * own_tiles - 1) // programs * programs
+            out_bands = max(0, last_wave - (sync.size - 1) * own_tiles) // tiles_per_band
+            if out_bands:
+                sent = ctx.ops.workspaces.peer_flags(caller + ".sent", sync.ranks, 1)  # row i: member i's bands
         _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, config.group_m * block_m,
                        triton.cdiv(N, block_n) * config.num_warps, block_m, caller)
+        if out_bands:
+            _send_reduced(ctx, sync, out, band_counts[(sync.size - 1) * bands:], out_bands, sent,
+                          config.group_m * block_m, triton.cdiv(N, block_n) * config.num_warps, block_m, caller)
     else:
         outbox, band_counts, band_flags = staging, tile_flags, tile_flags
     with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
@@ -212,7 +231,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
             lag, m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
             out.stride(1), sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, outbox,
-            band_counts, band_flags, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n,
+            band_counts, band_flags, out_bands * tiles_per_band, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n,
             BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
             STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=defer,
             COPY_ENGINE=copy_engine, WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
@@ -220,7 +239,10 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
         # every band flag on our heap was set, and seen by the kernel: cleared for the next call (a flag is consumed,
         # not stamped with a call number, which a replayed CUDA graph would repeat: CopyQueue.join)
         band_flags.zero_()
-        ctx.copy_queue.join([], caller)  # our outbox is free again once the side stream has copied it
+        # our outbox is free again once the side stream has copied it; all_reduce's out is whole once every peer's
+        # side stream has copied its bands here
+        ctx.copy_queue.join([sent[i] for i, r in enumerate(sync.ranks) if r != ctx.cur_rank] if out_bands else [],
+                            caller)
     return out
 
 
@@ -242,6 +264,23 @@ def _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, band_row
             queue.consume(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
             queue.copy(their_staging[rows], outbox[index][rows])
             queue.write(their_flags[band:band + 1], 1)
+
+
+def _send_reduced(ctx, sync, out, counts, out_bands, sent, band_rows, counts_per_row, block_m, caller):
+    """all_reduce's copy-engine half, queued after the partials (the kernel finishes our own units after every
+    peer unit): each of the first ``out_bands`` bands of our reduced row block goes into every peer's ``out`` once
+    the kernel has counted its tiles, then a flag on each peer (set to 1, cleared once seen) says so."""
+    queue, m_local = ctx.copy_queue, out.shape[0] // sync.size
+    peers = [r for r in sync.ranks if r != ctx.cur_rank]
+    peer_outs = [peer_view(ctx, out, r) for r in peers]
+    for band in range(out_bands):
+        start = sync.index * m_local + band * band_rows
+        rows = slice(start, min((sync.index + 1) * m_local, start + band_rows))
+        queue.consume(counts[band:band + 1], triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
+        for peer_out in peer_outs:
+            queue.copy(peer_out[rows], out[rows])
+    for peer in peers:
+        queue.write(peer_view(ctx, sent, peer)[sync.index], 1)
 
 
 def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
