@@ -7,12 +7,11 @@ symmetric-memory ops where they exist, and each half alone (the speed of light i
 Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md section 6 says. Providers:
 ``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit``,
 ``iris_fused_unflat`` and ``iris_fused_tma_store``: matmul_all_gather's fused kernel without ``split_tail``,
-without ``flatten`` and with ``tma_store``; ``iris_fused_ce`` and ``iris_fused_sm``: matmul_all_gather's,
-matmul_reduce_scatter's and all_gather_matmul's with and without ``copy_engine``;
+without ``flatten`` and with ``tma_store``; ``iris_fused_ce`` and ``iris_fused_sm``: every fused op's with
+and without ``copy_engine``;
 ``iris_fused_lag<L>``: the fused reduce ops with each tile's own unit L tiles behind its peer units, flags
 raised at once; ``iris_fused_defer<L>``: the same with each flag raised a unit late, ``reduce_defer``;
-``iris_fused_<BM>x<BN>x<BK>``: every fused op at those tiles; ``iris_fused_end<S>``: matmul_all_gather with
-``finish_split=S``),
+``iris_fused_<BM>x<BN>x<BK>``: every fused op at those tiles),
 ``torch_bulk`` (``torch.matmul`` then the NCCL collective), ``torch_fused``
 (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), ``gemm_only`` and
 ``comm_only`` (cuBLAS alone, NCCL alone), and ``iris_gemm`` (the shared mainloop alone).
@@ -42,28 +41,23 @@ PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_unflat", "i
 
 def option_variants(providers=()):
     """Fused kernels with one option changed, and the ops they apply to: matmul_all_gather without its
-    stream-K last wave, without flattening, with TMA stores; it and matmul_reduce_scatter with and without the
-    copy engines; the fused reduce ops at the lag ``L`` (and deferral) that each ``iris_fused_lag<L>`` /
-    ``iris_fused_defer<L>`` in ``providers`` names; and every fused op at the tiles each
-    ``iris_fused_<BM>x<BN>x<BK>`` names; and matmul_all_gather with the ``finish_split`` of each
-    ``iris_fused_end<S>``."""
+    stream-K last wave, without flattening, with TMA stores; every fused op with and without the copy engines;
+    the fused reduce ops at the lag ``L`` (and deferral) that each ``iris_fused_lag<L>`` / ``iris_fused_defer<L>``
+    in ``providers`` names; and every fused op at the tiles each ``iris_fused_<BM>x<BN>x<BK>`` names."""
     reduce_ops = ("matmul_reduce_scatter", "matmul_all_reduce")
-    engine_ops = ("matmul_all_gather", "matmul_reduce_scatter", "all_gather_matmul")
+    every_op = ("matmul_all_gather", *reduce_ops, "all_gather_matmul")
     named = {p: re.fullmatch(r"iris_fused_(lag|defer)(\d+)", p) for p in providers}
     lags = {p: (reduce_ops, OpsConfig(variant="fused", reduce_lag=int(m[2]), reduce_defer=m[1] == "defer"))
             for p, m in named.items() if m}
     blocks = {p: re.fullmatch(r"iris_fused_(\d+)x(\d+)x(\d+)", p) for p in providers}
-    tiles = {p: (("matmul_all_gather", *reduce_ops, "all_gather_matmul"),
-                 OpsConfig(variant="fused", block_m=int(m[1]), block_n=int(m[2]), block_k=int(m[3])))
+    tiles = {p: (every_op, OpsConfig(variant="fused", block_m=int(m[1]), block_n=int(m[2]), block_k=int(m[3])))
              for p, m in blocks.items() if m}
-    ends = {p: (("matmul_all_gather",), OpsConfig(variant="fused", finish_split=int(p[len("iris_fused_end"):])))
-            for p in providers if re.fullmatch(r"iris_fused_end\d+", p)}
-    return {**lags, **tiles, **ends,
+    return {**lags, **tiles,
             "iris_fused_unsplit": (("matmul_all_gather",), OpsConfig(variant="fused", split_tail=False)),
             "iris_fused_unflat": (("matmul_all_gather",), OpsConfig(variant="fused", flatten=False)),
             "iris_fused_tma_store": (("matmul_all_gather",), OpsConfig(variant="fused", tma_store=True)),
-            "iris_fused_ce": (engine_ops, OpsConfig(variant="fused", copy_engine=True)),
-            "iris_fused_sm": (engine_ops, OpsConfig(variant="fused", copy_engine=False))}
+            "iris_fused_ce": (every_op, OpsConfig(variant="fused", copy_engine=True)),
+            "iris_fused_sm": (every_op, OpsConfig(variant="fused", copy_engine=False))}
 
 
 def local_shapes(op, M, N, K, world):

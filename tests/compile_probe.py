@@ -140,7 +140,6 @@ out["tma/_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2
 sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
             "world_size": "i32"}
 split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "stream": "i32",  # split_tail's workspace
-             "finish": "i32",
              "band_counts": "*i32", "engine_tiles": "i32"}  # and the copy engines' bands
 fused = {"GROUP_SIZE": 2, **tiles}
 traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "TMA_STORE": False, "COPY_ENGINE": False, "FLATTEN": False,

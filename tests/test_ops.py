@@ -66,7 +66,7 @@ def _ops_body(dtype):
         ctx.barrier()
         fails.append(mismatch(f"matmul_all_gather {name}", out, ref_ops.matmul_all_gather(a_full, b_cols)))
 
-    # all_gather_matmul: A_r [M / W, K] anywhere, B [K, N] shared; fused three times with fresh A, so flags
+    # all_gather_matmul: A_r [M / W, K] anywhere, B [K, N] shared; fused again and again with fresh A, so flags
     # left by one call must not release the next call's GEMM early; each way the rows move (the copy engines in
     # chunks of one row block too, so that a rank's rows arrive in several)
     b_full = operand(0, (K, N), dtype, 4)
@@ -215,13 +215,12 @@ def test_fused_ops_in_changing_subgroups(pools):
     assert not fails, "\n".join(fails)
 
 
-def _split_tail_body(programs=None, engines_only=False, finish_split=0):
+def _split_tail_body(programs=None, engines_only=False):
     """matmul_all_gather with one output tile column and two whole waves of row tiles and part of a third: the
     last wave's tiles' K steps are shared by the programs (stream-K) and summed in a workspace. ``programs``
     replaces the grid (5: 2 tail tiles of 8 K steps over 5 programs, so that the middle program finishes the
     first tail tile and starts the second, which the cpu backend's 4 programs never do). ``engines_only``: only
-    the cases in which the copy engines carry the first band. ``finish_split``: a last wave of 3/4 of the programs
-    (run whole by default), shared with an end of tiles split that many ways."""
+    the cases in which the copy engines carry the first band."""
     import importlib
 
     from iris.ops.gemm import split_tail
@@ -235,12 +234,11 @@ def _split_tail_body(programs=None, engines_only=False, finish_split=0):
     programs = programs or grid(dev, 1 << 20)
     # a last wave of ~3/10 of the programs: its 8-step tiles shared unevenly, so that on an H200 (39 tiles over
     # 132 programs) most shares finish one tile and start the next; on the cpu backend 2 tiles over 4 programs
-    row_tiles = 2 * programs + (max(3, programs * 3 // 4) if finish_split else max(2, programs * 3 // 10))
+    row_tiles = 2 * programs + max(2, programs * 3 // 10)
     M, K = row_tiles * block_m, 8 * block_k
-    full, stream, finish = split_tail(row_tiles, programs, 8, finish_split=finish_split)
+    full, stream = split_tail(row_tiles, programs, 8)
     out = ctx.empty(M, world * block_n, dtype=dtype)
-    fails = [None if stream > 0 and (finish > 0) == (finish_split > 0) else
-             f"stream-K wave {stream}, end {finish}: {row_tiles} tiles over {programs} programs"]
+    fails = [None if stream > 0 else f"no stream-K wave: {row_tiles} tiles over {programs} programs"]
     if programs == 5:
         fails.append(None if (full, stream) == (10, 5) else f"5 programs: {(full, stream)}, not (10, 5)")
     module.num_programs = lambda device, tiles: min(tiles, programs)
@@ -258,11 +256,11 @@ def _split_tail_body(programs=None, engines_only=False, finish_split=0):
             ctx.barrier()
             ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
                                       config=OpsConfig(variant="fused", split_tail=split_on, tma_store=tma_store,
-                                                       copy_engine=copy_engine, finish_split=finish_split))
+                                                       copy_engine=copy_engine))
             ctx.barrier()
             fails.append(mismatch(f"matmul_all_gather split_tail={split_on} tma_store={tma_store} "
                                   f"copy_engine={copy_engine} ({salt}, {stream} of {programs} programs in the last "
-                                  f"wave, {finish} end tiles)", out,
+                                  "wave)", out,
                                   ref_ops.matmul_all_gather(a, b_cols)))
         left = leftover_flags(ctx, "matmul_all_gather.sent")
         fails.append(None if left == 0 else f"matmul_all_gather left a sent flag at {left}")
@@ -274,13 +272,6 @@ def _split_tail_body(programs=None, engines_only=False, finish_split=0):
 def test_split_last_wave_sums_every_part(pools):
     results = pools(2).run(_split_tail_body) + pools(2).run(_split_tail_body, 5)
     fails = [f"rank {r % 2}: {f}" for r, fs in enumerate(results) for f in fs]
-    assert not fails, "\n".join(fails)
-
-
-def test_split_end_of_a_full_last_wave_sums_every_part(pools):
-    # on the cpu backend 3 tail tiles over 4 programs: 2 shared, then 1 shared by all four (three partials added)
-    results = pools(2).run(_split_tail_body, None, False, 4)
-    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
     assert not fails, "\n".join(fails)
 
 
@@ -324,18 +315,14 @@ def test_reduce_walk_trails_by_the_lag(group_size):
 def test_split_tail_fills_the_last_wave():
     from iris.ops.gemm import split_tail
 
-    assert split_tail(448, 132, 224) == (396, 132, 0)  # 52 tiles left: their K steps shared by every program
-    assert split_tail(148, 132, 4) == (132, 64, 0)     # 16 left: at most 4 programs per tile
-    assert split_tail(148, 132, 2) == (132, 32, 0)     # and no more than one per K step
-    assert split_tail(250, 132, 64) == (250, 0, 0)     # 118 left: the last wave is mostly full already
-    assert split_tail(198, 132, 64) == (132, 132, 0)   # 66 left: shared by every program
-    assert split_tail(512, 128, 64) == (512, 0, 0)     # whole waves
-    assert split_tail(100, 132, 64) == (100, 0, 0)     # one partial wave: the grid shrinks to the tiles instead
-    assert split_tail(133, 132, 1) == (133, 0, 0)      # single-step tiles: nothing to share
-    # with a split end: a mostly full last wave is shared too, and ends in 132 // 4 tiles of four programs each
-    assert split_tail(512, 132, 128, finish_split=4) == (396, 132, 33)
-    assert split_tail(448, 132, 224, finish_split=4) == (396, 132, 0)  # a short last wave: as before
-    assert split_tail(512, 132, 2, finish_split=4) == (512, 0, 0)      # too few K steps to share an end tile 4 ways
+    assert split_tail(448, 132, 224) == (396, 132)  # 52 tiles left: their K steps shared by every program
+    assert split_tail(148, 132, 4) == (132, 64)     # 16 left: at most 4 programs per tile
+    assert split_tail(148, 132, 2) == (132, 32)     # and no more than one per K step
+    assert split_tail(250, 132, 64) == (250, 0)     # 118 left: the last wave is mostly full already
+    assert split_tail(198, 132, 64) == (132, 132)   # 66 left: shared by every program
+    assert split_tail(512, 128, 64) == (512, 0)     # whole waves
+    assert split_tail(100, 132, 64) == (100, 0)     # one partial wave: the grid shrinks to the tiles instead
+    assert split_tail(133, 132, 1) == (133, 0)      # single-step tiles: nothing to share
 
 
 @triton.jit

@@ -26,10 +26,6 @@ class OpsConfig:
     ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data.
     ``split_tail``: when the last wave of output tiles would leave half the programs or more idle, share its
     tiles' K steps evenly among the programs (stream-K; matmul_all_gather); partial sums meet in a workspace.
-    ``finish_split`` (matmul_all_gather, fused; 0: off): a last wave that ``split_tail`` would run whole, as most
-    programs have a tile in it, is shared by every program too, and ends in programs // finish_split tiles each
-    shared by ``finish_split`` programs: the data left to cross the link once the GEMM is done is then those tiles,
-    not one tile per program.
     ``tma_store`` (matmul_all_gather, fused; off until measured faster): hand each finished tile to the
     tensor-memory engine, one bulk copy per rank, instead of storing it from registers, so the program starts
     its next tile while the copies run; needs ``out`` rows 16-byte aligned (else the plain stores run).
@@ -59,7 +55,6 @@ class OpsConfig:
     flatten: bool = True
     comm_sms: int = 16
     split_tail: bool = True
-    finish_split: int = 0
     tma_store: bool = False
     copy_engine: bool | None = None
     reduce_lag: int | None = None
@@ -74,9 +69,6 @@ class OpsConfig:
                 raise ValueError(f"OpsConfig: {name}={value} must be a power of two >= 16 (tl.dot needs 16)")
         if self.group_m < 1:
             raise ValueError(f"OpsConfig: group_m={self.group_m} must be >= 1")
-        if self.finish_split < 0 or self.finish_split == 1:
-            raise ValueError(f"OpsConfig: finish_split={self.finish_split}; use 0 (off) or the programs that share "
-                             "each end tile (>= 2)")
         if self.comm_sms < 1:
             raise ValueError(f"OpsConfig: comm_sms={self.comm_sms} must be >= 1")
         if self.num_warps not in (1, 2, 4, 8, 16):

@@ -116,24 +116,19 @@ def add_partials(acc, helpers, p, partials, part_flags, rank, BLOCK_M: tl.conste
     return acc
 
 
-def split_tail(tiles, programs, k_iters, max_split=4, finish_split=0):
-    """(full, stream, finish) for a persistent loop of ``programs`` over ``tiles`` of ``k_iters`` K steps: when the
-    last wave would leave at least half the programs idle, the first ``full`` tiles run whole and the K steps of
-    the rest are shared evenly by ``stream`` programs (stream-K; at most ``max_split`` programs per tail tile, at
-    most one per K step), so the last wave lasts tail * k_iters / stream steps instead of a whole tile. A fuller
-    last wave runs whole (sharing its 116 tiles over 132 programs measured 1% slower, docs/perf-notes.md), unless
-    ``finish_split``: then every program shares it too, and its last ``finish`` = programs // finish_split tiles
-    come after the rest, each shared by ``finish_split`` programs, so that only those tiles finish with the GEMM
-    (rather than one per program). ``stream`` 0: no stream-K wave; ``finish`` 0: no such end."""
+def split_tail(tiles, programs, k_iters, max_split=4):
+    """(full, stream) for a persistent loop of ``programs`` over ``tiles`` of ``k_iters`` K steps: when the last
+    wave would leave at least half the programs idle, the first ``full`` tiles run whole and the K steps of the
+    rest are shared evenly by ``stream`` programs (stream-K; at most ``max_split`` programs per tail tile, at most
+    one per K step), so the last wave lasts tail * k_iters / stream steps instead of a whole tile. A fuller last
+    wave runs whole: sharing its 116 tiles over 132 programs measured 1% slower, and ending it in tiles shared by
+    2-6 programs each, so that less data finishes with the GEMM, 7-10% slower (docs/perf-notes.md).
+    ``stream`` 0: no stream-K wave."""
     tail = tiles % programs if tiles > programs else 0
     stream = min(programs, tail * max_split, tail * k_iters)
-    if tail > programs // 2 and finish_split > 1:
-        finish = programs // finish_split
-        if finish < tail and finish * k_iters >= programs:  # each program at least one K step of the end
-            return tiles - tail, programs, finish
     if tail > programs // 2 or stream <= tail:  # whole waves, a grid no larger than the tiles, single-step tiles
-        return tiles, 0, 0
-    return tiles - tail, stream, 0
+        return tiles, 0
+    return tiles - tail, stream
 
 
 @triton.jit

@@ -90,13 +90,13 @@ def _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk,
 
 
 @triton.jit
-def _stream_k(first_tile, n_tiles, slot0, stream, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn,
+def _stream_k(first_tile, n_tiles, stream, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn,
               stride_om, stride_on, heap_bases, members, rank, group_index, trace, partials, part_flags, band_counts,
               GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
               TMA_STORE: tl.constexpr, WARPS: tl.constexpr):
     """Tiles ``first_tile`` .. + ``n_tiles``, stream-K: our even share (of ``stream`` programs) of their K steps,
-    tile after tile. A share that ends inside a tile leaves that part as a partial (in slot ``slot0`` + p),
+    tile after tile. A share that ends inside a tile leaves that part as a partial (in slot p),
     computed first; each tile whose last step is ours is finished here, with the partials of the programs before
     us that hold its earlier steps, and scattered from the SMs."""
     p = tl.program_id(0)
@@ -111,7 +111,7 @@ def _stream_k(first_tile, n_tiles, slot0, stream, a, b, out, M, N_local, K, stri
         acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
                        heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA,
                        k_first=tl.maximum(first - j * k_iters, 0), k_stop=stop - j * k_iters)
-        leave_partial(acc, slot0 + p, partials, part_flags, BLOCK_M, BLOCK_N)
+        leave_partial(acc, p, partials, part_flags, BLOCK_M, BLOCK_N)
     for j in range(first // k_iters, stop // k_iters):
         if TRACE:
             t_gemm = now(trace)
@@ -119,7 +119,7 @@ def _stream_k(first_tile, n_tiles, slot0, stream, a, b, out, M, N_local, K, stri
         acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
                        heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA,
                        k_first=tl.maximum(first - j * k_iters, 0))
-        acc = add_partials(acc, slot0 + stream_program(j * k_iters, stream, tail_steps), slot0 + p, partials,
+        acc = add_partials(acc, stream_program(j * k_iters, stream, tail_steps), p, partials,
                            part_flags, rank, BLOCK_M, BLOCK_N)
         t_send = 0
         if TRACE:
@@ -133,7 +133,7 @@ def _stream_k(first_tile, n_tiles, slot0, stream, a, b, out, M, N_local, K, stri
 @triton.jit
 def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace, partials,
-                              part_flags, full, stream, finish, band_counts, engine_tiles,
+                              part_flags, full, stream, band_counts, engine_tiles,
                               GROUP_SIZE: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                               GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
@@ -161,16 +161,11 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
         _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                     heap_bases, members, rank, group_index, trace, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N,
                     BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, False, WARPS)
-    # ---- the last wave, stream-K (split_tail); with ``finish`` tiles its end, each shared by several programs
+    # ---- the last wave, stream-K (split_tail)
     if full < tiles:
-        _stream_k(full, tiles - full - finish, 0, stream, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk,
-                  stride_bn, stride_om, stride_on, heap_bases, members, rank, group_index, trace, partials, part_flags,
+        _stream_k(full, tiles - full, stream, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  stride_om, stride_on, heap_bases, members, rank, group_index, trace, partials, part_flags,
                   band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, WARPS)
-        if finish > 0:
-            _stream_k(tiles - finish, finish, stream, stream, a, b, out, M, N_local, K, stride_am, stride_ak,
-                      stride_bk, stride_bn, stride_om, stride_on, heap_bases, members, rank, group_index, trace,
-                      partials, part_flags, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE,
-                      TMA, TMA_STORE, WARPS)
     if TMA_STORE:
         wait_async_stores()  # our tiles are written in every rank's out before the barrier publishes them
     # every rank's tiles stored from its SMs have landed in our out (those the copy engines carry, the host's
@@ -204,8 +199,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         return common.add_bias(out, bias, caller)
     tma = config.tma and descriptors_fit(a, b)
     programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
-    full, stream, finish = (split_tail(tiles, programs, triton.cdiv(K, block_k), finish_split=config.finish_split)
-                            if config.split_tail else (tiles, 0, 0))
+    full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
     # The tile order finishes the bands of group_m tile rows one after another. The copy engines carry those
     # finished before the last wave; the last wave's tiles all finish at the end, when the programs have nothing
     # left to do, and their stores from the SMs cross the link faster (~370 GB/s against ~240 for the copy engines
@@ -217,7 +211,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     tma_store = config.tma_store and not copy_engine and descriptors_fit(out)
     if tma_store and out.is_cuda:
         common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device
-    slots = max(1, stream * (2 if finish else 1))  # a partial per program of the stream-K last wave (and its end)
+    slots = max(1, stream)  # a partial per program of the stream-K last wave
     partials = ctx.ops.workspaces.get("matmul_all_gather.partials", sync.ranks, (slots, block_m, block_n),
                                       torch.float32)
     part_flags = ctx.ops.workspaces.get("matmul_all_gather.part_flags", sync.ranks, (slots,), torch.int32,
@@ -234,7 +228,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
             a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases,
             sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags,
-            full, stream, finish, band_counts, engine_bands * tiles_per_band, GROUP_SIZE=sync.size, BLOCK_M=block_m,
+            full, stream, band_counts, engine_bands * tiles_per_band, GROUP_SIZE=sync.size, BLOCK_M=block_m,
             BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local),
             TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store, COPY_ENGINE=copy_engine,
             FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
