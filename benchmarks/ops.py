@@ -11,7 +11,7 @@ without ``flatten`` and with ``tma_store``; ``iris_fused_ce`` and ``iris_fused_s
 and without ``copy_engine``;
 ``iris_fused_lag<L>``: the fused reduce ops with each tile's own unit L tiles behind its peer units, flags
 raised at once; ``iris_fused_defer<L>``: the same with each flag raised a unit late, ``reduce_defer``;
-``iris_fused_<BM>x<BN>x<BK>``: every fused op at those tiles),
+``iris_fused_<BM>x<BN>x<BK>``: every fused op at those tiles; ``iris_fused_g<G>``: with ``group_m=G``),
 ``torch_bulk`` (``torch.matmul`` then the NCCL collective), ``torch_fused``
 (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), ``gemm_only`` and
 ``comm_only`` (cuBLAS alone, NCCL alone), and ``iris_gemm`` (the shared mainloop alone).
@@ -43,7 +43,8 @@ def option_variants(providers=()):
     """Fused kernels with one option changed, and the ops they apply to: matmul_all_gather without its
     stream-K last wave, without flattening, with TMA stores; every fused op with and without the copy engines;
     the fused reduce ops at the lag ``L`` (and deferral) that each ``iris_fused_lag<L>`` / ``iris_fused_defer<L>``
-    in ``providers`` names; and every fused op at the tiles each ``iris_fused_<BM>x<BN>x<BK>`` names."""
+    in ``providers`` names; and every fused op at the tiles each ``iris_fused_<BM>x<BN>x<BK>`` names, and with
+    the ``group_m`` each ``iris_fused_g<G>`` names."""
     reduce_ops = ("matmul_reduce_scatter", "matmul_all_reduce")
     every_op = ("matmul_all_gather", *reduce_ops, "all_gather_matmul")
     named = {p: re.fullmatch(r"iris_fused_(lag|defer)(\d+)", p) for p in providers}
@@ -52,7 +53,9 @@ def option_variants(providers=()):
     blocks = {p: re.fullmatch(r"iris_fused_(\d+)x(\d+)x(\d+)", p) for p in providers}
     tiles = {p: (every_op, OpsConfig(variant="fused", block_m=int(m[1]), block_n=int(m[2]), block_k=int(m[3])))
              for p, m in blocks.items() if m}
-    return {**lags, **tiles,
+    groups = {p: (every_op, OpsConfig(variant="fused", group_m=int(p[len("iris_fused_g"):])))
+              for p in providers if re.fullmatch(r"iris_fused_g\d+", p)}
+    return {**lags, **tiles, **groups,
             "iris_fused_unsplit": (("matmul_all_gather",), OpsConfig(variant="fused", split_tail=False)),
             "iris_fused_unflat": (("matmul_all_gather",), OpsConfig(variant="fused", flatten=False)),
             "iris_fused_tma_store": (("matmul_all_gather",), OpsConfig(variant="fused", tma_store=True)),
