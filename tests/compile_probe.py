@@ -140,7 +140,7 @@ out["tma/_matmul_kernel"] = sorted(set(re.findall(r"\bcp\.async\.bulk\.tensor\.2
 sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32", "group_index": "i32",
             "world_size": "i32"}
 split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "stream": "i32",  # split_tail's workspace
-             "band_counts": "*i32", "engine_tiles": "i32"}  # and the copy engines' bands
+             "band_counts": "*i32", "band_cols": "i32", "engine_tiles": "i32"}  # and the copy engines' bands
 fused = {"GROUP_SIZE": 2, **tiles}
 traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "TMA_STORE": False, "COPY_ENGINE": False, "FLATTEN": False,
           "WARPS": 8}
@@ -182,7 +182,8 @@ reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_V
                "COPY_ENGINE": False, "WARPS": 8}
 reduce_sig = {"a": desc(128, 64), "b": desc(64, 128), "out": "*bf16", "staging": "*bf16", "tile_flags": "*i32",
               "call": "*i32", "lag": "i32", "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig,
-              "outbox": "*bf16", "band_counts": "*i32", "band_flags": "*i32", "engine_tiles": "i32"}
+              "outbox": "*bf16", "band_counts": "*i32", "band_flags": "*i32", "band_cols": "i32",
+              "engine_tiles": "i32"}
 text = ptx(_matmul_reduce_kernel, {**reduce_sig, **{k: "constexpr" for k in reduce_meta}}, reduce_meta,
            divisible=("M_local", "N", "K", "stride_am", "stride_bk", "stride_om"))
 out["ops/_matmul_reduce_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))

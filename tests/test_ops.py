@@ -106,9 +106,11 @@ def _ops_body(dtype):
         fails.append(mismatch(f"matmul_reduce_scatter {variant}", scattered, scattered_ref))
     # the own unit of each tile one tile behind its peer units (between the two ops' orders), and the flags of
     # pushed partials raised a unit late, at that lag and at each op's own; through the copy engines, with bands
-    # of one tile row too, so that all_reduce's first reduced band goes by the engines and its last from the SMs
+    # of one tile row, and of one tile column (band_bytes=1), so that all_reduce's first reduced band goes by the
+    # engines and its last from the SMs
     for options in (dict(reduce_lag=1), dict(reduce_lag=1, reduce_defer=True), dict(reduce_defer=True),
-                    dict(copy_engine=True), dict(copy_engine=True, group_m=1)):
+                    dict(copy_engine=True), dict(copy_engine=True, group_m=1),
+                    dict(copy_engine=True, group_m=2, band_bytes=1)):
         chosen, named = config("fused", **options), ", ".join(f"{k}={v}" for k, v in options.items())
         on_heap.fill_(float("nan"))
         ctx.barrier()
@@ -244,19 +246,24 @@ def _split_tail_body(programs=None, engines_only=False):
     module.num_programs = lambda device, tiles: min(tiles, programs)
     try:
         # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then split with
-        # the tiles leaving through TMA stores, then through the copy engines (band counts and flags reused)
-        cases = ((20, True, False, False), (21, True, False, False), (22, False, False, False),
-                 (23, True, True, False), (24, True, False, True), (25, True, False, True))
-        for salt, split_on, tma_store, copy_engine in cases:
+        # the tiles leaving through TMA stores, then through the copy engines (band counts and flags reused), the
+        # last time over two tile columns in bands of one (band_bytes=1) and two tile rows
+        wide = ctx.empty(M, 2 * world * block_n, dtype=dtype)
+        cases = ((20, True, False, False, 1), (21, True, False, False, 1), (22, False, False, False, 1),
+                 (23, True, True, False, 1), (24, True, False, True, 1), (25, True, False, True, 1),
+                 (26, True, False, True, 2))
+        for salt, split_on, tma_store, copy_engine, columns in cases:
             if engines_only and not copy_engine:
                 continue
             a = operand(0, (M, K), dtype, salt)
-            b_cols = [operand(r, (K, block_n), dtype, salt + 1) for r in range(world)]
+            b_cols = [operand(r, (K, columns * block_n), dtype, salt + 1) for r in range(world)]
+            out = wide if columns == 2 else out
             out.fill_(float("nan"))
             ctx.barrier()
+            narrow = dict(band_bytes=1, group_m=2) if columns == 2 else {}
             ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
                                       config=OpsConfig(variant="fused", split_tail=split_on, tma_store=tma_store,
-                                                       copy_engine=copy_engine))
+                                                       copy_engine=copy_engine, **narrow))
             ctx.barrier()
             fails.append(mismatch(f"matmul_all_gather split_tail={split_on} tma_store={tma_store} "
                                   f"copy_engine={copy_engine} ({salt}, {stream} of {programs} programs in the last "

@@ -1,5 +1,6 @@
 """Host-side checks and workspaces shared by the fused ops."""
 
+import collections
 import contextlib
 
 import torch
@@ -108,6 +109,27 @@ def choose_fused(caller, config, ctx, tiles, needs=(), comm_bytes=0, flops=1):
     if tiles < torch.cuda.get_device_properties(device).multi_processor_count:
         return False
     return comm_bytes / LINK_BYTES_PER_S >= FUSE_ABOVE * flops / GEMM_FLOPS_PER_S
+
+
+Band = collections.namedtuple("Band", "first tiles rows cols")  # first tile in the grouped order, count, slices
+
+
+def bands(config, M, N, block_m, block_n, element_size):
+    """(band_cols, [Band]): the copy engines' units of an [M, N] output (or a rank's row block of one), in the
+    grouped tile order, which finishes each band's tiles one after another (``iris.ops.gemm.band_of`` numbers
+    them on the device): ``group_m`` tile rows by ``band_cols`` tile columns, as many columns as keep a band
+    within ``config.band_bytes`` (one at least), so that a band leaves soon after its tiles are done.
+    ``rows`` and ``cols`` are element slices."""
+    num_pid_m, num_pid_n = triton.cdiv(M, block_m), triton.cdiv(N, block_n)
+    band_cols = max(1, min(num_pid_n, config.band_bytes // (config.group_m * block_m * block_n * element_size)))
+    found, first = [], 0
+    for m in range(0, num_pid_m, config.group_m):
+        rows = slice(m * block_m, min(M, (m + config.group_m) * block_m))
+        for n in range(0, num_pid_n, band_cols):
+            tiles = (min(num_pid_m, m + config.group_m) - m) * (min(num_pid_n, n + band_cols) - n)
+            found.append(Band(first, tiles, rows, slice(n * block_n, min(N, (n + band_cols) * block_n))))
+            first += tiles
+    return band_cols, found
 
 
 def ensure_allocator():

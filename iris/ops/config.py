@@ -35,8 +35,11 @@ class OpsConfig:
     engines carry its A rows instead. matmul_reduce_scatter and matmul_all_reduce then take every peer unit first
     (the lag is all tiles). matmul_all_gather needs a contiguous ``out`` (else the tiles leave as ``tma_store``
     says), matmul_all_reduce one with contiguous rows; for both the last wave of tiles still leaves from the SMs,
-    which have nothing else left to do by then. ``None`` is the measured choice (``uses_copy_engine``):
-    on GPUs in groups of 2, except in traced calls.
+    which have nothing else left to do by then. ``None`` is the measured choice (``uses_copy_engine``): on GPUs in
+    groups of 2, except in traced calls.
+    ``band_bytes``: the copy engines' unit, a band of ``group_m`` tile rows, is also cut into as many whole tile
+    columns as keep it within this size (the grouped tile order finishes such a band's tiles one after another),
+    so that a band leaves soon after its tiles are done; one copy costs ~5 us however small.
     ``reduce_lag`` (matmul_reduce_scatter and matmul_all_reduce, fused): how many tiles a rank's own unit of a
     tile trails the peers' units of that tile in the kernel's walk (the own unit adds the partials they push).
     ``reduce_defer`` (the same ops): raise the flag of a partial pushed to a peer after the program's next K loop
@@ -57,6 +60,7 @@ class OpsConfig:
     split_tail: bool = True
     tma_store: bool = False
     copy_engine: bool | None = None
+    band_bytes: int = 4 << 20
     reduce_lag: int | None = None
     reduce_defer: bool | None = None
 
@@ -69,6 +73,9 @@ class OpsConfig:
                 raise ValueError(f"OpsConfig: {name}={value} must be a power of two >= 16 (tl.dot needs 16)")
         if self.group_m < 1:
             raise ValueError(f"OpsConfig: group_m={self.group_m} must be >= 1")
+        if self.band_bytes < 1:
+            raise ValueError(f"OpsConfig: band_bytes={self.band_bytes} must be >= 1 (a band is one tile column at "
+                             "least)")
         if self.comm_sms < 1:
             raise ValueError(f"OpsConfig: comm_sms={self.comm_sms} must be >= 1")
         if self.num_warps not in (1, 2, 4, 8, 16):

@@ -32,6 +32,14 @@ def tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def band_of(pid_m, pid_n, num_pid_n, GROUP_M: tl.constexpr, band_cols):
+    """The copy engines' band holding tile (pid_m, pid_n): ``GROUP_M`` tile rows by ``band_cols`` tile columns,
+    numbered in the grouped tile order, which finishes one band's tiles one after another
+    (``iris.ops.common.bands`` lists them on the host)."""
+    return (pid_m // GROUP_M) * tl.cdiv(num_pid_n, band_cols) + pid_n // band_cols
+
+
+@triton.jit
 def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, a_rank, heap_bases,
              REMOTE_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              A_VEC: tl.constexpr = 1, TMA: tl.constexpr = False, k_first=0, k_stop=-1):

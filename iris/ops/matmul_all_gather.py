@@ -8,7 +8,8 @@ wave, its tiles' K steps are shared evenly by the programs (stream-K, ``OpsConfi
                 last wave's K steps (partials summed by each tile's last program, which stores it) | barrier
 
 By default on pairs of GPUs (``OpsConfig.copy_engine``) the tiles finished before the last wave are stored into
-our own ``out`` only and counted per band of ``group_m`` tile rows; a side stream copies each band to the peers
+our own ``out`` only and counted per band (``group_m`` tile rows by a few MB of tile columns,
+``OpsConfig.band_bytes``); a side stream copies each band to the peers
 once its count is full (``iris/host/copy_engine.py``), so the SMs spend no time on those transfers. The last
 wave's tiles still leave from the SMs, which then have nothing else to do.
 """
@@ -26,18 +27,19 @@ from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host.copy_engine import peer_view
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
-from iris.ops.gemm import (add_partials, descriptors_fit, leave_partial, mainloop, num_programs, operand, split_tail,
-                           stream_program, stream_share, tile_coords)
+from iris.ops.gemm import (add_partials, band_of, descriptors_fit, leave_partial, mainloop, num_programs, operand,
+                           split_tail, stream_program, stream_share, tile_coords)
 
 
 @triton.jit
 def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
-                  trace, t_send, band_counts, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  trace, t_send, band_counts, band_cols, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr,
                   GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA_STORE: tl.constexpr,
                   BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     """The finished tile lands in our column block of every rank's ``out``: from registers or through the TMA
-    engine into each rank's, or (``BY_ENGINE``) into ours alone, counted (once per warp) on its band of
-    ``GROUP_M`` tile rows, which the copy engines carry to the peers once the count is full."""
+    engine into each rank's, or (``BY_ENGINE``) into ours alone, counted (once per warp) on its band
+    (``band_of``), which the copy engines carry to the peers once the count is full."""
     tile_out = acc.to(out.dtype.element_ty)
     if BY_ENGINE:
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -45,7 +47,7 @@ def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
         tl.store(out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on,
                  tile_out, mask=mask)
-        count_published(band_counts + pid_m // GROUP_M, WARPS)
+        count_published(band_counts + band_of(pid_m, pid_n, tl.cdiv(N_local, BLOCK_N), GROUP_M, band_cols), WARPS)
     elif TMA_STORE:
         # through the tensor-memory engine, which copies the tile while this program goes on to its next one;
         # each descriptor ends at our column block's right edge, so a partial tile is clipped there
@@ -70,7 +72,7 @@ def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap
 
 @triton.jit
 def _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
-                heap_bases, members, rank, group_index, trace, band_counts, GROUP_SIZE: tl.constexpr,
+                heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                 VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr, TMA_STORE: tl.constexpr,
                 BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
@@ -85,8 +87,8 @@ def _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk,
         record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
         t_send = now(trace)
     _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
-                  trace, t_send, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE, TMA_STORE, BY_ENGINE,
-                  WARPS)
+                  trace, t_send, band_counts, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE,
+                  TMA_STORE, BY_ENGINE, WARPS)
 
 
 @triton.jit
@@ -126,14 +128,14 @@ def _stream_k(first_tile, n_tiles, stream, a, b, out, M, N_local, K, stride_am, 
             record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
             t_send = now(trace)
         _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
-                      group_index, trace, t_send, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE,
+                      group_index, trace, t_send, band_counts, 1, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE,
                       TMA_STORE, False, WARPS)
 
 
 @triton.jit
 def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                               stride_on, flags, heap_bases, members, rank, group_index, world_size, trace, partials,
-                              part_flags, full, stream, band_counts, engine_tiles,
+                              part_flags, full, stream, band_counts, band_cols, engine_tiles,
                               GROUP_SIZE: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                               GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
@@ -154,12 +156,12 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
     if COPY_ENGINE:
         for tile in tl.range(p, engine_tiles, programs, flatten=FLATTEN):
             _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
-                        stride_on, heap_bases, members, rank, group_index, trace, band_counts, GROUP_SIZE, BLOCK_M,
-                        BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, True, WARPS)
+                        stride_on, heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE,
+                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, True, WARPS)
         first = p + tl.cdiv(tl.maximum(engine_tiles - p, 0), programs) * programs
     for tile in tl.range(first, full, programs, flatten=FLATTEN):
         _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
-                    heap_bases, members, rank, group_index, trace, band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N,
+                    heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N,
                     BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, False, WARPS)
     # ---- the last wave, stream-K (split_tail)
     if full < tiles:
@@ -200,14 +202,15 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     tma = config.tma and descriptors_fit(a, b)
     programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
     full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
-    # The tile order finishes the bands of group_m tile rows one after another. The copy engines carry those
-    # finished before the last wave; the last wave's tiles all finish at the end, when the programs have nothing
-    # left to do, and their stores from the SMs cross the link faster (~370 GB/s against ~240 for the copy engines
-    # with both directions busy) and without the streams' waits.
-    tiles_per_band = config.group_m * triton.cdiv(n_local, block_n)
-    engine_bands = min(full, (tiles - 1) // programs * programs) // tiles_per_band
+    # The tile order finishes the bands one after another. The copy engines carry those finished before the last
+    # wave; the last wave's tiles all finish at the end, when the programs have nothing left to do, and their
+    # stores from the SMs cross the link faster (~370 GB/s against ~240 for the copy engines with both directions
+    # busy) and without the streams' waits.
+    band_cols, engine_bands = common.bands(config, M, n_local, block_m, block_n, out.element_size())
+    last_wave = min(full, (tiles - 1) // programs * programs)
+    engine_bands = [band for band in engine_bands if band.first + band.tiles <= last_wave]
     copy_engine = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled) and out.is_contiguous()
-                   and engine_bands > 0)
+                   and len(engine_bands) > 0)
     tma_store = config.tma_store and not copy_engine and descriptors_fit(out)
     if tma_store and out.is_cuda:
         common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device
@@ -216,19 +219,19 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
                                       torch.float32)
     part_flags = ctx.ops.workspaces.get("matmul_all_gather.part_flags", sync.ranks, (slots,), torch.int32,
                                         zero=True)
-    band_counts = ctx.ops.workspaces.get("matmul_all_gather.band_counts", sync.ranks, (engine_bands,), torch.int32,
-                                         zero=True) if copy_engine else part_flags
+    band_counts = ctx.ops.workspaces.get("matmul_all_gather.band_counts", sync.ranks, (len(engine_bands),),
+                                         torch.int32, zero=True) if copy_engine else part_flags
     if copy_engine:
         # made (zeroed) before the kernel, whose opening barrier keeps peers from raising them before that
         sent = ctx.ops.workspaces.peer_flags("matmul_all_gather.sent", sync.ranks, 1)  # row i: member i's block
-        _send_bands(ctx, sync, out, n_local, band_counts, sent, config.group_m * block_m,
-                    triton.cdiv(n_local, block_n) * config.num_warps, block_m, caller)
+        _send_bands(ctx, sync, out, n_local, engine_bands, band_counts, sent, config.num_warps, caller)
     with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
         _matmul_all_gather_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
             a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases,
             sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags,
-            full, stream, band_counts, engine_bands * tiles_per_band, GROUP_SIZE=sync.size, BLOCK_M=block_m,
+            full, stream, band_counts, band_cols, sum(band.tiles for band in engine_bands), GROUP_SIZE=sync.size,
+            BLOCK_M=block_m,
             BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local),
             TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store, COPY_ENGINE=copy_engine,
             FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
@@ -238,21 +241,19 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     return common.add_bias(out, bias, caller)
 
 
-def _send_bands(ctx, sync, out, n_local, band_counts, sent, band_rows, counts_per_row, block_m, caller):
-    """The copy engines' part, queued before the kernel that counts the bands: each band of ``band_rows`` rows of
-    our column block (one per count) goes to every peer's ``out`` once the kernel has counted all its tiles (once
-    per warp), then a flag on each peer (set to 1, cleared by the peer once seen) says that its ``out`` holds
-    those bands."""
-    queue, M = ctx.copy_queue, out.shape[0]
+def _send_bands(ctx, sync, out, n_local, bands, band_counts, sent, warps, caller):
+    """The copy engines' part, queued before the kernel that counts the bands: each of ``bands`` (of our column
+    block; one count each) goes to every peer's ``out`` once the kernel has counted all its tiles (once per warp),
+    then a flag on each peer (set to 1, cleared by the peer once seen) says that its ``out`` holds those bands."""
+    queue = ctx.copy_queue
     queue.fork()
-    cols = slice(sync.index * n_local, (sync.index + 1) * n_local)
+    offset = sync.index * n_local
     peers = [r for r in sync.ranks if r != ctx.cur_rank]
     peer_outs = [peer_view(ctx, out, r) for r in peers]
-    for band in range(band_counts.numel()):
-        rows = slice(band * band_rows, min(M, (band + 1) * band_rows))
-        count = band_counts[band:band + 1]
-        queue.consume(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
+    for i, band in enumerate(bands):
+        queue.consume(band_counts[i:i + 1], band.tiles * warps, caller)
+        cols = slice(offset + band.cols.start, offset + band.cols.stop)
         for peer_out in peer_outs:
-            queue.copy(peer_out[rows, cols], out[rows, cols])
+            queue.copy(peer_out[band.rows, cols], out[band.rows, cols])
     for peer in peers:
         queue.write(peer_view(ctx, sent, peer)[sync.index], 1)

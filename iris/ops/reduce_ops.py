@@ -20,7 +20,8 @@ stamped with the call number (``call_epoch``), the same in every program of ever
 the GEMM (cuBLAS on GPUs), then the Triton collective.
 
 By default on pairs of GPUs (``OpsConfig.copy_engine``) both ops take every peer unit first and store those
-partials in a local outbox instead, counted per band of ``group_m`` tile rows; a side stream copies each band
+partials in a local outbox instead, counted per band (``group_m`` tile rows by a few MB of tile columns,
+``OpsConfig.band_bytes``); a side stream copies each band
 into its owner's staging slot once the count is full and raises the band's flag there
 (``iris/host/copy_engine.py``), so the SMs spend no time on the link, and each own unit waits on its band's flag.
 all_reduce then stores its reduced tiles locally, counted per band too, and the side stream copies each band
@@ -41,7 +42,7 @@ from iris.device.sync import call_epoch, count_published, finish_call, group_bar
 from iris.host.copy_engine import peer_view
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
-from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
+from iris.ops.gemm import band_of, descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
 
 ONE_SHOT_MAX_BYTES = CollectiveConfig().one_shot_max_bytes  # below it all_reduce writes an out anywhere
 
@@ -69,7 +70,7 @@ def _unit(u, tiles, lag, GROUP_SIZE: tl.constexpr):
 @triton.jit
 def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N, K, stride_am, stride_ak, stride_bk,
                           stride_bn, stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
-                          outbox, band_counts, band_flags, engine_tiles, GROUP_SIZE: tl.constexpr,
+                          outbox, band_counts, band_flags, band_cols, engine_tiles, GROUP_SIZE: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                           TMA: tl.constexpr, ALL_REDUCE: tl.constexpr, STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr,
                           DEFER: tl.constexpr, COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
@@ -80,7 +81,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
     num_pid_m = M_local // BLOCK_M  # row blocks per rank
     num_pid_n = tl.cdiv(N, BLOCK_N)
     tiles = num_pid_m * num_pid_n
-    bands = tl.cdiv(num_pid_m, GROUP_M)  # of a row block, in tile order (COPY_ENGINE)
+    bands = tl.cdiv(num_pid_m, GROUP_M) * tl.cdiv(num_pid_n, band_cols)  # of a row block (COPY_ENGINE)
     M = GROUP_SIZE * M_local
     offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
     # One pass over every (row block, tile) unit, so the programs fill the waves of all blocks together
@@ -105,6 +106,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
         acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
                        pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
         n_mask = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N
+        band = band_of(pid_m, pid_n, num_pid_n, GROUP_M, band_cols)  # (COPY_ENGINE)
         if pending >= 0:
             atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
             pending = -1
@@ -112,7 +114,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
             # ---- a peer's row block, for the copy engines: the partial into our outbox, counted on its band
             slot = outbox + block_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
             tl.store(slot + offs, acc.to(outbox.dtype.element_ty), mask=n_mask)
-            count_published(band_counts + (step - 1) * bands + pid_m // GROUP_M, WARPS)
+            count_published(band_counts + (step - 1) * bands + band, WARPS)
         elif step < GROUP_SIZE:
             # ---- a peer's row block: push the partial to the owner's staging slot for us, stamp its flag
             dest = tl.load(members + block_index)
@@ -130,7 +132,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
             for back in range(1, GROUP_SIZE):
                 src_index = (group_index + GROUP_SIZE - back) % GROUP_SIZE
                 if COPY_ENGINE:  # the band holding the tile, set by the peer's side stream after its copy
-                    wait_until(band_flags + src_index * bands + pid_m // GROUP_M, 1, rank,
+                    wait_until(band_flags + src_index * bands + band, 1, rank,
                                tl.load(members + src_index), "matmul_reduce band")
                 else:
                     wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index),
@@ -143,7 +145,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
                 ptrs = out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
                 if COPY_ENGINE & (t < engine_tiles):  # ours only; the copy engines take the band to the peers
                     tl.store(ptrs, acc.to(out.dtype.element_ty), mask=n_mask)
-                    count_published(band_counts + (GROUP_SIZE - 1) * bands + pid_m // GROUP_M, WARPS)
+                    count_published(band_counts + (GROUP_SIZE - 1) * bands + band, WARPS)
                 else:  # the last wave's tiles: from the SMs, idle by then, which cross the link sooner
                     store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, heap_bases, members, group_index,
                                    GROUP_SIZE, mask=n_mask, hint=(1, OUT_VEC))
@@ -202,28 +204,26 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             programs = max(p for p in range(1, programs + 1) if own_tiles % p == 0)
         else:
             programs = 1
-    bands = triton.cdiv(m_local // block_m, config.group_m)
-    tiles_per_band = config.group_m * triton.cdiv(N, block_n)
-    out_bands, sent = 0, []  # all_reduce: bands of our reduced rows that the copy engines take to the peers' out
+    band_cols, bands = common.bands(config, m_local, N, block_m, block_n, out.element_size())  # of a row block
+    out_bands, sent = [], []  # all_reduce: bands of our reduced rows that the copy engines take to the peers' out
     if copy_engine:
         # slot d holds our partial of rank d's row block (ours unused), laid out as the owner's staging slot
         outbox = ctx.ops.workspaces.get(caller + ".outbox", sync.ranks, (sync.size, m_local, N), a.dtype)
         # counts: (W - 1) rows of partial bands, then one of our reduced bands
-        band_counts = ctx.ops.workspaces.get(caller + ".band_counts", sync.ranks, (sync.size * bands,), torch.int32,
-                                             zero=True)
-        band_flags = ctx.ops.workspaces.peer_flags(caller + ".band_flags", sync.ranks, bands)
+        band_counts = ctx.ops.workspaces.get(caller + ".band_counts", sync.ranks, (sync.size * len(bands),),
+                                             torch.int32, zero=True)
+        band_flags = ctx.ops.workspaces.peer_flags(caller + ".band_flags", sync.ranks, len(bands))
         if all_reduce:
             # our units come after every peer unit, tile by tile; the bands finished before the walk's last wave
             # go by the copy engines, the last wave's tiles from the SMs (which have nothing left to do by then)
-            last_wave = (sync.size * own_tiles - 1) // programs * programs
-            out_bands = max(0, last_wave - (sync.size - 1) * own_tiles) // tiles_per_band
+            last_wave = (sync.size * own_tiles - 1) // programs * programs - (sync.size - 1) * own_tiles
+            out_bands = [band for band in bands if band.first + band.tiles <= last_wave]
             if out_bands:
                 sent = ctx.ops.workspaces.peer_flags(caller + ".sent", sync.ranks, 1)  # row i: member i's bands
-        _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, config.group_m * block_m,
-                       triton.cdiv(N, block_n) * config.num_warps, block_m, caller)
+        _send_partials(ctx, sync, staging, outbox, bands, band_counts, band_flags, config.num_warps, caller)
         if out_bands:
-            _send_reduced(ctx, sync, out, band_counts[(sync.size - 1) * bands:], out_bands, sent,
-                          config.group_m * block_m, triton.cdiv(N, block_n) * config.num_warps, block_m, caller)
+            _send_reduced(ctx, sync, out, out_bands, band_counts[(sync.size - 1) * len(bands):], sent,
+                          config.num_warps, caller)
     else:
         outbox, band_counts, band_flags = staging, tile_flags, tile_flags
     with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
@@ -231,8 +231,8 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
             lag, m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
             out.stride(1), sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, outbox,
-            band_counts, band_flags, out_bands * tiles_per_band, GROUP_SIZE=sync.size, BLOCK_M=block_m, BLOCK_N=block_n,
-            BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
+            band_counts, band_flags, band_cols, sum(band.tiles for band in out_bands), GROUP_SIZE=sync.size,
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
             STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=defer,
             COPY_ENGINE=copy_engine, WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
     if copy_engine:
@@ -246,39 +246,36 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     return out
 
 
-def _send_partials(ctx, sync, staging, outbox, band_counts, band_flags, band_rows, counts_per_row, block_m, caller):
+def _send_partials(ctx, sync, staging, outbox, bands, band_counts, band_flags, warps, caller):
     """The copy engines' part of the fused reduce-scatter, queued before the kernel that counts the bands: our
     partials of each peer's row block, band by band as the kernel counts them (once per tile and warp), go from
     our outbox into our staging slot on that peer, and then the band's flag there, set to 1, lets the peer's
     kernel add them."""
-    queue, m_local, bands = ctx.copy_queue, staging.shape[1], band_flags.shape[1]
+    queue = ctx.copy_queue
     queue.fork()
     for step in range(1, sync.size):
         index = (sync.index + step) % sync.size
         their_staging = peer_view(ctx, staging, sync.ranks[index])[sync.index]
         their_flags = peer_view(ctx, band_flags, sync.ranks[index])[sync.index]
-        for band in range(bands):
-            rows = slice(band * band_rows, min(m_local, (band + 1) * band_rows))
-            slot = (step - 1) * bands + band
-            count = band_counts[slot:slot + 1]
-            queue.consume(count, triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
-            queue.copy(their_staging[rows], outbox[index][rows])
-            queue.write(their_flags[band:band + 1], 1)
+        for i, band in enumerate(bands):
+            slot = (step - 1) * len(bands) + i
+            queue.consume(band_counts[slot:slot + 1], band.tiles * warps, caller)
+            queue.copy(their_staging[band.rows, band.cols], outbox[index][band.rows, band.cols])
+            queue.write(their_flags[i:i + 1], 1)
 
 
-def _send_reduced(ctx, sync, out, counts, out_bands, sent, band_rows, counts_per_row, block_m, caller):
+def _send_reduced(ctx, sync, out, bands, counts, sent, warps, caller):
     """all_reduce's copy-engine half, queued after the partials (the kernel finishes our own units after every
-    peer unit): each of the first ``out_bands`` bands of our reduced row block goes into every peer's ``out`` once
-    the kernel has counted its tiles, then a flag on each peer (set to 1, cleared once seen) says so."""
-    queue, m_local = ctx.copy_queue, out.shape[0] // sync.size
+    peer unit): each of ``bands`` of our reduced row block goes into every peer's ``out`` once the kernel has
+    counted its tiles, then a flag on each peer (set to 1, cleared once seen) says so."""
+    queue, offset = ctx.copy_queue, sync.index * out.shape[0] // sync.size
     peers = [r for r in sync.ranks if r != ctx.cur_rank]
     peer_outs = [peer_view(ctx, out, r) for r in peers]
-    for band in range(out_bands):
-        start = sync.index * m_local + band * band_rows
-        rows = slice(start, min((sync.index + 1) * m_local, start + band_rows))
-        queue.consume(counts[band:band + 1], triton.cdiv(rows.stop - rows.start, block_m) * counts_per_row, caller)
+    for i, band in enumerate(bands):
+        queue.consume(counts[i:i + 1], band.tiles * warps, caller)
+        rows = slice(offset + band.rows.start, offset + band.rows.stop)
         for peer_out in peer_outs:
-            queue.copy(peer_out[rows], out[rows])
+            queue.copy(peer_out[rows, band.cols], out[rows, band.cols])
     for peer in peers:
         queue.write(peer_view(ctx, sent, peer)[sync.index], 1)
 
