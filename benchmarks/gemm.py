@@ -3,6 +3,7 @@ issue's shapes, whole and as one rank's share of each fused op on 2 ranks.
 
     python benchmarks/gemm.py --out results/2xH200/gemm              # bf16, the full sweep
     python benchmarks/gemm.py --out /tmp/gemm --quick                # one shape, two configs
+    python benchmarks/gemm.py --out /tmp/gemm --default              # every shape, the default config only
 
 Prints one line per measurement as it goes, then the best configuration per shape as % of cuBLAS, and writes
 ``gemm.csv``. Times are medians of ``triton.testing.do_bench`` (L2 cleared between calls).
@@ -38,10 +39,10 @@ def describe(c):
     return f"{c.block_m}x{c.block_n}x{c.block_k} s{c.stages()} w{c.num_warps}{flat}"
 
 
-def main(out, quick):
+def main(out, quick, default_only=False):
     torch.manual_seed(0)
     shapes = {"4096x8192x8192": SHAPES["4096x8192x8192"]} if quick else SHAPES
-    configs = CONFIGS[:2] if quick else CONFIGS
+    configs = [OpsConfig()] if default_only else CONFIGS[:2] if quick else CONFIGS
     rows = []
     for name, (M, N, K) in shapes.items():
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
@@ -84,5 +85,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--default", action="store_true", help="only OpsConfig(), the configuration the ops use")
     args = parser.parse_args()
-    main(args.out, args.quick)
+    main(args.out, args.quick, args.default)
