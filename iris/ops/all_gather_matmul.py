@@ -35,7 +35,7 @@ from iris.device.rma import store
 from iris.device.sync import call_epoch, fence_async_proxy, finish_call, group_barrier, next_tile, wait_until
 from iris.host.copy_engine import peer_view
 from iris.ops import common
-from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords, tile_range
+from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
 
 COPY_K = 128  # columns per step of a communication program's copy: [BLOCK_M, COPY_K] per store
 
@@ -90,6 +90,22 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready,
 
 
 @triton.jit
+def _tiles(src, src_rows, src_stride, src_block, b, out, out_block, lo, hi, base, M, N, K, stride_ak, stride_bk,
+           stride_bn, stride_om, stride_on, blocks, num_pid_n, rank, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, FLATTEN: tl.constexpr):
+    """This program's tiles among tiles ``lo`` .. ``hi`` of one rank's row blocks (grouped order), dealt round
+    robin as if numbered from ``base`` on, so that consecutive calls continue one deal: A rows from ``src``
+    (row block ``src_block`` + pid_m), output rows at row block ``out_block`` + pid_m."""
+    programs = tl.num_programs(0)
+    first = lo + (tl.program_id(0) - (base + lo) % programs + programs) % programs
+    for t in tl.range(first, hi, programs, flatten=FLATTEN):
+        pid_m, pid_n = tile_coords(t, blocks, num_pid_n, GROUP_M)
+        acc = mainloop(src, b, src_rows, N, K, src_stride, stride_ak, stride_bk, stride_bn, src_block + pid_m, pid_n,
+                       rank, rank, None, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+        store_tile(out, acc, out_block + pid_m, pid_n, M, N, stride_om, stride_on, BLOCK_M, BLOCK_N, TMA)
+
+
+@triton.jit
 def _all_gather_matmul_engines_kernel(a, gathered, b, out, arrived, go, M_local, N, K, stride_am, stride_ak,
                                       stride_bk, stride_bn, stride_om, stride_on, flags, heap_bases, members, rank,
                                       group_index, world_size, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -105,7 +121,7 @@ def _all_gather_matmul_engines_kernel(a, gathered, b, out, arrived, go, M_local,
     per_rank = blocks * num_pid_n
     per_chunk = GROUP_M * num_pid_n  # the tiles of one chunk of rows, consecutive in the grouped order
     chunks = tl.cdiv(blocks, GROUP_M)
-    tile_range(a, M_local, stride_am, 0, b, out, group_index * blocks, 0, per_rank, 0, M, N, K, stride_ak, stride_bk,
+    _tiles(a, M_local, stride_am, 0, b, out, group_index * blocks, 0, per_rank, 0, M, N, K, stride_ak, stride_bk,
            stride_bn, stride_om, stride_on, blocks, num_pid_n, rank, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, FLATTEN)
     for c in range((GROUP_SIZE - 1) * chunks):
         step = 1 + c // chunks
@@ -114,7 +130,7 @@ def _all_gather_matmul_engines_kernel(a, gathered, b, out, arrived, go, M_local,
         wait_until(arrived + owner * chunks + c % chunks, 1, rank, tl.load(members + owner), "all_gather_matmul")
         if TMA:  # the rows arrived by copy-engine writes; the descriptor loads read via the async proxy
             fence_async_proxy()
-        tile_range(gathered, M, K, owner * blocks, b, out, owner * blocks, lo, tl.minimum(lo + per_chunk, per_rank),
+        _tiles(gathered, M, K, owner * blocks, b, out, owner * blocks, lo, tl.minimum(lo + per_chunk, per_rank),
                step * per_rank, M, N, K, stride_ak, stride_bk, stride_bn, stride_om, stride_on, blocks, num_pid_n, rank,
                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, FLATTEN)
 

@@ -159,25 +159,11 @@ def _matmul_kernel(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                    TMA: tl.constexpr, FLATTEN: tl.constexpr):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    tile_range(a, M, stride_am, 0, b, c, 0, 0, num_pid_m * num_pid_n, 0, M, N, K, stride_ak, stride_bk, stride_bn,
-               stride_cm, stride_cn, num_pid_m, num_pid_n, 0, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, FLATTEN)
-
-
-@triton.jit
-def tile_range(src, src_rows, src_stride, src_block, b, out, out_block, lo, hi, base, M, N, K, stride_ak, stride_bk,
-               stride_bn, stride_om, stride_on, blocks, num_pid_n, rank, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, FLATTEN: tl.constexpr):
-    """This program's tiles among tiles ``lo`` .. ``hi`` of ``blocks`` row blocks (grouped order), dealt round
-    robin as if numbered from ``base`` on, so that consecutive calls continue one deal: A rows from ``src``
-    (row block ``src_block`` + pid_m), output rows at row block ``out_block`` + pid_m of ``out`` ([M, N]).
-    The plain GEMM is one call over every tile; all_gather_matmul makes one per rank's rows."""
-    programs = tl.num_programs(0)
-    first = lo + (tl.program_id(0) - (base + lo) % programs + programs) % programs
-    for t in tl.range(first, hi, programs, flatten=FLATTEN):
-        pid_m, pid_n = tile_coords(t, blocks, num_pid_n, GROUP_M)
-        acc = mainloop(src, b, src_rows, N, K, src_stride, stride_ak, stride_bk, stride_bn, src_block + pid_m, pid_n,
-                       rank, rank, None, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
-        store_tile(out, acc, out_block + pid_m, pid_n, M, N, stride_om, stride_on, BLOCK_M, BLOCK_N, TMA)
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, 0, 0, None,
+                       False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
+        store_tile(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, TMA)
 
 
 def num_programs(device, tiles):
