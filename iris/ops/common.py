@@ -6,6 +6,7 @@ import contextlib
 import torch
 import triton
 
+from iris.host.copy_engine import peer_view
 from iris.host.groups import POISON
 from iris.ops.config import OpsConfig
 
@@ -130,6 +131,26 @@ def bands(config, M, N, block_m, block_n, element_size):
             found.append(Band(first, tiles, rows, slice(n * block_n, min(N, (n + band_cols) * block_n))))
             first += tiles
     return band_cols, found
+
+
+def send_bands(ctx, sync, out, bands, counts, sent, warps, caller, row_offset=0, col_offset=0):
+    """Queue on the copy queue (``iris/host/copy_engine.py``, forked by the caller, before the kernel that counts):
+    each of ``bands`` of ``out`` (offset by ``row_offset``, ``col_offset``) goes into every peer's ``out`` once the
+    kernel has counted all its tiles on ``counts`` (once per warp), then a flag on each peer, row ``sync.index`` of
+    ``sent`` (set to 1, cleared by the peer once seen), says that its ``out`` holds them. Nothing if no bands."""
+    if not bands:
+        return
+    queue = ctx.copy_queue
+    peers = [r for r in sync.ranks if r != ctx.cur_rank]
+    peer_outs = [peer_view(ctx, out, r) for r in peers]
+    for i, band in enumerate(bands):
+        queue.consume(counts[i:i + 1], band.tiles * warps, caller)
+        rows = slice(row_offset + band.rows.start, row_offset + band.rows.stop)
+        cols = slice(col_offset + band.cols.start, col_offset + band.cols.stop)
+        for peer_out in peer_outs:
+            queue.copy(peer_out[rows, cols], out[rows, cols])
+    for peer in peers:
+        queue.write(peer_view(ctx, sent, peer)[sync.index], 1)
 
 
 def ensure_allocator():

@@ -24,7 +24,6 @@ from iris.ccl.device import peer_at, program_row, store_to_group
 from iris.device.sync import count_published, group_barrier, wait_async_stores
 from iris.device.translate import translate
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
-from iris.host.copy_engine import peer_view
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.ops.gemm import (add_partials, band_of, descriptors_fit, leave_partial, mainloop, num_programs, operand,
@@ -34,9 +33,8 @@ from iris.ops.gemm import (add_partials, band_of, descriptors_fit, leave_partial
 @triton.jit
 def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
                   trace, t_send, band_counts, band_cols, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr,
-                  GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA_STORE: tl.constexpr,
-                  BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
+                  BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr,
+                  TMA_STORE: tl.constexpr, BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     """The finished tile lands in our column block of every rank's ``out``: from registers or through the TMA
     engine into each rank's, or (``BY_ENGINE``) into ours alone, counted (once per warp) on its band
     (``band_of``), which the copy engines carry to the peers once the count is full."""
@@ -224,36 +222,21 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     if copy_engine:
         # made (zeroed) before the kernel, whose opening barrier keeps peers from raising them before that
         sent = ctx.ops.workspaces.peer_flags("matmul_all_gather.sent", sync.ranks, 1)  # row i: member i's block
-        _send_bands(ctx, sync, out, n_local, engine_bands, band_counts, sent, config.num_warps, caller)
+        ctx.copy_queue.fork()
+        common.send_bands(ctx, sync, out, engine_bands, band_counts, sent, config.num_warps, caller,
+                          col_offset=sync.index * n_local)  # our column block
     with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
         _matmul_all_gather_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
             a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases,
             sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags,
             full, stream, band_counts, band_cols, sum(band.tiles for band in engine_bands), GROUP_SIZE=sync.size,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, VEC=common.row_vector_width(out, n_local),
-            TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store, COPY_ENGINE=copy_engine,
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
+            VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store,
+            COPY_ENGINE=copy_engine,
             FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
             WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
     if copy_engine:
         ctx.copy_queue.join([sent[i] for i, r in enumerate(sync.ranks) if r != ctx.cur_rank], caller)
     return common.add_bias(out, bias, caller)
 
-
-def _send_bands(ctx, sync, out, n_local, bands, band_counts, sent, warps, caller):
-    """The copy engines' part, queued before the kernel that counts the bands: each of ``bands`` (of our column
-    block; one count each) goes to every peer's ``out`` once the kernel has counted all its tiles (once per warp),
-    then a flag on each peer (set to 1, cleared by the peer once seen) says that its ``out`` holds those bands."""
-    queue = ctx.copy_queue
-    queue.fork()
-    offset = sync.index * n_local
-    peers = [r for r in sync.ranks if r != ctx.cur_rank]
-    peer_outs = [peer_view(ctx, out, r) for r in peers]
-    for i, band in enumerate(bands):
-        queue.consume(band_counts[i:i + 1], band.tiles * warps, caller)
-        cols = slice(offset + band.cols.start, offset + band.cols.stop)
-        for peer_out in peer_outs:
-            queue.copy(peer_out[band.rows, cols], out[band.rows, cols])
-    for peer in peers:
-        queue.write(peer_view(ctx, sent, peer)[sync.index], 1)

@@ -21,9 +21,9 @@ the GEMM (cuBLAS on GPUs), then the Triton collective.
 
 By default on pairs of GPUs (``OpsConfig.copy_engine``) both ops take every peer unit first and store those
 partials in a local outbox instead, counted per band (``group_m`` tile rows by a few MB of tile columns,
-``OpsConfig.band_bytes``); a side stream copies each band
-into its owner's staging slot once the count is full and raises the band's flag there
-(``iris/host/copy_engine.py``), so the SMs spend no time on the link, and each own unit waits on its band's flag.
+``OpsConfig.band_bytes``); a side stream copies each band into its owner's staging slot once the count is full
+and raises the band's flag there (``iris/host/copy_engine.py``), so the SMs spend no time on the link, and each
+own unit waits on its band's flag.
 all_reduce then stores its reduced tiles locally, counted per band too, and the side stream copies each band
 into the peers' ``out``; only the walk's last wave, which finishes with the GEMM, is pushed from the SMs.
 """
@@ -221,9 +221,9 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             if out_bands:
                 sent = ctx.ops.workspaces.peer_flags(caller + ".sent", sync.ranks, 1)  # row i: member i's bands
         _send_partials(ctx, sync, staging, outbox, bands, band_counts, band_flags, config.num_warps, caller)
-        if out_bands:
-            _send_reduced(ctx, sync, out, out_bands, band_counts[(sync.size - 1) * len(bands):], sent,
-                          config.num_warps, caller)
+        # then our reduced rows (row block sync.index of out)
+        common.send_bands(ctx, sync, out, out_bands, band_counts[(sync.size - 1) * len(bands):], sent,
+                          config.num_warps, caller, row_offset=sync.index * m_local)
     else:
         outbox, band_counts, band_flags = staging, tile_flags, tile_flags
     with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
@@ -263,21 +263,6 @@ def _send_partials(ctx, sync, staging, outbox, bands, band_counts, band_flags, w
             queue.copy(their_staging[band.rows, band.cols], outbox[index][band.rows, band.cols])
             queue.write(their_flags[i:i + 1], 1)
 
-
-def _send_reduced(ctx, sync, out, bands, counts, sent, warps, caller):
-    """all_reduce's copy-engine half, queued after the partials (the kernel finishes our own units after every
-    peer unit): each of ``bands`` of our reduced row block goes into every peer's ``out`` once the kernel has
-    counted its tiles, then a flag on each peer (set to 1, cleared once seen) says so."""
-    queue, offset = ctx.copy_queue, sync.index * out.shape[0] // sync.size
-    peers = [r for r in sync.ranks if r != ctx.cur_rank]
-    peer_outs = [peer_view(ctx, out, r) for r in peers]
-    for i, band in enumerate(bands):
-        queue.consume(counts[i:i + 1], band.tiles * warps, caller)
-        rows = slice(offset + band.rows.start, offset + band.rows.stop)
-        for peer_out in peer_outs:
-            queue.copy(peer_out[rows, band.cols], out[rows, band.cols])
-    for peer in peers:
-        queue.write(peer_view(ctx, sent, peer)[sync.index], 1)
 
 
 def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
