@@ -44,7 +44,7 @@ def leftover_flags(ctx, name):
 
 
 def _ops_body(dtype):
-    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    ctx = new_context(1 << 30 if GPU_SCALE else 1 << 22)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     dev = ctx.get_device()
     M, N = world * M_LOCAL, world * N_LOCAL
@@ -183,7 +183,7 @@ def _subgroup_ops_body(dtype):
     flags left by the previous one for this call's."""
     import torch.distributed as dist
 
-    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    ctx = new_context(1 << 30 if GPU_SCALE else 1 << 22)
     rank, dev = ctx.get_rank(), ctx.get_device()
     pairings = [[[0, 1], [2, 3]], [[0, 2], [1, 3]]]
     groups = [[dist.new_group(pair) for pair in pairing] for pairing in pairings]  # every rank makes every group
@@ -229,7 +229,7 @@ def _split_tail_body(programs=None, engines_only=False):
 
     module = importlib.import_module("iris.ops.matmul_all_gather")  # the module, not the op it exports
     grid = module.num_programs
-    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    ctx = new_context(1 << 30 if GPU_SCALE else 1 << 22)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     dtype = torch.bfloat16 if GPU_SCALE else torch.float32
     block_m, block_n, block_k = OpsConfig().blocks(dev.type, dtype)
@@ -361,10 +361,11 @@ def test_stream_shares_cover_the_tail(stream, tail_steps):
 
 def test_copy_engines_by_default_on_gpus_in_pairs_only():
     # the measured choice: 2 GPUs hand the transfers to the copy engines, except in traced calls (whose device
-    # trace records scatters only when the SMs do them); larger groups (not yet measured) and the interpreter
-    # keep the SMs; an explicit choice holds everywhere
+    # trace records scatters only when the SMs do them); larger groups (not yet measured), ranks sharing a GPU
+    # (the simulation backend) and the interpreter keep the SMs; an explicit choice holds everywhere
     assert OpsConfig().uses_copy_engine("cuda", 2) is True
     assert OpsConfig().uses_copy_engine("cuda", 2, traced=True) is False
+    assert OpsConfig().uses_copy_engine("cuda", 2, shared_gpu=True) is False
     assert OpsConfig().uses_copy_engine("cuda", 4) is False
     assert OpsConfig().uses_copy_engine("cpu", 2) is False
     assert OpsConfig(copy_engine=True).uses_copy_engine("cpu", 4) is True

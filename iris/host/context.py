@@ -63,6 +63,7 @@ class Iris(TensorFactory, RankLogger):
         self.timeout_s = timeout_s
         self._closed = False
         on_cpu = self.backend == "cpu"
+        self.shares_gpu = False  # simulation with more ranks than GPUs: some ranks run on one GPU
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
         if on_cpu:
             self.device = torch.device("cpu")
@@ -74,6 +75,7 @@ class Iris(TensorFactory, RankLogger):
             gpus = torch.cuda.device_count()
             if self.backend == "simulation":
                 device_id = int(os.environ.get("RANK", local_rank)) % gpus
+                self.shares_gpu = int(os.environ.get("WORLD_SIZE", 1)) > gpus
             else:
                 device_id = local_rank % gpus
             self.device = torch.device("cuda", device_id)

@@ -168,7 +168,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         return common.add_bias(out, bias, caller)
     tma = config.tma and descriptors_fit(a, b, out)
     programs = num_programs(ctx.get_device(), tiles)
-    if config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled):
+    if config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu):
         chunks = triton.cdiv(m_local // block_m, config.group_m)
         arrived = ctx.ops.workspaces.peer_flags("all_gather_matmul.arrived", sync.ranks, chunks)  # row i: member i's
         go = ctx.ops.workspaces.get("all_gather_matmul.go", sync.ranks, (1,), torch.int32, zero=True)

@@ -200,15 +200,11 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     tma = config.tma and descriptors_fit(a, b)
     programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
     full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
-    # The tile order finishes the bands one after another. The copy engines carry those finished before the last
-    # wave; the last wave's tiles all finish at the end, when the programs have nothing left to do, and their
-    # stores from the SMs cross the link faster (~370 GB/s against ~240 for the copy engines with both directions
-    # busy) and without the streams' waits.
+    # The tile order finishes the bands one after another; the copy engines carry those done before the last wave.
     band_cols, engine_bands = common.bands(config, M, n_local, block_m, block_n, out.element_size())
-    last_wave = min(full, (tiles - 1) // programs * programs)
-    engine_bands = [band for band in engine_bands if band.first + band.tiles <= last_wave]
-    copy_engine = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled) and out.is_contiguous()
-                   and len(engine_bands) > 0)
+    engine_bands = common.bands_before(engine_bands, min(full, (tiles - 1) // programs * programs))
+    copy_engine = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
+                   and out.is_contiguous() and len(engine_bands) > 0)
     tma_store = config.tma_store and not copy_engine and descriptors_fit(out)
     if tma_store and out.is_cuda:
         common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device

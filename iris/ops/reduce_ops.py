@@ -187,7 +187,10 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     tma = config.tma and descriptors_fit(a, b)
     own_tiles = tiles // sync.size
     programs = min(num_programs(ctx.get_device(), own_tiles), MAX_COMM_PROGRAMS)
-    copy_engine = config.uses_copy_engine(ctx.get_device().type, sync.size) and (not all_reduce or out.stride(1) == 1)
+    # all_reduce through the copy engines needs out's rows contiguous, and ranks on GPUs of their own: with two
+    # ranks on one GPU (simulation) it was seen to hang, even when asked for
+    copy_engine = (config.uses_copy_engine(ctx.get_device().type, sync.size, shared_gpu=ctx.shares_gpu)
+                   and (not all_reduce or (out.stride(1) == 1 and not ctx.shares_gpu)))
     # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
     # unit late; all_reduce tile by tile, flags raised at once. Through the copy engines every peer unit comes
     # first, so that the bands leave in order while our own block is computed.
@@ -217,7 +220,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             # our units come after every peer unit, tile by tile; the bands finished before the walk's last wave
             # go by the copy engines, the last wave's tiles from the SMs (which have nothing left to do by then)
             last_wave = (sync.size * own_tiles - 1) // programs * programs - (sync.size - 1) * own_tiles
-            out_bands = [band for band in bands if band.first + band.tiles <= last_wave]
+            out_bands = common.bands_before(bands, last_wave)
             if out_bands:
                 sent = ctx.ops.workspaces.peer_flags(caller + ".sent", sync.ranks, 1)  # row i: member i's bands
         _send_partials(ctx, sync, staging, outbox, bands, band_counts, band_flags, config.num_warps, caller)
