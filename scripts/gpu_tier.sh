@@ -17,7 +17,10 @@ mkdir -p "$OUT_DIR"
 # NVLink multicast stays off on these machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" IRIS_TEST_SCALE=gpu
-export IRIS_TEST_WORLD_SIZES=${IRIS_TEST_WORLD_SIZES:-2}
+# the tests at 2 ranks and at every larger power of two up to the GPU count (2,4,8 on eight GPUs)
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
+sizes=2; for w in 4 8 16; do [ "$w" -le "$gpus" ] && sizes="$sizes,$w"; done
+export IRIS_TEST_WORLD_SIZES=${IRIS_TEST_WORLD_SIZES:-$sizes}
 unset TRITON_INTERPRET IRIS_BACKEND
 
 {

@@ -69,7 +69,8 @@ def _identity_body():
         "device_id": ctx.get_device_id(), "bases": bases, "context": context,
         "peer_bases": peer_bases.cpu().tolist(), "ptr": tensor.data_ptr(),
         "offset": tensor.data_ptr() - bases[ctx.get_rank()],
-        "copy_engine": ctx.get_copy_engine_ctx(),
+        "copy_engine": ctx.get_copy_engine_ctx(), "shares_gpu": ctx.shares_gpu,
+        "gpus": torch.cuda.device_count() if ctx.get_device().type == "cuda" else 0,
     }
 
 
@@ -85,6 +86,8 @@ def test_identity_and_tables(pools, world_size):
         assert r["peer_bases"][rank] == r["ptr"]
         assert r["offset"] == results[0]["offset"]
         assert r["copy_engine"] is None
+        # ranks share a GPU exactly when there are more of them than GPUs (never on the cpu backend)
+        assert r["shares_gpu"] == (r["gpus"] > 0 and world_size > r["gpus"]), (r["shares_gpu"], r["gpus"])
 
 
 def _broadcast_body():

@@ -3,6 +3,7 @@
 import functools
 import math
 import os
+import socket
 
 import numpy as np
 import torch
@@ -63,7 +64,6 @@ class Iris(TensorFactory, RankLogger):
         self.timeout_s = timeout_s
         self._closed = False
         on_cpu = self.backend == "cpu"
-        self.shares_gpu = False  # simulation with more ranks than GPUs: some ranks run on one GPU
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
         if on_cpu:
             self.device = torch.device("cpu")
@@ -75,7 +75,6 @@ class Iris(TensorFactory, RankLogger):
             gpus = torch.cuda.device_count()
             if self.backend == "simulation":
                 device_id = int(os.environ.get("RANK", local_rank)) % gpus
-                self.shares_gpu = int(os.environ.get("WORLD_SIZE", 1)) > gpus
             else:
                 device_id = local_rank % gpus
             self.device = torch.device("cuda", device_id)
@@ -89,10 +88,12 @@ class Iris(TensorFactory, RankLogger):
         self._store = default_store()
         self._barriers = {}
 
-        sizes = all_gather_object(heap_size)
+        sizes, places = zip(*all_gather_object((heap_size, (socket.gethostname(), self.device.index))))
+        # more ranks than GPUs (simulation, or the cuda backend on too few GPUs): some ranks share a GPU
+        self.shares_gpu = not on_cpu and len(set(places)) < self.num_ranks
         if len(set(sizes)) != 1:
-            raise ValueError(f"iris.iris: ranks asked for different heap sizes {sizes} (bytes, by rank); every rank "
-                             "must pass the same heap_size")
+            raise ValueError(f"iris.iris: ranks asked for different heap sizes {list(sizes)} (bytes, by rank); every "
+                             "rank must pass the same heap_size")
         reserved = region_bytes(self.num_ranks)
         total = align_up(heap_size) + reserved
         if on_cpu:
