@@ -99,8 +99,9 @@ class OpsConfig:
         where it measured 3-6% faster than stores from the SMs alone (docs/perf-notes.md); not in larger groups,
         where one side stream copies to every peer in turn while the SMs store to all of them at once (not yet
         measured there); not in a traced call, whose device trace records a tile's scatter only when the SMs
-        do it; and not when ranks share a GPU (the simulation backend), where there is no link to spare (and
-        matmul_all_reduce, seen to hang there through the copy engines, keeps the SMs even when asked)."""
+        do it; and not when ranks share a GPU (more ranks than GPUs: ``Iris.shares_gpu``), where there is no link
+        to spare (and matmul_all_reduce, seen to hang there through the copy engines, keeps the SMs even when
+        asked)."""
         if self.copy_engine is not None:
             return self.copy_engine
         return device_type == "cuda" and group_size == 2 and not traced and not shared_gpu
