@@ -401,3 +401,50 @@ def test_plots_are_skipped_without_matplotlib(tmp_path, monkeypatch, capsys):
     assert report.plot_heatmap([row], str(tmp_path / "h.png"), ("load",), "iris", 2.0) is None
     assert "matplotlib is not installed" in capsys.readouterr().err
     assert not os.listdir(tmp_path)
+
+
+def _timeline_module():
+    import importlib
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        return importlib.import_module("timeline")
+    finally:
+        sys.path.pop(0)
+
+
+def test_timeline_splits_calls_and_measures_the_tail():
+    timeline = _timeline_module()
+
+    def event(name, cat, ts, dur, stream=7):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "args": {"stream": stream}}
+
+    events = [  # two calls, 5 ms apart; each starts with the harness's sleep and device barrier
+        event("spin_kernel", "kernel", 0, 10), event("_device_barrier_kernel", "kernel", 10, 2),
+        event("Memset (Device)", "gpu_memset", 13, 1), event("_matmul_kernel", "kernel", 15, 100),
+        event("Memcpy PtoP", "gpu_memcpy", 50, 20, 20), event("Memcpy PtoP", "gpu_memcpy", 60, 20, 21),
+        event("Memcpy PtoP", "gpu_memcpy", 110, 20, 20), event("fill", "kernel", 131, 1),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "ts": 3000, "dur": 900},  # host: not a device event
+        event("spin_kernel", "kernel", 5000, 10), event("_matmul_kernel", "kernel", 5012, 100),
+        event("Memcpy PtoP", "gpu_memcpy", 5112, 10),
+    ]
+    first, second = timeline.summarize(events)
+    assert first["kernel"] == "_matmul_kernel" and first["kernel_us"] == 100
+    assert first["span_us"] == 132 - 13 and first["tail_us"] == 132 - 115
+    assert first["copy_us"] == 30 + 20  # 50-80 (two overlapping copies) and 110-130
+    assert first["tail_copy_us"] == 130 - 115
+    assert [e["name"] for e in first["events"]][0] == "Memset (Device)" and first["events"][0]["start_us"] == 0
+    assert (second["span_us"], second["tail_us"], second["copy_us"]) == (110, 10, 10)
+    assert timeline.table("op", (1, 2, 3), "iris", [[first, second]]).splitlines()[-1].startswith("0 | 2 | ")
+    with pytest.raises(SystemExit, match="does not apply to matmul_all_gather"):
+        timeline.provider_config("iris_fused_lag2", "matmul_all_gather")
+
+
+def test_timeline_runs_on_the_cpu_backend(tmp_path):
+    proc = _run(["benchmarks/timeline.py", "--out", str(tmp_path), "--op", "matmul_reduce_scatter", "--shape",
+                 "64x64x64", "--calls", "2", "--warmup", "1"])
+    assert "no device events (cpu backend)" in proc.stdout
+    assert {"timeline.json", "timeline_rank0.json", "timeline_rank1.json"} <= set(os.listdir(tmp_path))
+    with open(tmp_path / "timeline.json") as f:
+        record = json.load(f)
+    assert record["op"] == "matmul_reduce_scatter" and record["world_size"] == 2 and record["ranks"] == [[], []]
