@@ -2,6 +2,7 @@
 variants, odd K, 2 and 4 ranks, bias, and bad input."""
 
 import contextlib
+import os
 
 import pytest
 import torch
@@ -44,7 +45,8 @@ def leftover_flags(ctx, name):
 
 
 def _ops_body(dtype):
-    ctx = new_context(1 << 30 if GPU_SCALE else 1 << 22)
+    # the reduce ops' staging and outbox hold W row blocks each, and out grows with W: the heap grows with it
+    ctx = new_context((1 << 29 if GPU_SCALE else 1 << 21) * int(os.environ["WORLD_SIZE"]))
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     dev = ctx.get_device()
     M, N = world * M_LOCAL, world * N_LOCAL
