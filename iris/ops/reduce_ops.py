@@ -267,7 +267,6 @@ def _send_partials(ctx, sync, staging, outbox, bands, band_counts, band_flags, w
             queue.write(their_flags[i:i + 1], 1)
 
 
-
 def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
     """``out`` ([M, N]) = ``sum over r of A_r @ B_r (+ bias)``; ``A`` [M, K / W] and ``B`` [K / W, N] are this
     rank's slices. Collective; stream-ordered. Partials are summed in fp32 and rounded once (fused), or rounded
