@@ -11,7 +11,8 @@ without ``flatten`` and with ``tma_store``; ``iris_fused_ce`` and ``iris_fused_s
 and without ``copy_engine``;
 ``iris_fused_lag<L>``: the fused reduce ops with each tile's own unit L tiles behind its peer units, flags
 raised at once; ``iris_fused_defer<L>``: the same with each flag raised a unit late, ``reduce_defer``;
-``iris_fused_<BM>x<BN>x<BK>``: every fused op at those tiles; ``iris_fused_g<G>``: with ``group_m=G``),
+``iris_fused_<BM>x<BN>x<BK>``: every fused op at those tiles; ``iris_fused_g<G>``: with ``group_m=G``;
+``iris_fused_s<S>``: with ``num_stages=S``),
 ``torch_bulk`` (``torch.matmul`` then the NCCL collective), ``torch_fused``
 (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), ``gemm_only`` and
 ``comm_only`` (cuBLAS alone, NCCL alone), and ``iris_gemm`` (the shared mainloop alone).
@@ -27,7 +28,7 @@ import torch.distributed as dist
 
 import iris
 from iris.bench import report
-from iris.bench.harness import Point, Sweep, Timing, run_sweep
+from iris.bench.harness import Point, Sweep, Timing, run_sweep, spin_up
 from iris.bench.suite import default_world_size
 from iris.ops import OpsConfig
 from iris.ops.gemm import matmul
@@ -44,7 +45,7 @@ def option_variants(providers=()):
     stream-K last wave, without flattening, with TMA stores; every fused op with and without the copy engines;
     the fused reduce ops at the lag ``L`` (and deferral) that each ``iris_fused_lag<L>`` / ``iris_fused_defer<L>``
     in ``providers`` names; and every fused op at the tiles each ``iris_fused_<BM>x<BN>x<BK>`` names, and with
-    the ``group_m`` each ``iris_fused_g<G>`` names."""
+    the ``group_m`` each ``iris_fused_g<G>`` names and the stages each ``iris_fused_s<S>`` names."""
     reduce_ops = ("matmul_reduce_scatter", "matmul_all_reduce")
     every_op = ("matmul_all_gather", *reduce_ops, "all_gather_matmul")
     named = {p: re.fullmatch(r"iris_fused_(lag|defer)(\d+)", p) for p in providers}
@@ -55,7 +56,9 @@ def option_variants(providers=()):
              for p, m in blocks.items() if m}
     groups = {p: (every_op, OpsConfig(variant="fused", group_m=int(p[len("iris_fused_g"):])))
               for p in providers if re.fullmatch(r"iris_fused_g\d+", p)}
-    return {**lags, **tiles, **groups,
+    stages = {p: (every_op, OpsConfig(variant="fused", num_stages=int(p[len("iris_fused_s"):])))
+              for p in providers if re.fullmatch(r"iris_fused_s\d+", p)}
+    return {**lags, **tiles, **groups, **stages,
             "iris_fused_unsplit": (("matmul_all_gather",), OpsConfig(variant="fused", split_tail=False)),
             "iris_fused_unflat": (("matmul_all_gather",), OpsConfig(variant="fused", flatten=False)),
             "iris_fused_tma_store": (("matmul_all_gather",), OpsConfig(variant="fused", tma_store=True)),
@@ -99,14 +102,14 @@ def make_sweep(ctx, shapes, dtype, timing, ops=OPS, providers=PROVIDERS):
             cache[key] = (a, b, out)
         return cache[key]
 
-    def comm(op, a, b, local):
-        """The collective the op needs, on NCCL, over buffers of the right size."""
+    def comm(op, a, b, local, a_full):
+        """The collective the op needs, on NCCL, over buffers of the right size (all_gather_matmul's gathers A
+        into ``a_full``, which the GEMM then reads)."""
         if op == "matmul_all_gather":
             gathered = torch.empty(world * local.numel(), dtype=dtype, device=dev)
             return lambda: dist.all_gather_into_tensor(gathered, local.reshape(-1))
         if op == "all_gather_matmul":
-            gathered = torch.empty(world * a.shape[0], a.shape[1], dtype=dtype, device=dev)
-            return lambda: dist.all_gather_into_tensor(gathered, a)
+            return lambda: dist.all_gather_into_tensor(a_full, a)
         if op == "matmul_reduce_scatter":
             shard = torch.empty(local.shape[0] // world, local.shape[1], dtype=dtype, device=dev)
             return lambda: dist.reduce_scatter_tensor(shard, local)
@@ -139,12 +142,14 @@ def make_sweep(ctx, shapes, dtype, timing, ops=OPS, providers=PROVIDERS):
             return None
         # this rank's GEMM: C_r [M, N / W] for matmul_all_gather, the full [M, N] (partial or gathered) otherwise
         local_c = torch.empty(M, b.shape[1], dtype=dtype, device=dev)
-        a_full = torch.empty(M, K, dtype=dtype, device=dev) if gathered_a else a
+        # all_gather_matmul's gathered A, drawn like the operands: a GEMM over the zeros of a fresh allocation ran
+        # 12% faster on an H200 than over random values (docs/perf-notes.md, tenth pass)
+        a_full = torch.randn(M, K, dtype=dtype, device=dev).mul_(0.1) if gathered_a else a
         if provider == "iris_gemm":
             return Point(fns=[lambda: matmul(local_c, a_full, b, OpsConfig())], **common)
         if provider == "gemm_only":
             return Point(fns=[lambda: torch.matmul(a_full, b, out=local_c)], **common)
-        collective = comm(op, a, b, local_c)
+        collective = comm(op, a, b, local_c, a_full)
         if provider == "comm_only":
             return Point(fns=[collective], **common)
         if provider == "torch_bulk":
@@ -159,19 +164,6 @@ def make_sweep(ctx, shapes, dtype, timing, ops=OPS, providers=PROVIDERS):
         return None
 
     return Sweep("ops", axes={"op": ops, "shape": shapes}, providers=providers, make=make, timing=timing)
-
-
-def spin_up(device, seconds=1.0):
-    """Keep the GPU busy with GEMMs for ``seconds`` before the first measurement: the first point of an earlier
-    run was 19% slower than the same kernel measured later, the clocks still ramping."""
-    import time
-
-    x = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for _ in range(20):
-            x = torch.matmul(x, x).mul_(1e-3)
-        torch.cuda.synchronize(device)
 
 
 def plots(rows, out):

@@ -373,3 +373,14 @@ def _row(ctx, sweep, provider, params, point, stats, env):
     }
     assert tuple(row) == SCHEMA, "harness and report disagree on the result schema"
     return row
+
+
+def spin_up(device, seconds=1.0):
+    """Keep the GPU busy with GEMMs for ``seconds`` before the first measurement: the first point of an earlier
+    run was 19% slower than the same kernel measured later, the clocks still ramping."""
+    x = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(20):
+            x = torch.matmul(x, x).mul_(1e-3)
+        torch.cuda.synchronize(device)
