@@ -8,7 +8,7 @@ Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md 
 ``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit``,
 ``iris_fused_unflat`` and ``iris_fused_tma_store``: matmul_all_gather's fused kernel without ``split_tail``,
 without ``flatten`` and with ``tma_store``; ``iris_fused_ce`` and ``iris_fused_sm``: every fused op's with
-and without ``copy_engine``;
+and without ``copy_engine``, ``iris_fused_ce_unflat`` with it but without ``flatten``;
 ``iris_fused_lag<L>``: the fused reduce ops with each tile's own unit L tiles behind its peer units, flags
 raised at once; ``iris_fused_defer<L>``: the same with each flag raised a unit late, ``reduce_defer``;
 ``iris_fused_<BM>x<BN>x<BK>``: every fused op at those tiles; ``iris_fused_g<G>``: with ``group_m=G``;
@@ -63,6 +63,7 @@ def option_variants(providers=()):
             "iris_fused_unflat": (("matmul_all_gather",), OpsConfig(variant="fused", flatten=False)),
             "iris_fused_tma_store": (("matmul_all_gather",), OpsConfig(variant="fused", tma_store=True)),
             "iris_fused_ce": (every_op, OpsConfig(variant="fused", copy_engine=True)),
+            "iris_fused_ce_unflat": (every_op, OpsConfig(variant="fused", copy_engine=True, flatten=False)),
             "iris_fused_sm": (every_op, OpsConfig(variant="fused", copy_engine=False))}
 
 

@@ -179,7 +179,7 @@ for fn, sig in [
 from iris.ops.reduce_ops import _matmul_reduce_kernel  # noqa: E402
 
 reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_VEC": 16, "DEFER": True, **unit,
-               "COPY_ENGINE": False, "WARPS": 8}
+               "COPY_ENGINE": False, "FLATTEN": True, "WARPS": 8}
 reduce_sig = {"a": desc(128, 64), "b": desc(64, 128), "out": "*bf16", "staging": "*bf16", "tile_flags": "*i32",
               "call": "*i32", "lag": "i32", "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig,
               "outbox": "*bf16", "band_counts": "*i32", "band_flags": "*i32", "band_cols": "i32",
@@ -252,6 +252,10 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
     ]:
         kernel = compile_sm90(fn, {**sig, **{k: "constexpr" for k in meta}}, meta, sizes, **options)
         out[f"shared/{fn.__name__}/{ty}"] = kernel.metadata.shared
+        if "COPY_ENGINE" in meta:  # and with the copy engines' loops (flattened separately: more buffers)
+            engines = {**meta, "COPY_ENGINE": True}
+            kernel = compile_sm90(fn, {**sig, **{k: "constexpr" for k in engines}}, engines, sizes, **options)
+            out[f"shared/{fn.__name__}_copy_engine/{ty}"] = kernel.metadata.shared
         if "TMA_STORE" in meta:  # and with the tiles leaving through TMA stores (a staging tile more)
             meta = {**meta, "TMA_STORE": True}
             kernel = compile_sm90(fn, {**sig, **{k: "constexpr" for k in meta}}, meta, sizes, **options)

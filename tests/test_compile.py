@@ -111,7 +111,8 @@ H100_SHARED_BYTES = 232448  # the most shared memory one program may take on sm_
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("kernel", ["_matmul_kernel", "_matmul_all_gather_kernel", "_matmul_reduce_kernel",
                                     "_all_gather_matmul_kernel", "_all_gather_matmul_engines_kernel",
-                                    "_matmul_all_gather_kernel_tma_store"])
+                                    "_matmul_all_gather_kernel_tma_store", "_matmul_all_gather_kernel_copy_engine",
+                                    "_matmul_reduce_kernel_copy_engine"])
 def test_gemm_kernels_fit_an_sm_at_the_default_config(compiled, kernel, dtype):
     # at OpsConfig's GPU tiles and stages; an overflow only shows at launch, on the GPU
     assert 0 < compiled[f"shared/{kernel}/{dtype}"] <= H100_SHARED_BYTES, compiled[f"shared/{kernel}/{dtype}"]

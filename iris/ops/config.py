@@ -21,8 +21,8 @@ class OpsConfig:
 
     ``None`` block sizes and stages pick by backend and dtype (``blocks``, ``stages``). ``tma`` feeds the
     mainloop through tensor descriptors where the layouts allow (16-byte aligned rows, contiguous last
-    dimension); ``flatten`` lets the compiler software-pipeline across tile boundaries (the plain GEMM and
-    the bulk variants' GEMM off GPUs).
+    dimension); ``flatten`` lets the compiler software-pipeline across tile boundaries (the plain GEMM,
+    matmul_all_gather's whole tiles, and the copy-engine kernels' tile loops).
     ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data.
     ``split_tail``: when the last wave of output tiles would leave half the programs or more idle, share its
     tiles' K steps evenly among the programs (stream-K; matmul_all_gather); partial sums meet in a workspace.

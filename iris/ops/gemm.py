@@ -32,6 +32,13 @@ def tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def first_unit(p, programs, lo):
+    """The first index at or after ``lo`` that program ``p`` of ``programs`` takes in a round-robin deal
+    (``p``, ``p + programs``, ...): where a loop that continues one deal from an earlier loop starts."""
+    return p + tl.cdiv(tl.maximum(lo - p, 0), programs) * programs
+
+
+@triton.jit
 def band_of(pid_m, pid_n, num_pid_n, GROUP_M: tl.constexpr, band_cols):
     """The copy engines' band holding tile (pid_m, pid_n): ``GROUP_M`` tile rows by ``band_cols`` tile columns,
     numbered in the grouped tile order, which finishes one band's tiles one after another

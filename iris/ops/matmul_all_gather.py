@@ -26,8 +26,8 @@ from iris.device.translate import translate
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
-from iris.ops.gemm import (add_partials, band_of, descriptors_fit, leave_partial, mainloop, num_programs, operand,
-                           split_tail, stream_program, stream_share, tile_coords)
+from iris.ops.gemm import (add_partials, band_of, descriptors_fit, first_unit, leave_partial, mainloop, num_programs,
+                           operand, split_tail, stream_program, stream_share, tile_coords)
 
 
 @triton.jit
@@ -156,7 +156,7 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
             _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                         stride_on, heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE,
                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, True, WARPS)
-        first = p + tl.cdiv(tl.maximum(engine_tiles - p, 0), programs) * programs
+        first = first_unit(p, programs, engine_tiles)
     for tile in tl.range(first, full, programs, flatten=FLATTEN):
         _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                     heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N,

@@ -42,7 +42,8 @@ from iris.device.sync import call_epoch, count_published, finish_call, group_bar
 from iris.host.copy_engine import peer_view
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
-from iris.ops.gemm import band_of, descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
+from iris.ops.gemm import (band_of, descriptors_fit, first_unit, mainloop, num_programs, operand, store_tile,
+                           tile_coords)
 
 ONE_SHOT_MAX_BYTES = CollectiveConfig().one_shot_max_bytes  # below it all_reduce writes an out anywhere
 
@@ -68,12 +69,71 @@ def _unit(u, tiles, lag, GROUP_SIZE: tl.constexpr):
 
 
 @triton.jit
+def _own_unit(acc, t, pid_m, pid_n, out, staging, tile_flags, epoch, tiles, M_local, N, stride_om, stride_on,
+              heap_bases, members, rank, group_index, band_counts, band_flags, bands, band, GROUP_SIZE: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ALL_REDUCE: tl.constexpr, OUT_VEC: tl.constexpr,
+              COPY_ENGINE: tl.constexpr, TO_ENGINES: tl.constexpr, WARPS: tl.constexpr):
+    """Our row block's tile ``t``: our partial ``acc`` plus every peer's (once its flag, or with COPY_ENGINE its
+    band's flag, says it has landed in our staging), then out: reduce_scatter's own ``out``; all_reduce's rows of
+    every rank's, from the SMs, or with TO_ENGINES stored here and counted on the band the copy engines take to
+    the peers."""
+    offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
+    n_mask = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N
+    for back in range(1, GROUP_SIZE):
+        src_index = (group_index + GROUP_SIZE - back) % GROUP_SIZE
+        if COPY_ENGINE:  # the band holding the tile, set by the peer's side stream after its copy
+            wait_until(band_flags + src_index * bands + band, 1, rank, tl.load(members + src_index),
+                       "matmul_reduce band")
+        else:
+            wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index), "matmul_reduce")
+        slot = staging + src_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+        acc += tl.load(slot + offs, mask=n_mask, other=0.0).to(tl.float32)
+    if ALL_REDUCE:  # rows group_index * M_local + ... of every rank's out
+        offs_m = group_index * M_local + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        ptrs = out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+        if TO_ENGINES:  # ours only; the copy engines take the band to the peers
+            tl.store(ptrs, acc.to(out.dtype.element_ty), mask=n_mask)
+            count_published(band_counts + (GROUP_SIZE - 1) * bands + band, WARPS)
+        else:  # from the SMs (with the copy engines: the walk's last wave, when the SMs have nothing else to do)
+            store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, heap_bases, members, group_index, GROUP_SIZE,
+                           mask=n_mask, hint=(1, OUT_VEC))
+    else:
+        store_tile(out, acc, pid_m, pid_n, M_local, N, stride_om, stride_on, BLOCK_M, BLOCK_N, False)
+
+
+@triton.jit
+def _own_units(lo, hi, a, b, out, staging, tile_flags, epoch, M_local, N, K, stride_am, stride_ak, stride_bk,
+               stride_bn, stride_om, stride_on, heap_bases, members, rank, group_index, band_counts, band_flags,
+               band_cols, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, ALL_REDUCE: tl.constexpr,
+               OUT_VEC: tl.constexpr, TO_ENGINES: tl.constexpr, FLATTEN: tl.constexpr, WARPS: tl.constexpr):
+    """The copy-engine walk's units ``lo`` .. ``hi`` of our own row block (unit (W - 1) * tiles + t is tile t),
+    this program's share of the walk's round-robin deal, in one loop the compiler can flatten."""
+    num_pid_m = M_local // BLOCK_M
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    tiles = num_pid_m * num_pid_n
+    bands = tl.cdiv(num_pid_m, GROUP_M) * tl.cdiv(num_pid_n, band_cols)
+    programs = tl.num_programs(0)
+    for u in tl.range(first_unit(tl.program_id(0), programs, lo), hi, programs, flatten=FLATTEN):
+        t = u - (GROUP_SIZE - 1) * tiles
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        acc = mainloop(a, b, GROUP_SIZE * M_local, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                       group_index * num_pid_m + pid_m, pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N,
+                       BLOCK_K, TMA=TMA)
+        _own_unit(acc, t, pid_m, pid_n, out, staging, tile_flags, epoch, tiles, M_local, N, stride_om, stride_on,
+                  heap_bases, members, rank, group_index, band_counts, band_flags, bands,
+                  band_of(pid_m, pid_n, num_pid_n, GROUP_M, band_cols), GROUP_SIZE, BLOCK_M, BLOCK_N, ALL_REDUCE,
+                  OUT_VEC, True, TO_ENGINES, WARPS)
+
+
+@triton.jit
 def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N, K, stride_am, stride_ak, stride_bk,
                           stride_bn, stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
                           outbox, band_counts, band_flags, band_cols, engine_tiles, GROUP_SIZE: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                           TMA: tl.constexpr, ALL_REDUCE: tl.constexpr, STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr,
-                          DEFER: tl.constexpr, COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
+                          DEFER: tl.constexpr, COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr, WARPS: tl.constexpr):
     row = program_row(flags, world_size)
     # staging is free: every rank has started this call, so its last call (all of whose reads) is over
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
@@ -84,6 +144,8 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
     bands = tl.cdiv(num_pid_m, GROUP_M) * tl.cdiv(num_pid_n, band_cols)  # of a row block (COPY_ENGINE)
     M = GROUP_SIZE * M_local
     offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
+    p = tl.program_id(0)
+    programs = tl.num_programs(0)
     # One pass over every (row block, tile) unit, so the programs fill the waves of all blocks together
     # (separate passes would round each block up to whole waves). reduce_scatter takes our unit of a tile
     # ``lag`` tiles after the peers' units of it (two waves by default): by then their partials have landed.
@@ -92,67 +154,67 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
     # Either way a unit of ours waits only on peers' units of lower index, and those never wait, so any order
     # of resident programs completes. Programs run one at a time (the interpreter) need each program to wait
     # only on units of the same program number, earlier in its sequence (``_run`` picks the count).
-    #
-    # A release waits until the program's stores have reached the peer, and a wave's partials leave together,
-    # so a flag raised right after its tile's stores stalls the program for the link's time on the whole wave.
-    # With DEFER the flag of a pushed partial is raised one unit later, after that unit's K loop, by when the
-    # stores have drained: still before the program waits on anything, so no two programs wait on each other.
-    pending = -1  # with DEFER: the flag (index into tile_flags on rank pending_dest) not yet raised
-    pending_dest = rank
-    for u in range(tl.program_id(0), GROUP_SIZE * tiles, tl.num_programs(0)):
-        step, t = _unit(u, tiles, lag, GROUP_SIZE)
-        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-        block_index = (group_index + step) % GROUP_SIZE
-        acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
-                       pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
-        n_mask = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N
-        band = band_of(pid_m, pid_n, num_pid_n, GROUP_M, band_cols)  # (COPY_ENGINE)
+    if COPY_ENGINE:
+        # Every peer unit first (lag = tiles), then ours: each kind of unit in a loop of its own, dealt round robin
+        # as one walk, so that the compiler can flatten each (with FLATTEN; a branch between kinds inside one
+        # flattened loop fails to compile in Triton 3.6). Partials go to our outbox, counted on their band.
+        peer_units = (GROUP_SIZE - 1) * tiles
+        for u in tl.range(p, peer_units, programs, flatten=FLATTEN):
+            step = u // tiles + 1
+            t = u % tiles
+            pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+            block_index = (group_index + step) % GROUP_SIZE
+            acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
+                           pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+            slot = outbox + block_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+            tl.store(slot + offs, acc.to(outbox.dtype.element_ty),
+                     mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N)
+            count_published(band_counts + (step - 1) * bands + band_of(pid_m, pid_n, num_pid_n, GROUP_M, band_cols),
+                            WARPS)
+        # our units: all_reduce's tiles before ``engine_tiles`` (whole bands) for the copy engines, the rest from
+        # the SMs (reduce_scatter: engine_tiles is 0)
+        _own_units(peer_units, peer_units + engine_tiles, a, b, out, staging, tile_flags, epoch, M_local, N, K,
+                   stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on, heap_bases, members, rank,
+                   group_index, band_counts, band_flags, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                   TMA, ALL_REDUCE, OUT_VEC, True, FLATTEN, WARPS)
+        _own_units(peer_units + engine_tiles, GROUP_SIZE * tiles, a, b, out, staging, tile_flags, epoch, M_local, N,
+                   K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on, heap_bases, members, rank,
+                   group_index, band_counts, band_flags, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                   TMA, ALL_REDUCE, OUT_VEC, False, FLATTEN, WARPS)
+    else:
+        # A release waits until the program's stores have reached the peer, and a wave's partials leave together,
+        # so a flag raised right after its tile's stores stalls the program for the link's time on the whole wave.
+        # With DEFER the flag of a pushed partial is raised one unit later, after that unit's K loop, by when the
+        # stores have drained: still before the program waits on anything, so no two programs wait on each other.
+        pending = -1  # with DEFER: the flag (index into tile_flags on rank pending_dest) not yet raised
+        pending_dest = rank
+        for u in range(p, GROUP_SIZE * tiles, programs):
+            step, t = _unit(u, tiles, lag, GROUP_SIZE)
+            pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+            block_index = (group_index + step) % GROUP_SIZE
+            acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
+                           pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+            if pending >= 0:
+                atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
+                pending = -1
+            if step < GROUP_SIZE:
+                # ---- a peer's row block: push the partial to the owner's staging slot for us, stamp its flag
+                dest = tl.load(members + block_index)
+                slot = staging + group_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+                store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases,
+                      mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N, hint=(1, STAGE_VEC))
+                if DEFER:
+                    pending = group_index * tiles + t
+                    pending_dest = dest
+                else:
+                    atomic_xchg(tile_flags + group_index * tiles + t, epoch, rank, dest, heap_bases, sem="release",
+                                scope="sys")
+            else:
+                _own_unit(acc, t, pid_m, pid_n, out, staging, tile_flags, epoch, tiles, M_local, N, stride_om,
+                          stride_on, heap_bases, members, rank, group_index, band_counts, band_flags, bands, 0,
+                          GROUP_SIZE, BLOCK_M, BLOCK_N, ALL_REDUCE, OUT_VEC, False, False, WARPS)
         if pending >= 0:
             atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
-            pending = -1
-        if (step < GROUP_SIZE) & COPY_ENGINE:
-            # ---- a peer's row block, for the copy engines: the partial into our outbox, counted on its band
-            slot = outbox + block_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
-            tl.store(slot + offs, acc.to(outbox.dtype.element_ty), mask=n_mask)
-            count_published(band_counts + (step - 1) * bands + band, WARPS)
-        elif step < GROUP_SIZE:
-            # ---- a peer's row block: push the partial to the owner's staging slot for us, stamp its flag
-            dest = tl.load(members + block_index)
-            slot = staging + group_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
-            store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases, mask=n_mask,
-                  hint=(1, STAGE_VEC))
-            if DEFER:
-                pending = group_index * tiles + t
-                pending_dest = dest
-            else:
-                atomic_xchg(tile_flags + group_index * tiles + t, epoch, rank, dest, heap_bases, sem="release",
-                            scope="sys")
-        else:
-            # ---- our row block: our partial plus every peer's, then out
-            for back in range(1, GROUP_SIZE):
-                src_index = (group_index + GROUP_SIZE - back) % GROUP_SIZE
-                if COPY_ENGINE:  # the band holding the tile, set by the peer's side stream after its copy
-                    wait_until(band_flags + src_index * bands + band, 1, rank,
-                               tl.load(members + src_index), "matmul_reduce band")
-                else:
-                    wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index),
-                               "matmul_reduce")
-                slot = staging + src_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
-                acc += tl.load(slot + offs, mask=n_mask, other=0.0).to(tl.float32)
-            if ALL_REDUCE:  # rows group_index * M_local + ... of every rank's out
-                offs_m = group_index * M_local + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                ptrs = out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
-                if COPY_ENGINE & (t < engine_tiles):  # ours only; the copy engines take the band to the peers
-                    tl.store(ptrs, acc.to(out.dtype.element_ty), mask=n_mask)
-                    count_published(band_counts + (GROUP_SIZE - 1) * bands + band, WARPS)
-                else:  # the last wave's tiles: from the SMs, idle by then, which cross the link sooner
-                    store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, heap_bases, members, group_index,
-                                   GROUP_SIZE, mask=n_mask, hint=(1, OUT_VEC))
-            else:
-                store_tile(out, acc, pid_m, pid_n, M_local, N, stride_om, stride_on, BLOCK_M, BLOCK_N, False)
-    if pending >= 0:
-        atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
     if ALL_REDUCE:
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's finished tiles are in our out
     finish_call(call)
@@ -237,7 +299,8 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             band_counts, band_flags, band_cols, sum(band.tiles for band in out_bands), GROUP_SIZE=sync.size,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
             STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=defer,
-            COPY_ENGINE=copy_engine, WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
+            COPY_ENGINE=copy_engine, FLATTEN=config.flatten, WARPS=config.num_warps, num_warps=config.num_warps,
+            num_stages=config.stages())
     if copy_engine:
         # every band flag on our heap was set, and seen by the kernel: cleared for the next call (a flag is consumed,
         # not stamped with a call number, which a replayed CUDA graph would repeat: CopyQueue.join)
