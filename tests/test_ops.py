@@ -12,7 +12,7 @@ import triton.language as tl
 from conftest import on_gpu, world_sizes
 from iris.ops import OpsConfig
 from iris.ops import reference as ref_ops
-from iris.ops.gemm import stream_program, stream_share
+from iris.ops.gemm import first_unit, stream_program, stream_share
 from iris.ops.reduce_ops import _unit
 from rank_utils import GPU_SCALE, SEED, error_message, new_context
 
@@ -320,6 +320,28 @@ def test_reduce_walk_trails_by_the_lag(group_size):
         if lag == tiles:
             assert min(own.values()) > max(last_peer.values()), units
 
+
+
+@triton.jit
+def _deal_table(firsts, programs, bounds, BOUNDS: tl.constexpr):
+    for p in range(0, programs):
+        for i in range(0, BOUNDS):
+            tl.store(firsts + p * BOUNDS + i, first_unit(p, programs, tl.load(bounds + i)))
+
+
+def test_loops_split_at_any_bound_continue_one_deal():
+    """Loops over [0, b1), [b1, b2), ... that each start at ``first_unit`` give every program the indices one
+    round-robin deal over the whole range would (the copy-engine walks: peer units, then two kinds of own unit)."""
+    device = "cuda" if on_gpu() else "cpu"
+    programs, end = 7, 40
+    cuts = [0, 3, 7, 8, 13, 21, 22, 39, 40]
+    bounds = torch.tensor(cuts, dtype=torch.int32, device=device)
+    firsts = torch.full((programs * len(cuts),), -1, dtype=torch.int32, device=device)
+    _deal_table[(1,)](firsts, programs, bounds, BOUNDS=len(cuts))
+    firsts = firsts.view(programs, len(cuts)).tolist()
+    for p in range(programs):
+        dealt = [u for hi, first in zip(cuts[1:], firsts[p]) for u in range(first, hi, programs)]  # loop i: [cut i, hi)
+        assert dealt == list(range(p, end, programs)), (p, firsts[p])
 
 def test_split_tail_fills_the_last_wave():
     from iris.ops.gemm import split_tail
