@@ -249,8 +249,8 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     tma = config.tma and descriptors_fit(a, b)
     own_tiles = tiles // sync.size
     programs = min(num_programs(ctx.get_device(), own_tiles), MAX_COMM_PROGRAMS)
-    # all_reduce through the copy engines needs out's rows contiguous, and ranks on GPUs of their own: with two
-    # ranks on one GPU it was seen to hang, even when asked for
+    # all_reduce through the copy engines needs out's rows contiguous, and ranks on GPUs of their own, even when
+    # asked for: two ranks on one GPU hang there whenever the grid fills every SM (docs/perf-notes.md, tenth pass)
     copy_engine = (config.uses_copy_engine(ctx.get_device().type, sync.size, shared_gpu=ctx.shares_gpu)
                    and (not all_reduce or (out.stride(1) == 1 and not ctx.shares_gpu)))
     # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
