@@ -254,11 +254,10 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     copy_engine = (config.uses_copy_engine(ctx.get_device().type, sync.size, shared_gpu=ctx.shares_gpu)
                    and (not all_reduce or (out.stride(1) == 1 and not ctx.shares_gpu)))
     # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
-    # unit late; all_reduce tile by tile, flags raised at once. Through the copy engines every peer unit comes
-    # first, so that the bands leave in order while our own block is computed.
+    # unit late; all_reduce tile by tile, flags raised at once. Through the copy engines the kernel takes every
+    # peer unit first whatever the lag, so that the bands leave in order while our own block is computed.
     lag = (0 if all_reduce else min(2 * programs // sync.size, own_tiles)) if config.reduce_lag is None \
         else min(config.reduce_lag, own_tiles)
-    lag = own_tiles if copy_engine else lag
     defer = (not all_reduce) if config.reduce_defer is None else config.reduce_defer
     if ctx.get_device().type == "cpu":  # programs run one at a time there: a program waits only on its namesakes
         if copy_engine:  # a band leaves once every program counted its tiles: one program does them all first
