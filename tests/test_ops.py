@@ -321,7 +321,6 @@ def test_reduce_walk_trails_by_the_lag(group_size):
             assert min(own.values()) > max(last_peer.values()), units
 
 
-
 @triton.jit
 def _deal_table(firsts, programs, bounds, BOUNDS: tl.constexpr):
     for p in range(0, programs):
@@ -342,6 +341,7 @@ def test_loops_split_at_any_bound_continue_one_deal():
     for p in range(programs):
         dealt = [u for hi, first in zip(cuts[1:], firsts[p]) for u in range(first, hi, programs)]  # loop i: [cut i, hi)
         assert dealt == list(range(p, end, programs)), (p, firsts[p])
+
 
 def test_split_tail_fills_the_last_wave():
     from iris.ops.gemm import split_tail
