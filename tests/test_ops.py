@@ -3,6 +3,7 @@ variants, odd K, 2 and 4 ranks, bias, and bad input."""
 
 import contextlib
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import triton
 import triton.language as tl
 
 from conftest import on_gpu, world_sizes
-from iris.ops import OpsConfig
+from iris.ops import OpsConfig, common
 from iris.ops import reference as ref_ops
 from iris.ops.gemm import first_unit, stream_program, stream_share
 from iris.ops.reduce_ops import _unit
@@ -245,7 +246,7 @@ def _split_tail_body(programs=None, engines_only=False):
     fails = [None if stream > 0 else f"no stream-K wave: {row_tiles} tiles over {programs} programs"]
     if programs == 5:
         fails.append(None if (full, stream) == (10, 5) else f"5 programs: {(full, stream)}, not (10, 5)")
-    module.num_programs = lambda device, tiles: min(tiles, programs)
+    module.num_programs = lambda device, tiles, spare=0: min(tiles, programs - spare)
     try:
         # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then split with
         # the tiles leaving through TMA stores, then through the copy engines (band counts and flags reused), the
@@ -394,19 +395,23 @@ def test_copy_engines_by_default_on_gpus_in_pairs_only():
     assert OpsConfig().uses_copy_engine("cpu", 2) is False
     assert OpsConfig(copy_engine=True).uses_copy_engine("cpu", 4) is True
     assert OpsConfig(copy_engine=False).uses_copy_engine("cuda", 2) is False
+    # asked for where ranks share a GPU, the copies are the driver's kernels: the fused grid leaves them an SM
+    assert [common.copy_sms(SimpleNamespace(shares_gpu=shared), engines)
+            for shared in (False, True) for engines in (False, True)] == [0, 0, 0, 1]
 
 
-def _graph_replay_body(replays):
+def _graph_replay_body(replays, dtype):
     """The copy-engine ops called again and again with fresh operands: on GPUs captured once in a CUDA graph and
     replayed, so each replay must wait for its own copies, not be released by flags a previous replay left (a
     replay repeats the values captured); on the cpu backend called each time. The result is snapshotted on the
-    op's stream right after it, before any host barrier."""
+    op's stream right after it, before any host barrier. Every op has more tiles than the GPU has SMs, so that its
+    grid is as large as it gets: where ranks share a GPU the copies are the driver's kernels, which need the SM the
+    grid leaves them (``common.copy_sms``)."""
     import importlib
 
     module = importlib.import_module("iris.ops.matmul_all_gather")
     ctx = new_context(1 << 30 if GPU_SCALE else 1 << 24)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
-    dtype = torch.bfloat16 if GPU_SCALE else torch.float32
     block_m, block_n, block_k = OpsConfig().blocks(dev.type, dtype)
     programs = module.num_programs(dev, 1 << 20)
     engines = OpsConfig(variant="fused", copy_engine=True)
@@ -486,8 +491,9 @@ def _graph_replay_body(replays):
     return [f for f in fails if f]
 
 
-def test_copy_engine_ops_repeat_and_replay_in_cuda_graph(pools):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32] if GPU_SCALE else [torch.float32])
+def test_copy_engine_ops_repeat_and_replay_in_cuda_graph(pools, dtype):
     # CUDA graphs on GPUs (replays repeat the values they captured); plain repeated calls on the cpu backend
-    results = pools(2).run(_graph_replay_body, 5 if on_gpu() else 2)
+    results = pools(2).run(_graph_replay_body, 5 if on_gpu() else 2, dtype)
     fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
     assert not fails, "\n".join(fails[:10])

@@ -161,6 +161,15 @@ def send_bands(ctx, sync, out, bands, counts, sent, warps, caller, row_offset=0,
         queue.write(peer_view(ctx, sent, peer)[sync.index], 1)
 
 
+def copy_sms(ctx, copy_engine):
+    """SMs a fused kernel that waits on its copy queue leaves free: one where ranks share a GPU, none otherwise.
+    Between GPUs the queue's copies run on the copy engines; between two ranks of one GPU they are copies within
+    that GPU, which the driver runs as kernels of its own: each waits for room on an SM, so a grid that fills
+    every SM and spins on flags raised after such copies never ends (``scripts/shared_gpu_copy_probe.py``, and
+    matmul_all_reduce at 132 programs on one H200: docs/perf-notes.md, eleventh pass)."""
+    return 1 if copy_engine and ctx.shares_gpu else 0
+
+
 def ensure_allocator():
     """Kernels that build tensor descriptors on the device need Triton's global-memory allocator for them;
     install one over torch's caching allocator unless the user set their own."""

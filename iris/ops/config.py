@@ -34,8 +34,8 @@ class OpsConfig:
     for the band's count: ``iris/host/copy_engine.py``), so no SM time goes to the link; all_gather_matmul's
     engines carry its A rows instead. matmul_reduce_scatter and matmul_all_reduce then take every peer unit first
     (the lag is all tiles). matmul_all_gather needs a contiguous ``out`` (else the tiles leave as ``tma_store``
-    says), matmul_all_reduce one with contiguous rows on ranks with GPUs of their own; for both the last wave of
-    tiles still leaves from the SMs, which have nothing else left to do by then. ``None`` is the measured choice
+    says), matmul_all_reduce one with contiguous rows; for both the last wave of tiles still leaves from the SMs,
+    which have nothing else left to do by then. ``None`` is the measured choice
     (``uses_copy_engine``): on GPUs in groups of 2, except in traced calls and on ranks sharing a GPU.
     ``band_bytes``: the copy engines' unit, a band of ``group_m`` tile rows, is also cut into as many whole tile
     columns as keep it within this size (the grouped tile order finishes such a band's tiles one after another),
@@ -99,9 +99,9 @@ class OpsConfig:
         where it measured 3-6% faster than stores from the SMs alone (docs/perf-notes.md); not in larger groups,
         where one side stream copies to every peer in turn while the SMs store to all of them at once (not yet
         measured there); not in a traced call, whose device trace records a tile's scatter only when the SMs
-        do it; and not when ranks share a GPU (more ranks than GPUs: ``Iris.shares_gpu``), where there is no link
-        to spare (and matmul_all_reduce, seen to hang there through the copy engines, keeps the SMs even when
-        asked)."""
+        do it; and not when ranks share a GPU (more ranks than GPUs: ``Iris.shares_gpu``), where a copy between
+        two ranks is a copy within one GPU, which the driver runs on the SMs, not on a copy engine, so nothing is
+        gained (asked for there, the fused kernel leaves an SM free for those copies: ``common.copy_sms``)."""
         if self.copy_engine is not None:
             return self.copy_engine
         return device_type == "cuda" and group_size == 2 and not traced and not shared_gpu

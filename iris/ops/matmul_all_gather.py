@@ -198,13 +198,14 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
         return common.add_bias(out, bias, caller)
     tma = config.tma and descriptors_fit(a, b)
-    programs = min(num_programs(ctx.get_device(), tiles), MAX_COMM_PROGRAMS)
+    engines = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
+               and out.is_contiguous())
+    programs = min(num_programs(ctx.get_device(), tiles, spare=common.copy_sms(ctx, engines)), MAX_COMM_PROGRAMS)
     full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
     # The tile order finishes the bands one after another; the copy engines carry those done before the last wave.
     band_cols, engine_bands = common.bands(config, M, n_local, block_m, block_n, out.element_size())
     engine_bands = common.bands_before(engine_bands, min(full, (tiles - 1) // programs * programs))
-    copy_engine = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
-                   and out.is_contiguous() and len(engine_bands) > 0)
+    copy_engine = engines and len(engine_bands) > 0
     tma_store = config.tma_store and not copy_engine and descriptors_fit(out)
     if tma_store and out.is_cuda:
         common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device

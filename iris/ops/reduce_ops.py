@@ -248,11 +248,11 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     call = ctx.ops.workspaces.get(caller + ".call", sync.ranks, (2,), torch.int32, zero=True)
     tma = config.tma and descriptors_fit(a, b)
     own_tiles = tiles // sync.size
-    programs = min(num_programs(ctx.get_device(), own_tiles), MAX_COMM_PROGRAMS)
-    # all_reduce through the copy engines needs out's rows contiguous, and ranks on GPUs of their own, even when
-    # asked for: two ranks on one GPU hang there whenever the grid fills every SM (docs/perf-notes.md, tenth pass)
+    # all_reduce through the copy engines needs out's rows contiguous (each band of them is one 2-D copy)
     copy_engine = (config.uses_copy_engine(ctx.get_device().type, sync.size, shared_gpu=ctx.shares_gpu)
-                   and (not all_reduce or (out.stride(1) == 1 and not ctx.shares_gpu)))
+                   and (not all_reduce or out.stride(1) == 1))
+    programs = min(num_programs(ctx.get_device(), own_tiles, spare=common.copy_sms(ctx, copy_engine)),
+                   MAX_COMM_PROGRAMS)
     # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
     # unit late; all_reduce tile by tile, flags raised at once. Through the copy engines the kernel takes every
     # peer unit first whatever the lag, so that the bands leave in order while our own block is computed.
