@@ -26,7 +26,7 @@ import time
 import torch
 
 import iris
-from iris.bench.harness import _barrier_then_idle
+from iris.bench.harness import barrier_then_idle
 from iris.bench.suite import default_world_size
 from iris.host.distributed import all_gather_object
 from iris.ops import OpsConfig
@@ -112,7 +112,7 @@ def main(out_dir, op, shape, provider, calls, warmup):
     def call():
         getattr(ctx.ops, op)(out, a, b, config=config)
 
-    start = _barrier_then_idle(ctx) if dev.type == "cuda" else ctx.barrier
+    start = barrier_then_idle(ctx)
     for _ in range(warmup):
         start()
         call()

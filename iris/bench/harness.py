@@ -239,7 +239,7 @@ class _Prepared:
         self.repeat = int(min(timing.repeat, max(timing.min_repeat,
                                                  round(timing.budget_ms / max(estimate * batch, 1e-6)))))
         self.preamble = _l2_flusher(ctx.get_device()) if timing.flush_l2 and cuda else _nothing
-        self.barrier = _barrier_then_idle(ctx, _idle_cycles(active, fn)) if cuda else ctx.barrier
+        self.barrier = barrier_then_idle(ctx, _idle_cycles(active, fn)) if cuda else ctx.barrier
 
     def sample(self, ctx):
         """Collective. ``repeat`` timed samples, per op (ms); None on a rank that sits the point out."""
@@ -284,13 +284,15 @@ def _idle_cycles(active, fn):
     return int(min(MAX_IDLE_CYCLES, max(IDLE_CYCLES, 3 * host_s * SM_CLOCK_HZ)))
 
 
-def _barrier_then_idle(ctx, cycles=IDLE_CYCLES):
-    """A host barrier, a short sleep kernel, then a device barrier: the GPU waits while the host records the
-    start event and launches the timed work, so the sample measures the GPU's time, not the host's launch
-    overhead; the device barrier then starts every rank's timed region within a few microseconds of the
-    others. Without it the ranks leave the host barrier tens of microseconds apart, and a collective timed
-    alone counted that skew as its own: reduce_scatter at 256 MiB read 301 GB/s timed call by call against
-    341 GB/s in batches of 5 (docs/perf-notes.md)."""
+def barrier_then_idle(ctx, cycles=IDLE_CYCLES):
+    """The barrier before a timed sample. On GPUs a host barrier, a short sleep kernel, then a device barrier:
+    the GPU waits while the host records the start event and launches the timed work, so the sample measures the
+    GPU's time, not the host's launch overhead; the device barrier then starts every rank's timed region within
+    a few microseconds of the others. Without it the ranks leave the host barrier tens of microseconds apart,
+    and a collective timed alone counted that skew as its own: reduce_scatter at 256 MiB read 301 GB/s timed
+    call by call against 341 GB/s in batches of 5 (docs/perf-notes.md). Elsewhere the host barrier alone."""
+    if ctx.get_device().type != "cuda":
+        return ctx.barrier
     sleep = getattr(torch.cuda, "_sleep", None)
 
     def barrier():
@@ -303,8 +305,8 @@ def _barrier_then_idle(ctx, cycles=IDLE_CYCLES):
 
 def _agree_estimate(ctx, active, fn):
     """One call timed on each rank after a barrier; the largest over the ranks that took part (ms)."""
-    barrier = _barrier_then_idle(ctx) if ctx.get_device().type == "cuda" else ctx.barrier
-    mine = do_bench(fn if active else _nothing, barrier_fn=barrier, n_warmup=0, n_repeat=1, return_mode="min")
+    mine = do_bench(fn if active else _nothing, barrier_fn=barrier_then_idle(ctx), n_warmup=0, n_repeat=1,
+                    return_mode="min")
     taken = [t for t in all_gather_object(mine if active else None) if t is not None]
     return max(taken) if taken else 0.0
 
