@@ -16,7 +16,7 @@ import sys
 
 import pytest
 import torch
-from conftest import world_sizes
+from conftest import on_gpu, world_sizes
 
 import iris
 from iris.bench import harness, kernels, micro, report
@@ -172,6 +172,18 @@ def _rounds_log():
     return log, [row["provider"] for row in rows], device
 
 
+def _buffers_error():
+    """What the microbenchmarks' buffers say on a world of one rank (None if they accept it)."""
+    ctx = iris.iris(1 << 20)
+    try:
+        micro.Buffers(ctx, micro.QUICK)
+    except ValueError as e:
+        return str(e)
+    finally:
+        ctx.close()
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- checks
 def check_rows(rows):
     """Every row has the schema's columns, and every measured value is a positive finite number."""
@@ -243,7 +255,7 @@ def test_providers_take_turns_over_rounds(pools):
 
 def test_run_all_quick_writes_results(tmp_path):
     out = tmp_path / "mb"
-    proc = _run(["benchmarks/run_all.py", "--out", str(out), "--quick"])
+    proc = _run(["benchmarks/run_all.py", "--out", str(out), "--quick", "--world-size", "2"])  # one GPU too
     assert "load" in proc.stdout and "atomic_xchg" in proc.stdout and "one-way" in proc.stdout
     rows = read_csv(out / "microbench.csv")
     check_rows(rows)
@@ -268,8 +280,14 @@ def test_run_all_quick_writes_results(tmp_path):
         assert "matplotlib is not installed" in proc.stderr
 
 
+def test_microbenchmarks_refuse_a_single_rank(pools):
+    # a lone rank's "peer" would be read off the end of the heap table (an illegal address on a GPU)
+    [error] = pools(1).run(_buffers_error)
+    assert error is not None and "micro.Buffers" in error and "this run has 1" in error and "--world-size 2" in error
+
+
 def test_example_bandwidth_table():
-    proc = _run(["examples/10_bandwidth_table.py", "--bytes", "4096"])
+    proc = _run(["examples/10_bandwidth_table.py", "--bytes", "4096", "--world-size", "2"])
     lines = proc.stdout.splitlines()
     # A fixed-width table whose variant column may be blank: read busbw by its column's place in the header.
     header = next(line for line in lines if "busbw_GBps" in line)
@@ -440,11 +458,17 @@ def test_timeline_splits_calls_and_measures_the_tail():
         timeline.provider_config("iris_fused_lag2", "matmul_all_gather")
 
 
-def test_timeline_runs_on_the_cpu_backend(tmp_path):
+def test_timeline_end_to_end(tmp_path):
     proc = _run(["benchmarks/timeline.py", "--out", str(tmp_path), "--op", "matmul_reduce_scatter", "--shape",
-                 "64x64x64", "--calls", "2", "--warmup", "1"])
-    assert "no device events (cpu backend)" in proc.stdout
+                 "64x64x64", "--calls", "2", "--warmup", "1", "--world-size", "2"])
     assert {"timeline.json", "timeline_rank0.json", "timeline_rank1.json"} <= set(os.listdir(tmp_path))
     with open(tmp_path / "timeline.json") as f:
         record = json.load(f)
-    assert record["op"] == "matmul_reduce_scatter" and record["world_size"] == 2 and record["ranks"] == [[], []]
+    assert record["op"] == "matmul_reduce_scatter" and record["world_size"] == 2
+    if not on_gpu():
+        assert "no device events (cpu backend)" in proc.stdout and record["ranks"] == [[], []]
+        return
+    # on GPUs: each rank's two calls, each spanning at least its longest kernel
+    assert [len(calls) for calls in record["ranks"]] == [2, 2], record["ranks"]
+    for call in (call for calls in record["ranks"] for call in calls):
+        assert 0 < call["kernel_us"] <= call["span_us"], call

@@ -86,6 +86,10 @@ class Buffers:
     def __init__(self, ctx, profile):
         self.ctx, self.profile = ctx, profile
         self.rank, self.world_size = ctx.get_rank(), ctx.get_num_ranks()
+        if self.world_size < 2:  # rank 0's peer, rank 1, would be read off the end of the heap table
+            raise ValueError(f"micro.Buffers: the microbenchmarks move data between ranks and need at least 2, this "
+                             f"run has {self.world_size}; start 2 ranks (--world-size 2; on one GPU with "
+                             "IRIS_BACKEND=simulation)")
         self.dtype, device = profile.dtype, ctx.get_device()
         self.n_max = profile.max_bytes // self.itemsize
         self.recv = ctx.full((self.world_size * self.n_max,), -float(self.rank + 1), dtype=self.dtype)
