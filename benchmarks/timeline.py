@@ -14,7 +14,8 @@ median over the calls, for every rank. Providers: ``iris`` (the default config),
 ``iris_bulk`` and the option variants of ``benchmarks/ops.py`` (``iris_fused_sm``, ``iris_fused_ce``, ...).
 
 Stream memory operations (the copy queue's waits and flag writes) are not traced activities: the wait for a
-band shows as the gap before its copy.
+band shows as the gap before its copy. Where ranks share a GPU, each rank's trace also holds the gaps of the time
+slices given to the others, which can split a call in two: read such timelines for order, not for time.
 """
 
 import argparse
