@@ -34,7 +34,9 @@ from iris.ops import OpsConfig
 from ops import OPS, local_shapes, option_variants  # benchmarks/ops.py, beside this file
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-SETUP_KERNELS = ("spin_kernel", "_device_barrier_kernel")  # the harness's start of a call, not the op's work
+# the harness's start of a call, not the op's work: torch's sleep kernel (traced by its demangled name,
+# "at::cuda::(anonymous namespace)::spin_kernel(long)") and the device barrier
+SETUP_KERNELS = ("spin_kernel", "_device_barrier_kernel")
 CALL_GAP_US = 1000.0  # calls are run this far apart at least, so a larger gap between events ends a call
 
 
@@ -78,7 +80,7 @@ def summarize(trace_events):
         calls.append(current)
     summaries = []
     for events in calls:
-        work = [e for e in events if not any(e["name"].startswith(k) for k in SETUP_KERNELS)]
+        work = [e for e in events if not any(k in e["name"] for k in SETUP_KERNELS)]
         if not work:
             continue
         first = min(e["ts"] for e in work)
