@@ -25,7 +25,7 @@ unset TRITON_INTERPRET IRIS_BACKEND
 
 {
   date -u +"date: %Y-%m-%dT%H:%M:%SZ"
-  echo "commit: ${IRIS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+  echo "commit: ${IRIS_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}"  # -dirty: the tree is not that commit
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
   nvidia-smi topo -m 2>/dev/null | head -5
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
