@@ -57,6 +57,9 @@ def _root_pulls_kernel(out, inp, n, root_index, flags, heap_bases, members, rank
 
 
 def _root_index(sync, root, caller, name):
+    if isinstance(root, bool) or not isinstance(root, int):  # broadcast(tensor, src): the root is a rank number
+        raise TypeError(f"{caller}: {name} must be a rank (an int), got {type(root).__name__}; the signature is "
+                        f"{caller.split('.')[-1]}(..., {name}=rank)")
     if root not in sync.ranks:
         raise ValueError(f"{caller}: {name}={root!r} is not a rank of the group {sync.ranks}")
     return sync.ranks.index(root)
