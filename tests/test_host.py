@@ -141,9 +141,13 @@ def test_logging_prefix_and_levels(pools):
 
 
 def _bad_input_body():
+    import torch.distributed as dist
+
     ctx = new_context(heap_size=1 << 16)
     left = ctx.heap.bytes_left
+    first_only = dist.new_group([0])  # collective: every rank makes it, rank 1 gets the non-member marker
     return {
+        "non_member": error_message(ctx.barrier, group=first_only) if ctx.get_rank() == 1 else None,
         "heap_full": error_message(ctx.zeros, 1 << 20, dtype=torch.float32),
         "left": left,
         "heap_size": error_message(iris.iris, heap_size=0),
@@ -156,11 +160,13 @@ def _bad_input_body():
         "randn_int": error_message(ctx.randn, 4, dtype=torch.int32),
         "device": error_message(ctx.zeros, 4, device="meta"),
         "size": error_message(ctx.zeros, 2.5),
+        "group": error_message(ctx.barrier, group=[0, 1]),  # ranks, where a ProcessGroup belongs
     }
 
 
 def test_bad_input_errors(pools):
-    r = pools(2).run(_bad_input_body)[0]
+    r, second = pools(2).run(_bad_input_body)
+    assert "Iris.barrier: rank 1 is not a member of the group" in second["non_member"]
     assert "MemoryError" in r["heap_full"] and "Iris.zeros" in r["heap_full"]
     assert "4194304 bytes" in r["heap_full"] and f"only {r['left']} bytes are left" in r["heap_full"]
     assert "heap_size" in r["heap_full"]  # says how to fix it
@@ -174,6 +180,8 @@ def test_bad_input_errors(pools):
     assert "Iris.randn: dtype torch.int32 is not a floating-point type" in r["randn_int"]
     assert "Iris.zeros: device=meta" in r["device"]
     assert "Iris.zeros: size must be integers" in r["size"]
+    assert "Iris.barrier: group must be a torch.distributed ProcessGroup or None, got list" in r["group"]
+    assert "new_group" in r["group"]
 
 
 def test_unknown_backend_is_refused():

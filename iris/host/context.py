@@ -209,6 +209,11 @@ class Iris(TensorFactory, RankLogger):
     def _group_ranks(self, group, caller):
         if group is None:
             return list(range(self.num_ranks))
+        if isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER:  # new_group's on ranks left out
+            raise ValueError(f"{caller}: rank {self.cur_rank} is not a member of the group")
+        if not isinstance(group, dist.ProcessGroup):
+            raise TypeError(f"{caller}: group must be a torch.distributed ProcessGroup or None, got "
+                            f"{type(group).__name__}; make one with torch.distributed.new_group(ranks)")
         ranks = dist.get_process_group_ranks(group)
         if self.cur_rank not in ranks:
             raise ValueError(f"{caller}: rank {self.cur_rank} is not a member of the group {ranks}")
