@@ -25,7 +25,8 @@ unset TRITON_INTERPRET IRIS_BACKEND
 
 {
   date -u +"date: %Y-%m-%dT%H:%M:%SZ"
-  echo "commit: ${IRIS_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}"  # -dirty: the tree is not that commit
+  # "-dirty": the tree is not that commit (a copy of the tree can travel with an older .git)
+  echo "commit: ${IRIS_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
   nvidia-smi topo -m 2>/dev/null | head -5
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
