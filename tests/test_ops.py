@@ -149,6 +149,69 @@ def test_fused_ops(pools, world_size, dtype):
     assert not fails, "\n".join(fails)
 
 
+def _spare_sm_body():
+    """The SM every fused op leaves its copy queue where ranks share a GPU (the driver's same-GPU copies need one:
+    ``common.copy_sms``), none without the queue: each op's ``spare`` argument to its grid, recorded with the
+    context marked as sharing a GPU by hand (the cpu backend's ranks never do; its grid ignores ``spare``), and
+    each result checked."""
+    import importlib
+
+    ctx = new_context(1 << 23)
+    ctx.shares_gpu = True
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    modules = [importlib.import_module(f"iris.ops.{name}")
+               for name in ("matmul_all_gather", "all_gather_matmul", "reduce_ops")]
+    grids = [module.num_programs for module in modules]
+    spares = []
+
+    def recording(grid):
+        def num_programs(device, tiles, spare=0):
+            spares.append(spare)
+            return grid(device, tiles, spare)
+        return num_programs
+
+    a = [operand(r, (world * M_LOCAL, K), torch.float32, 60) for r in range(world)]
+    b = [operand(r, (K, N_LOCAL), torch.float32, 61) for r in range(world)]
+    out, reduced = ctx.empty(world * M_LOCAL, world * N_LOCAL), ctx.empty(world * M_LOCAL, N_LOCAL)
+    stacked, scattered = torch.empty(world * M_LOCAL, N_LOCAL, device=dev), torch.empty(M_LOCAL, N_LOCAL, device=dev)
+    rows = [x[:M_LOCAL] for x in a]
+    cases = (
+        ("matmul_all_gather", lambda c: ctx.ops.matmul_all_gather(out, a[0].to(dev), b[rank].to(dev), config=c), out,
+         lambda: ref_ops.matmul_all_gather(a[0], b)),
+        ("all_gather_matmul", lambda c: ctx.ops.all_gather_matmul(stacked, rows[rank].to(dev), b[0].to(dev), config=c),
+         stacked, lambda: ref_ops.all_gather_matmul(rows, b[0])),
+        ("matmul_reduce_scatter", lambda c: ctx.ops.matmul_reduce_scatter(scattered, a[rank].to(dev), b[rank].to(dev),
+                                                                          config=c),
+         scattered, lambda: ref_ops.matmul_reduce_scatter(a, b, rank)),
+        ("matmul_all_reduce", lambda c: ctx.ops.matmul_all_reduce(reduced, a[rank].to(dev), b[rank].to(dev), config=c),
+         reduced, lambda: ref_ops.matmul_all_reduce(a, b)),
+    )
+    found, fails = {}, []
+    for module, grid in zip(modules, grids):
+        module.num_programs = recording(grid)
+    try:
+        for copy_engine in (False, True):
+            for name, call, result, reference in cases:
+                spares.clear()
+                result.fill_(float("nan"))
+                ctx.barrier()
+                call(config("fused", copy_engine=copy_engine))
+                ctx.barrier()
+                found[name, copy_engine] = list(spares)
+                fails.append(mismatch(f"{name} copy_engine={copy_engine} on a shared GPU", result, reference()))
+    finally:
+        for module, grid in zip(modules, grids):
+            module.num_programs = grid
+    return found, [f for f in fails if f]
+
+
+def test_fused_grids_leave_an_sm_to_same_gpu_copies(pools):
+    for found, fails in pools(2).run(_spare_sm_body):
+        assert not fails, "\n".join(fails)
+        for (name, copy_engine), spares in found.items():
+            assert spares == [1 if copy_engine else 0], (name, copy_engine, spares)
+
+
 def _bad_input_body():
     ctx = new_context()
     a, b = ctx.zeros(64, 40), ctx.zeros(40, 32)
