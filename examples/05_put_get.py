@@ -26,9 +26,9 @@ GUARD = 64
 def put_get_copy_kernel(src, put_dst, get_dst, copy_dst, n, heap_bases, rank, left, right, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
     mask = offs < n
-    # The rank arguments always read (from_rank, to_rank): data moves from the first to the second.
+    # The first rank argument is the calling rank, the second the peer (copy names both ends and the caller).
     iris.put(src + offs, put_dst + offs, rank, right, heap_bases, mask=mask)  # us -> right
-    iris.get(src + offs, get_dst + offs, left, rank, heap_bases, mask=mask)  # left -> us
+    iris.get(src + offs, get_dst + offs, rank, left, heap_bases, mask=mask)  # left -> us
     iris.copy(src + offs, copy_dst + offs, right, rank, rank, heap_bases, mask=mask)  # right -> us; cur_rank=us
 
 

@@ -16,7 +16,7 @@ def copy_kernel(src, dst, heap_bases, rank, peer, OP: tl.constexpr, HINT: tl.con
     elif OP == "store":
         iris.store(dst + offs, tl.load(src + offs), rank, peer, heap_bases, hint=HINT)
     elif OP == "get":
-        iris.get(src + offs, dst + offs, peer, rank, heap_bases, hint=HINT)
+        iris.get(src + offs, dst + offs, rank, peer, heap_bases, hint=HINT)
     elif OP == "put":
         iris.put(src + offs, dst + offs, rank, peer, heap_bases, hint=HINT)
     else:

@@ -28,7 +28,7 @@ def _rma_kernel(src, dst, n, heap_bases, rank, peer, third, OP: tl.constexpr, LO
         value = tl.load(src + offs, mask=mask)
         iris.store(dst + offs, value, rank, peer, heap_bases, mask=mask, hint=HINT, cache_modifier=STORE_CM)
     elif OP == "get":  # dst (here) <- src (peer)
-        iris.get(src + offs, dst + offs, peer, rank, heap_bases, mask=mask, load_cache_modifier=LOAD_CM,
+        iris.get(src + offs, dst + offs, rank, peer, heap_bases, mask=mask, load_cache_modifier=LOAD_CM,
                  store_cache_modifier=STORE_CM, hint=HINT)
     elif OP == "put":  # dst (peer) <- src (here)
         iris.put(src + offs, dst + offs, rank, peer, heap_bases, mask=mask, load_cache_modifier=LOAD_CM,

@@ -75,7 +75,7 @@ def _p2p_kernel(local, remote, n, rank, peer, heap_bases, OP: tl.constexpr, BLOC
             x = tl.load(local + offs, mask=mask)
             rma.store(remote + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
         elif OP == "get":
-            rma.get(remote + offs, local + offs, peer, rank, heap_bases, mask=mask, hint=HINT)
+            rma.get(remote + offs, local + offs, rank, peer, heap_bases, mask=mask, hint=HINT)
         else:
             rma.put(local + offs, remote + offs, rank, peer, heap_bases, mask=mask, hint=HINT)
         start += step

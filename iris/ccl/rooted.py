@@ -27,7 +27,7 @@ def _pull_from_root_kernel(dst, src, n, root, root_index, flags, heap_bases, mem
     if group_index != root_index:
         for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
             offs = start + tl.arange(0, BLOCK)
-            get(src + offs, dst + offs, root, rank, heap_bases, mask=offs < n, hint=HINT)
+            get(src + offs, dst + offs, rank, root, heap_bases, mask=offs < n, hint=HINT)
     elif ROOT_COPIES:  # scatter: the root's own slice
         for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
             offs = start + tl.arange(0, BLOCK)
@@ -52,7 +52,7 @@ def _root_pulls_kernel(out, inp, n, root_index, flags, heap_bases, members, rank
             else:
                 for i in range(GROUP_SIZE):
                     peer = tl.load(members + i)
-                    get(inp + offs, out + i * n + offs, peer, rank, heap_bases, mask=mask, hint=HINT)
+                    get(inp + offs, out + i * n + offs, rank, peer, heap_bases, mask=mask, hint=HINT)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # nobody still reads an input
 
 

@@ -40,7 +40,7 @@ class _Methods:
 
     def get(self, from_ptr, to_ptr, from_rank, mask=None, other=None, load_cache_modifier: tl.constexpr = None,
             store_cache_modifier: tl.constexpr = None, hint: tl.constexpr = None):
-        rma.get(from_ptr, to_ptr, from_rank, self.rank, self.heap_bases, mask, other, load_cache_modifier,
+        rma.get(from_ptr, to_ptr, self.rank, from_rank, self.heap_bases, mask, other, load_cache_modifier,
                 store_cache_modifier, hint)
 
     def put(self, from_ptr, to_ptr, to_rank, mask=None, other=None, load_cache_modifier: tl.constexpr = None,

@@ -1,8 +1,10 @@
 """Remote memory access: load, store, get, put, copy.
 
-Data always moves from ``from_rank`` to ``to_rank``. In ``load`` and ``get`` the calling rank is
-``to_rank``; in ``store`` and ``put`` it is ``from_rank``; ``copy`` may move data between any two ranks
-and takes the caller as ``cur_rank``. Pointers that get translated point into the calling rank's heap.
+Which rank is which follows upstream Iris's code: in ``load`` the calling rank is ``to_rank`` and the
+peer read is ``from_rank``; in ``store``, ``put`` and ``get`` the calling rank is ``from_rank`` and the peer
+is ``to_rank`` (``get`` reads the peer's ``from_ptr`` into the caller's ``to_ptr``); ``copy`` may move data
+between any two ranks and takes the caller as ``cur_rank``. Pointers that get translated point into the
+calling rank's heap.
 
 These are plain (weak) accesses: they carry no ordering. To publish data to a peer, follow the stores
 with a release atomic on a flag (``atomic_xchg(..., sem="release", scope="sys")``) and have the reader
@@ -55,8 +57,9 @@ def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, hint: tl.co
 def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
         load_cache_modifier: tl.constexpr = None, store_cache_modifier: tl.constexpr = None,
         hint: tl.constexpr = None):
-    """Copy ``from_ptr`` in ``from_rank``'s heap to ``to_ptr`` in the calling rank's (``to_rank``) memory."""
-    remote = translate(from_ptr, to_rank, from_rank, heap_bases, hint, mask, "get")
+    """Copy ``from_ptr`` in the peer ``to_rank``'s heap to ``to_ptr`` in the calling rank's (``from_rank``)
+    memory: ``get(data, result, me, peer, heap_bases)``, the order upstream Iris's code and tests use."""
+    remote = translate(from_ptr, from_rank, to_rank, heap_bases, hint, mask, "get")
     value = _ld(remote, mask, other, load_cache_modifier, False)
     _st(to_ptr, value, mask, store_cache_modifier)
 
