@@ -7,12 +7,14 @@
     sequence_parallel(rows)           -> whether a forward pass of this many tokens runs sequence-parallel
     scatter_rows(x), gather_rows(h)   -> our 1/W of the tokens, all tokens
 
-| provider       | decode (all-reduce)                                 | prefill (sequence-parallel)            |
-| -------------- | --------------------------------------------------- | -------------------------------------- |
-| NoComm         | nothing: the reference at W = 1, compute-only at W > 1 | -                                   |
-| TorchDistComm  | mm, dist.all_reduce, add, rms_norm                  | - (all-reduce, as Megatron without SP) |
-| SymmMemComm    | mm into symmetric memory, one_shot_all_reduce, add, rms_norm | fused_all_gather_matmul, fused_matmul_reduce_scatter |
-| IrisComm       | mm into the heap, ccl.all_reduce_rmsnorm            | ops.all_gather_matmul, ops.matmul_reduce_scatter |
+| provider      | decode (all-reduce)                               | prefill (sequence-parallel)              |
+| ------------- | ------------------------------------------------- | ---------------------------------------- |
+| NoComm        | nothing: the reference at W = 1, compute at W > 1 | -                                        |
+| TorchDistComm | mm, dist.all_reduce, add, rms_norm                | - (all-reduced, as Megatron without SP)  |
+| SymmMemComm   | mm into symmetric memory, one_shot_all_reduce,    | fused_all_gather_matmul,                 |
+|               | add, rms_norm                                     | fused_matmul_reduce_scatter              |
+| IrisComm      | mm into the heap, ccl.all_reduce_rmsnorm          | ops.all_gather_matmul,                   |
+|               |                                                   | ops.matmul_reduce_scatter                |
 
 Buffers a provider owns are made on the first call of each shape and reused, so warm up once before capturing
 a CUDA graph; a buffer ``row`` returns is overwritten by the next ``row`` of that shape.
@@ -106,7 +108,7 @@ class SymmMemComm(NoComm):
         if sp:
             x += torch.ops.symm_mem.fused_matmul_reduce_scatter(a, w, "sum", 0, self.group_name)
         else:
-            partial = self._symmetric((a.shape[0], w.shape[1]), a.dtype)
+            partial, _ = self._symmetric("partial", (a.shape[0], w.shape[1]), a.dtype)
             torch.mm(a, w, out=partial)
             x += torch.ops.symm_mem.one_shot_all_reduce(partial, "sum", self.group_name)
         return rms_norm(x, norm_w, eps), x
@@ -115,16 +117,20 @@ class SymmMemComm(NoComm):
         return rows.chunk(self.world_size)[self.rank].clone()
 
     def gather_rows(self, h):
-        out = torch.empty((h.shape[0] * self.world_size, h.shape[1]), dtype=h.dtype, device=h.device)
-        dist.all_gather_into_tensor(out, h.contiguous(), group=self.group)
+        """Through the peers' symmetric buffers (the group's own backend may be gloo, where ranks share a GPU)."""
+        rows, handle = self._symmetric("gather", tuple(h.shape), h.dtype)
+        rows.copy_(h)
+        handle.barrier(channel=0)  # every rank's rows have landed
+        out = torch.cat([handle.get_buffer(r, tuple(h.shape), h.dtype) for r in range(self.world_size)])
+        handle.barrier(channel=0)  # no rank still reads ours
         return out
 
-    def _symmetric(self, shape, dtype):
-        key = (shape, dtype)
+    def _symmetric(self, role, shape, dtype):
+        """A symmetric-memory buffer and its handle, made (collectively) on first use."""
+        key = (role, shape, dtype)
         if key not in self._buffers:
             buf = self.symm_mem.empty(shape, dtype=dtype, device=self.device)
-            self.symm_mem.rendezvous(buf, self.group_name)
-            self._buffers[key] = buf
+            self._buffers[key] = buf, self.symm_mem.rendezvous(buf, self.group_name)
         return self._buffers[key]
 
 

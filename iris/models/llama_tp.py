@@ -53,9 +53,9 @@ class LlamaConfig:
         return self.hidden // self.heads
 
     @classmethod
-    def toy(cls, layers=2):
+    def toy(cls, layers=2, max_positions=64):
         """A few thousand weights: runs on the cpu backend in seconds."""
-        return cls(hidden=64, intermediate=96, heads=4, kv_heads=2, layers=layers, max_positions=64)
+        return cls(hidden=64, intermediate=96, heads=4, kv_heads=2, layers=layers, max_positions=max_positions)
 
 
 def rms_norm(x, weight, eps):
@@ -104,7 +104,8 @@ class TensorParallelLlama:
         draw = _Draw(seed, self.device)
         self.layers = []
         for _ in range(config.layers):
-            wq, wk, wv = draw((H, config.heads * D), H), draw((H, config.kv_heads * D), H), draw((H, config.kv_heads * D), H)
+            wq, wk, wv = draw((H, config.heads * D), H), draw((H, config.kv_heads * D), H), \
+                draw((H, config.kv_heads * D), H)
             wo = draw((config.heads * D, H), config.heads * D)
             wg, wu, wd = draw((H, I), H), draw((H, I), H), draw((I, H), I)
             self.layers.append(Layer(
