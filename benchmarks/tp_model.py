@@ -152,9 +152,9 @@ def run(ctx, args):
         del model, comm
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    _derive(rows)
-    if ctx.get_rank() == 0:
-        _write(rows, args, config, world, env)
+        _derive(rows)
+        if ctx.get_rank() == 0:  # after every provider, so a run stopped later keeps what it measured
+            _write(rows, args, config, world, env)
     ctx.barrier()
 
 

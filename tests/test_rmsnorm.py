@@ -6,7 +6,7 @@ import torch
 
 from iris.ccl import CollectiveConfig
 from iris.ccl import reference as ref_ops
-from conftest import on_gpu
+from conftest import on_gpu, world_sizes
 from rank_utils import GPU_SCALE, SEED, error_message, new_context
 
 # Relative error against the float64 reference: fp32 rounds the sum in another order, bf16 rounds each output once.
@@ -63,7 +63,7 @@ def _correctness_body(world_size):
     return fails
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("world_size", world_sizes())
 def test_all_reduce_rmsnorm(pools, world_size):
     results = pools(world_size).run(_correctness_body, world_size)
     assert results == [[]] * world_size, results

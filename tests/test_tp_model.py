@@ -36,11 +36,14 @@ def _steps(model, batch, tokens):
 def _model_body(dtype):
     ctx = new_context(1 << 26 if GPU_SCALE else 1 << 22)
     dev = ctx.get_device()
-    config = LlamaConfig(layers=2) if GPU_SCALE else LlamaConfig.toy(layers=2)
-    batch, tokens = (4, 128) if GPU_SCALE else (2, 4)
+    # a 1024-wide model on GPUs (benchmarks/tp_model.py runs Llama-3-8B's shapes)
+    config = (LlamaConfig(hidden=1024, intermediate=2816, heads=8, kv_heads=4, layers=2, max_positions=512)
+              if GPU_SCALE else LlamaConfig.toy(layers=2))
+    batch, tokens = (4, 64) if GPU_SCALE else (2, 4)
     ref = _steps(TensorParallelLlama(config, NoComm(), dtype, dev, seed=SEED), batch, tokens)
-    providers = {"iris": IrisComm(ctx, prefill_min_rows=8), "iris unfused": IrisComm(ctx, fused_norm=False),
-                 "torch.distributed": TorchDistComm()}
+    providers = {"iris": IrisComm(ctx, prefill_min_rows=8), "iris unfused": IrisComm(ctx, fused_norm=False)}
+    if not ctx.shares_gpu:  # where ranks share a GPU the default group is gloo: NCCL refuses two ranks on a device
+        providers["torch.distributed"] = TorchDistComm()
     if on_gpu():
         providers["symm_mem"] = SymmMemComm(device=dev, prefill_min_rows=8)
     fails = []
@@ -53,7 +56,8 @@ def _model_body(dtype):
     return fails
 
 
-@pytest.mark.parametrize("dtype", [torch.float32] + ([torch.bfloat16] if on_gpu() else []))
+# bf16 on GPUs, where fp32 products run as tf32; fp32 on the cpu backend, where the sums' order is all that differs
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if on_gpu() else [torch.float32])
 def test_matches_single_rank(pools, dtype):
     results = pools(WORLD_SIZE).run(_model_body, dtype)
     assert results == [[]] * WORLD_SIZE, results
