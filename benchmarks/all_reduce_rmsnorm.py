@@ -47,7 +47,8 @@ def make_call(ctx, provider, inp, residual, weight, out, reduced, symm):
         return then_torch(lambda: (ctx.ccl.all_reduce(reduced, inp, config=ONE_SHOT), reduced)[1])
     if provider == "nccl_then_torch":
         if dist.get_backend() != "nccl":
-            raise RuntimeError(f"the default group is {dist.get_backend()}, not NCCL (cpu backend, or ranks share a GPU)")
+            raise RuntimeError(f"the default group is {dist.get_backend()}, not NCCL (the cpu backend, or ranks "
+                               "sharing a GPU)")
         return then_torch(lambda: (reduced.copy_(inp), dist.all_reduce(reduced), reduced)[2])
     if provider == "symm_mem_then_torch":
         if symm is None:
@@ -133,6 +134,9 @@ def main(args):
                     continue
                 everyone = [None] * world
                 dist.all_gather_object(everyone, ms)
+                if rank == 0:
+                    print(f"[all_reduce_rmsnorm] {provider:20s} {tokens:4d} x {hidden:5d}: "
+                          f"{max(everyone) * 1e3:9.2f} us", flush=True)
                 rows.append(dict(op="all_reduce_rmsnorm", provider=provider, world_size=world, dtype=str(dtype),
                                  shape=f"{tokens}x{hidden}", bytes=tokens * hidden * inp.element_size(),
                                  ms_p50=max(everyone), us=max(everyone) * 1e3, timing=f"graph x{args.calls}"

@@ -42,10 +42,12 @@ def _model_body(dtype):
     batch, tokens = (4, 64) if GPU_SCALE else (2, 4)
     ref = _steps(TensorParallelLlama(config, NoComm(), dtype, dev, seed=SEED), batch, tokens)
     providers = {"iris": IrisComm(ctx, prefill_min_rows=8), "iris unfused": IrisComm(ctx, fused_norm=False)}
-    if not ctx.shares_gpu:  # where ranks share a GPU the default group is gloo: NCCL refuses two ranks on a device
+    # Where ranks share a GPU (simulation) the default group is gloo (NCCL refuses two ranks on a device) and
+    # torch symmetric memory refuses them too: those two run with a GPU per rank.
+    if not ctx.shares_gpu:
         providers["torch.distributed"] = TorchDistComm()
-    if on_gpu():
-        providers["symm_mem"] = SymmMemComm(device=dev, prefill_min_rows=8)
+        if on_gpu():
+            providers["symm_mem"] = SymmMemComm(device=dev, prefill_min_rows=8)
     fails = []
     for name, comm in providers.items():
         tri = _steps(TensorParallelLlama(config, comm, dtype, dev, seed=SEED), batch, tokens)

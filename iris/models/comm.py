@@ -20,6 +20,9 @@ Buffers a provider owns are made on the first call of each shape and reused, so 
 a CUDA graph; a buffer ``row`` returns is overwritten by the next ``row`` of that shape.
 """
 
+import socket
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -89,10 +92,21 @@ class SymmMemComm(NoComm):
             raise RuntimeError(f"SymmMemComm: torch {torch.__version__} lacks torch.ops.symm_mem.{missing[0]}")
         group = group or dist.group.WORLD
         super().__init__(dist.get_rank(group), dist.get_world_size(group))
+        # torch's allocator refuses ranks on one GPU at the first rendezvous ("allocations from overlapping
+        # devices"); say so here, on every rank alike
+        places = [None] * self.world_size
+        dist.all_gather_object(places, (socket.gethostname(), str(torch.cuda.get_device_properties(device).uuid)),
+                               group=group)
+        if len(set(places)) < len(places):
+            raise RuntimeError(f"SymmMemComm: torch symmetric memory needs a GPU per rank, and ranks of this group "
+                               f"share one ({self.world_size} ranks on {len(set(places))} GPUs); use IrisComm or "
+                               "TorchDistComm there")
         self.symm_mem, self.group, self.group_name, self.device = symm_mem, group, group.group_name, device
         self.prefill_min_rows = prefill_min_rows
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9, harmless after
-            symm_mem.enable_symm_mem_for_group(self.group_name)
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9; deprecated, a no-op since
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                symm_mem.enable_symm_mem_for_group(self.group_name)
         self._buffers = {}
 
     def sequence_parallel(self, rows):
