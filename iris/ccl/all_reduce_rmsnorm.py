@@ -66,6 +66,8 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
         out = residual_out * rsqrt(mean(residual_out ** 2, -1) + eps) * weight
     """
     caller = "ccl.all_reduce_rmsnorm"
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"{caller}: eps={eps!r} must be a number >= 0 (RMSNorm adds it to the mean square)")
     tensors = dict(out=out, residual_out=residual_out, inp=inp, residual=residual)
     common.precheck(caller, group, config, tuple(tensors.values()) + (weight,), float(eps))
     for name, t in tensors.items():
@@ -86,8 +88,6 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
     if weight.shape != (hidden,) or not weight.dtype.is_floating_point:
         raise ValueError(f"{caller}: weight is {tuple(weight.shape)} {weight.dtype}, expected ({hidden},) of a "
                          "float dtype (one scale per hidden element)")
-    if not eps >= 0:
-        raise ValueError(f"{caller}: eps={eps} must be >= 0")
     for name in ("out", "residual_out"):
         if common.same_start(tensors[name], inp):
             raise ValueError(f"{caller}: {name} is inp, which peers still read while {name} is written; use a "
