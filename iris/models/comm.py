@@ -30,6 +30,8 @@ from iris.models.llama_tp import rms_norm
 
 # From this many tokens (by default) a forward pass is a prefill: sequence-parallel where the provider supports it.
 PREFILL_MIN_ROWS = 256
+# Past 2 ranks, partials larger than this are all-reduced two-shot and normalised by torch (IrisComm.row).
+FUSED_NORM_MAX_BYTES = 1 << 20
 
 
 class NoComm:
@@ -178,7 +180,10 @@ class IrisComm(NoComm):
             return rms_norm(x, norm_w, eps), x
         partial = self._buffer("partial", (a.shape[0], w.shape[1]), a.dtype, heap=True)
         torch.mm(a, w, out=partial)
-        if not self.fused_norm:
+        # The fused kernel is one-shot: each rank reads every peer's whole partial. With more than 2 ranks, above
+        # decode sizes, the two-shot all_reduce moves fewer bytes (2 (W - 1) / W of the partial against W - 1).
+        one_shot = self.world_size == 2 or partial.numel() * partial.element_size() <= FUSED_NORM_MAX_BYTES
+        if not (self.fused_norm and one_shot):
             self.ctx.ccl.all_reduce(partial, partial, group=self.group)
             x += partial
             return rms_norm(x, norm_w, eps), x
