@@ -2,6 +2,7 @@
 
 from iris.ccl.all_gather import all_gather
 from iris.ccl.all_reduce import all_reduce
+from iris.ccl.all_reduce_rmsnorm import all_reduce_rmsnorm
 from iris.ccl.all_to_all import all_to_all
 from iris.ccl.config import CollectiveConfig
 from iris.ccl.reduce_scatter import reduce_scatter
@@ -9,6 +10,7 @@ from iris.ccl.rooted import broadcast, gather, recv, reduce, scatter, send
 
 _COLLECTIVES = {f.__name__: f for f in (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce,
                                         scatter, gather, send, recv)}
+_COLLECTIVES["all_reduce_rmsnorm"] = all_reduce_rmsnorm
 
 
 class CCL:
@@ -34,4 +36,4 @@ def _bind(fn, ctx):
 
 
 __all__ = ["CCL", "CollectiveConfig", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-           "reduce", "scatter", "gather", "send", "recv"]
+           "reduce", "scatter", "gather", "send", "recv", "all_reduce_rmsnorm"]

@@ -26,3 +26,10 @@ def reduce_scatter(inputs, rank, op="sum"):
 
 def all_to_all(inputs, rank):
     return torch.cat([x.chunk(len(inputs), dim=0)[rank] for x in inputs], dim=0)
+
+
+def all_reduce_rmsnorm(inputs, residual, weight, eps):
+    """``(out, residual_out)`` of ``ccl.all_reduce_rmsnorm``, in float64."""
+    residual_out = reduce_all(inputs, "sum") + residual.double()
+    inv_rms = torch.rsqrt(residual_out.pow(2).mean(-1, keepdim=True) + eps)
+    return residual_out * inv_rms * weight.double(), residual_out

@@ -1,0 +1,110 @@
+"""all_reduce_rmsnorm: the all-reduce, residual add and RMSNorm that end every tensor-parallel decoder block.
+
+    residual_out = sum over ranks of inp + residual
+    out          = residual_out * rsqrt(mean(residual_out ** 2 over the hidden dim) + eps) * weight
+
+One kernel, one-shot, one program per row (a token's hidden vector) and a grid of at most 64 programs that
+stride over the rows:
+
+    barrier (inputs ready) | for each of our rows: sum every rank's row in fp32, + residual -> residual_out,
+                           | normalise the fp32 sum in registers -> out | barrier (inputs free)
+
+A row lives in one program's registers, so the sum of squares needs no second pass and no cross-program
+step: the norm costs what the residual and weight loads cost. Program p synchronises only with program p of
+the other ranks, as in the one-shot ``all_reduce`` (the same relaxed barriers, the same rows of the group's
+flags), so no program waits for another program of its own rank.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from iris.ccl import common
+from iris.ccl.device import program_row, reduce_from_group
+from iris.device.sync import group_barrier
+
+# A row is held whole in one program's registers: 32768 fp32 values over 16 warps are 64 per thread.
+MAX_HIDDEN = 32768
+NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@triton.jit
+def _all_reduce_rmsnorm_kernel(out, residual_out, inp, residual, weight, rows, hidden, eps, flags, heap_bases,
+                               members, rank, group_index, world_size, GROUP_SIZE: tl.constexpr, HINT: tl.constexpr,
+                               BLOCK_H: tl.constexpr):
+    row_flags = program_row(flags, world_size)
+    group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
+    cols = tl.arange(0, BLOCK_H)
+    mask = cols < hidden
+    w = tl.load(weight + cols, mask=mask, other=0.0).to(tl.float32)  # [BLOCK_H] fp32
+    for row in range(tl.program_id(0), rows, tl.num_programs(0)):
+        offs = tl.cast(row, tl.int64) * hidden + cols  # 64-bit: rows * hidden may pass 2**31 in prefill
+        # ---- all-reduce: every rank's row, summed in fp32, plus our residual
+        acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, "sum", True,
+                                HINT)  # [BLOCK_H] fp32
+        acc += tl.load(residual + offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(residual_out + offs, acc.to(residual_out.dtype.element_ty), mask=mask)
+        # ---- RMSNorm of the unrounded sum
+        acc = tl.where(mask, acc, 0.0)
+        inv_rms = tl.rsqrt(tl.sum(acc * acc, axis=0) / hidden + eps)
+        tl.store(out + offs, (acc * inv_rms * w).to(out.dtype.element_ty), mask=mask)
+    group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still reads our inp
+
+
+def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, group=None, config=None):
+    """Sum ``inp`` over the ranks of ``group``, add ``residual``, RMS-normalise each row over the last (hidden)
+    dim and scale by ``weight``; returns ``(out, residual_out)``.
+
+    ``inp``, ``residual``, ``residual_out`` and ``out`` are [..., hidden] of one float dtype, contiguous;
+    ``weight`` is [hidden]. ``inp`` must be on the symmetric heap (peers read it); the others may be anywhere.
+    ``residual_out`` may be ``residual`` and ``out`` may be ``residual`` (each row is read before it is
+    written), but neither may be ``inp``. The sum, the add and the norm run in fp32; each output is rounded
+    once, and the norm uses the unrounded sum. Collective over ``group``; stream-ordered; graph-capturable
+    after a first call. One kernel of at most 64 programs (``config.comm_sms``).
+
+        residual_out = sum(inp_r for r in group) + residual          # see iris/ccl/reference.py
+        out = residual_out * rsqrt(mean(residual_out ** 2, -1) + eps) * weight
+    """
+    caller = "ccl.all_reduce_rmsnorm"
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"{caller}: eps={eps!r} must be a number >= 0 (RMSNorm adds it to the mean square)")
+    tensors = dict(out=out, residual_out=residual_out, inp=inp, residual=residual)
+    common.precheck(caller, group, config, tuple(tensors.values()) + (weight,), float(eps))
+    for name, t in tensors.items():
+        common.flat(t, caller, name)
+        if t.dtype not in NORM_DTYPES:
+            raise ValueError(f"{caller}: {name} has dtype {t.dtype}; use float16, bfloat16 or float32")
+        if t.shape != inp.shape:
+            raise ValueError(f"{caller}: {name} is {tuple(t.shape)} but inp is {tuple(inp.shape)}; they must match")
+        if t.dtype != inp.dtype:
+            raise ValueError(f"{caller}: {name} has dtype {t.dtype} but inp has {inp.dtype}; they must match")
+    if inp.dim() == 0:
+        raise ValueError(f"{caller}: inp must have a hidden dim, got a 0-d tensor; pass [tokens, hidden]")
+    hidden = inp.shape[-1]
+    if not 1 <= hidden <= MAX_HIDDEN:
+        raise ValueError(f"{caller}: hidden size {hidden} is outside [1, {MAX_HIDDEN}] (a row is held in one "
+                         "program's registers); normalise in slices of at most that")
+    common.flat(weight, caller, "weight")
+    if weight.shape != (hidden,) or not weight.dtype.is_floating_point:
+        raise ValueError(f"{caller}: weight is {tuple(weight.shape)} {weight.dtype}, expected ({hidden},) of a "
+                         "float dtype (one scale per hidden element)")
+    for name in ("out", "residual_out"):
+        if common.same_start(tensors[name], inp):
+            raise ValueError(f"{caller}: {name} is inp, which peers still read while {name} is written; use a "
+                             "separate tensor (residual_out may be residual)")
+    ctx.check_symmetric(inp, caller, "inp")
+    rows = inp.numel() // hidden
+    config = common.resolve_config(config, caller)
+    sync = ctx.group_sync(group, caller)
+    on_cpu = ctx.get_device().type == "cpu"
+    block_h = triton.next_power_of_2(hidden)
+    # 8 warps hold a 4096-wide row as 16 values a thread (two 16-byte bf16 loads per rank)
+    warps = config.num_warps or (4 if on_cpu else min(16, max(4, block_h // 512)))
+    programs = max(1, min(rows, config.comm_sms or (4 if on_cpu else 64)))
+    hint = common.vector_hint(out, residual_out, inp, residual) if hidden % 16 == 0 else None
+    if rows:
+        _all_reduce_rmsnorm_kernel[(programs,)](
+            out, residual_out, inp, residual, weight, rows, hidden, float(eps), sync.flags, ctx.heap_bases,
+            sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size, HINT=hint, BLOCK_H=block_h,
+            num_warps=warps)
+    return out, residual_out
