@@ -96,41 +96,46 @@ def test_subgroup_workspace_keeps_heaps_in_step(pools):
 
 
 def _workspace_bound_body():
-    """One buffer per name whatever the sizes; the user's heap does not pay for a subgroup's."""
+    """One buffer per name whatever the sizes; the user's heap does not pay for a subgroup's, and a subgroup's
+    workspaces go with its ProcessGroup."""
     import torch.distributed as dist
 
     from iris.ccl import CollectiveConfig
 
     ctx = new_context(heap_size=1 << 20)
-    rank, dev = ctx.get_rank(), ctx.get_device()
-    pair = dist.new_group([0, 1])
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    members = [1, 3]  # ranks no other group of this module has: freed when this group goes
+    pair = dist.new_group(members)
     push = CollectiveConfig(algorithm="push")
     before = ctx.memory_stats()["allocated_bytes.all.current"]
     fails = []
     for n in [8, 24, 40, 8, 56, 16, 64, 32] * 3:
-        for group, size in ((None, ctx.get_num_ranks()), (pair, 2)):
-            if group is pair and rank >= 2:
+        for group, ranks in ((None, list(range(world))), (pair, members)):
+            if rank not in ranks:
                 continue
-            inp = torch.arange(size * n, dtype=torch.float32, device=dev) * (rank + 1)
+            inp = torch.arange(len(ranks) * n, dtype=torch.float32, device=dev) * (rank + 1)
             out = torch.full((n,), -7.0, device=dev)
             ctx.ccl.reduce_scatter(out, inp, group=group, config=push)
-            index = rank if group is None else rank
-            expect = torch.arange(size * n, dtype=torch.float64).view(size, n)[index] * sum(range(1, size + 1))
+            expect = (torch.arange(len(ranks) * n, dtype=torch.float64).view(len(ranks), n)[ranks.index(rank)]
+                      * sum(r + 1 for r in ranks))
             if not torch.equal(out.double().cpu(), expect):
-                fails.append((n, size))
+                fails.append((n, ranks))
     names = sorted(k[0] for k in ctx.workspaces.buffers)
     grown = ctx.memory_stats()["allocated_bytes.all.current"] - before
-    ctx.workspaces.release(pair if rank < 2 else [0, 1])
-    return fails, names, grown, ctx.workspaces.bytes()["area"]
+    held = ctx.workspaces.bytes()["area"]
+    if rank in members:
+        dist.destroy_process_group(pair)
+    del pair
+    gc.collect()
+    return fails, names, grown, held, ctx.workspaces.bytes()["area"], rank in members
 
 
-def test_workspaces_grow_once_per_name_and_release(pools):
-    for rank, (fails, names, grown, area_after) in enumerate(pools(4).run(_workspace_bound_body)):
+def test_workspaces_grow_once_per_name_and_go_with_their_group(pools):
+    for rank, (fails, names, grown, held, area_after, member) in enumerate(pools(4).run(_workspace_bound_body)):
         assert not fails, fails
-        per_group = len(set(names)) * (2 if rank < 2 else 1)
-        assert len(names) == per_group, names  # one buffer per (name, group), not per size
+        assert len(names) == len(set(names)) * (2 if member else 1), names  # one per (name, group), not per size
         assert grown <= 4 * 64 * 4 * 2 + 4096, grown  # world staging at most twice the largest, plus flags
-        assert area_after == 0
+        assert (held > 0) == member and area_after == 0, (held, area_after)
 
 
 def _grow_body():

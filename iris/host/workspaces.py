@@ -14,12 +14,16 @@ shape. Where the memory comes from keeps every rank's heap in step:
 
 Flag arrays are zeroed whenever they are made or handed out at a new shape, before the kernel whose opening
 barrier keeps peers from writing them, so no waiter can read a stamp of an earlier call or layout as new.
-``release(group)`` frees a group's workspaces.
+A subgroup's workspaces are freed with its last ``ProcessGroup`` of those ranks (destroyed and collected), or
+by ``release(group)``.
 """
 
+import collections
 import pickle
+import weakref
 
 import torch
+import torch.distributed as dist
 import triton
 
 from iris.host.allocator import OffsetAllocator, best_fit, common_free
@@ -37,11 +41,14 @@ class Workspaces:
         self._area = OffsetAllocator(*ctx.heap.workspace_range)
         self._offsets = {}  # (name, ranks) -> offset in the workspace area (subgroups)
         self._rounds = {}  # ranks -> agreements made by this group
+        self._watched = {}  # ranks -> how many live ProcessGroups of those ranks
+        self._gone = collections.deque()  # ranks whose last ProcessGroup was collected (appended by finalizers)
 
     def get(self, name, ranks, shape, dtype, zero=False):
         """The buffer ``name`` of the group of ``ranks``, viewed as ``shape`` x ``dtype``. With ``zero`` it is
         zeroed when made and whenever the shape or dtype differs from the last call's (counters and flags that
         a call leaves at zero stay as they are between calls of one shape)."""
+        self._release_gone()
         key = (name, tuple(ranks))
         nbytes = torch.Size(shape).numel() * dtype.itemsize
         buffer = self.buffers.get(key)
@@ -91,6 +98,7 @@ class Workspaces:
 
     def bytes(self):
         """Bytes held by workspaces, whole-world ones (heap) and subgroup ones (workspace area)."""
+        self._release_gone()
         world = tuple(range(self.ctx.num_ranks))
         heap = sum(b.numel() for k, b in self.buffers.items() if k[1] == world)
         return {"heap": heap, "area": self._area.used_bytes}
@@ -104,6 +112,7 @@ class Workspaces:
         else:
             offset = self._agree_offset(key, size)
             self._offsets[key] = offset
+            self._watch(key[1])
             buffer = self.ctx.heap.view(offset, size)
         self.buffers[key] = buffer
         return buffer
@@ -119,6 +128,26 @@ class Workspaces:
         if flags is not None:  # poisoning must not write into bytes that may be handed out again
             table = self.ctx.groups
             table._peer_flags = [(f, r) for f, r in table._peer_flags if f is not flags]
+
+    def _release_gone(self):
+        while self._gone:  # finalizers only queue: the garbage collector may run them inside any method here
+            self.release(list(self._gone.popleft()))
+
+    def _watch(self, ranks):
+        """Queue ``ranks`` for release once every ProcessGroup of exactly those ranks is collected."""
+        if ranks in self._watched:
+            return
+        groups = [g for g, members in dist.distributed_c10d._world.pg_group_ranks.items()
+                  if tuple(sorted(members)) == ranks]
+        self._watched[ranks] = len(groups)
+        for group in groups:
+            weakref.finalize(group, self._group_gone, ranks)
+
+    def _group_gone(self, ranks):
+        self._watched[ranks] -= 1
+        if self._watched[ranks] == 0:
+            del self._watched[ranks]
+            self._gone.append(ranks)
 
     def _agree_offset(self, key, size):
         """Collective over the members ``key[1]``: an offset of the workspace area free on every member (best
