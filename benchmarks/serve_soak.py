@@ -42,7 +42,7 @@ def main(steps, max_tokens, seed, out_dir, minutes=None, hidden=None, allocator=
 
     on_cpu = iris.host.backend.BACKEND == "cpu"
     hidden = hidden or (32 if on_cpu else 4096)
-    start_heap = 1 << 20 if on_cpu else 1 << 28  # a starting size: the vmem heap grows to what the loop needs
+    start_heap = 1 << 20 if on_cpu else 1 << 26  # a starting size: the vmem heap grows to what the loop needs
     ctx = iris.iris(heap_size=start_heap, allocator_type=allocator)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     start_reserved = ctx.memory_stats()["reserved_bytes.all.current"]

