@@ -125,8 +125,8 @@ def _workspace_bound_body():
     held = ctx.workspaces.bytes()["area"]
     if rank in members:
         dist.destroy_process_group(pair)
-    del pair
-    gc.collect()
+    del pair, group
+    ctx.empty_cache()  # collects the group here; the members agree that it went everywhere
     return fails, names, grown, held, ctx.workspaces.bytes()["area"], rank in members
 
 

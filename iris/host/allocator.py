@@ -121,15 +121,15 @@ class AgreedFrees:
     def drop(self, offset):
         self.dropped.append(offset)  # one atomic append: finalizers run wherever the garbage collector does
 
-    def agree(self, exchange):
+    def agree(self, exchange, extra=None):
         """Collective over the ranks ``exchange`` all-gathers among. The offsets every rank has dropped, in
-        ascending order (the same list on every rank); they leave the queue."""
+        ascending order (the same list on every rank; they leave the queue), and every rank's ``extra``."""
         while self.dropped:
             self.pending.add(self.dropped.popleft())
-        everyone = exchange(sorted(self.pending))
-        agreed = set(everyone[0]).intersection(*everyone[1:])
+        everyone = exchange((sorted(self.pending), extra))
+        agreed = set(everyone[0][0]).intersection(*(e[0] for e in everyone[1:]))
         self.pending -= agreed
-        return sorted(agreed)
+        return sorted(agreed), [e[1] for e in everyone]
 
     @property
     def count(self):

@@ -78,6 +78,7 @@ class SymmetricHeap:
         self._allocs_since = self._bytes_since = 0
         self._live_after_agreement = 0
         self._on_grow = []
+        self._riders = {}  # name -> (local() -> picklable, apply(every rank's local())): more to agree on
         self.stats = {"num_allocs": 0, "num_frees": 0, "num_agreements": 0, "num_grows": 0,
                       "allocated_bytes.peak": 0, "reserved_bytes.peak": memory.size}
 
@@ -159,7 +160,10 @@ class SymmetricHeap:
         """Collective over every rank. Return to the free list the bytes of every tensor that every rank has
         dropped (an all-gather of the dropped offsets). Allocation calls it on its own; call it (after
         ``gc.collect()`` if tensors sit in reference cycles) to see the freed bytes in ``memory_stats`` now."""
-        agreed = self._frees.agree(self._exchange)
+        riders = dict(self._riders)
+        agreed, extras = self._frees.agree(self._exchange, {name: local() for name, (local, _) in riders.items()})
+        for name, (_, apply) in riders.items():
+            apply([extra.get(name) for extra in extras])
         for offset in agreed:
             self._allocator.release(offset)
         self.stats["num_frees"] += len(agreed)
@@ -183,6 +187,11 @@ class SymmetricHeap:
         self.stats["reserved_bytes.peak"] = max(self.stats["reserved_bytes.peak"], new)
         for callback in self._on_grow:
             callback(new)
+
+    def ride(self, name, local, apply):
+        """Agree on more at each agreement: every rank sends ``local()``, then ``apply`` gets the list of every
+        rank's (None from a rank without a rider of that name). Workspaces agree here on groups gone."""
+        self._riders[name] = (local, apply)
 
     def on_grow(self, callback):
         """Call ``callback(capacity)`` after each growth (the context updates the extent its kernels see)."""

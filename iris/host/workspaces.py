@@ -14,8 +14,10 @@ shape. Where the memory comes from keeps every rank's heap in step:
 
 Flag arrays are zeroed whenever they are made or handed out at a new shape, before the kernel whose opening
 barrier keeps peers from writing them, so no waiter can read a stamp of an earlier call or layout as new.
-A subgroup's workspaces are freed with its last ``ProcessGroup`` of those ranks (destroyed and collected), or
-by ``release(group)``.
+A subgroup's workspaces are freed with its last ``ProcessGroup`` of those ranks: once every member's collector
+has taken its ProcessGroups, at the heap's next agreement (``iris/host/heap.py``), so all members free them at
+the same point of their calls (freeing where the collector runs would let one member make a workspace again,
+and wait for an agreement, while another still had it). ``release(group)`` frees them now, on each member.
 """
 
 import collections
@@ -43,12 +45,13 @@ class Workspaces:
         self._rounds = {}  # ranks -> agreements made by this group
         self._watched = {}  # ranks -> how many live ProcessGroups of those ranks
         self._gone = collections.deque()  # ranks whose last ProcessGroup was collected (appended by finalizers)
+        self._gone_here = set()  # those, waiting for every member to report the same
+        ctx.heap.ride("workspaces.gone", self._report_gone, self._release_agreed)
 
     def get(self, name, ranks, shape, dtype, zero=False):
         """The buffer ``name`` of the group of ``ranks``, viewed as ``shape`` x ``dtype``. With ``zero`` it is
         zeroed when made and whenever the shape or dtype differs from the last call's (counters and flags that
         a call leaves at zero stay as they are between calls of one shape)."""
-        self._release_gone()
         key = (name, tuple(ranks))
         nbytes = torch.Size(shape).numel() * dtype.itemsize
         buffer = self.buffers.get(key)
@@ -69,12 +72,8 @@ class Workspaces:
         at another."""
         rows = len(ranks)
         if stable:
-            key = (name, tuple(ranks))
-            have = self.buffers.get(key)
-            if have is None or have.numel() < rows * width * 4:
-                width = triton.next_power_of_2(width)
-            else:
-                width = have.numel() // (4 * rows)
+            last = self._shapes.get((name, tuple(ranks)))
+            width = last[0][1] if last is not None and last[0][1] >= width else triton.next_power_of_2(width)
         flags = self.get(name, ranks, (rows, width), torch.int32, zero=True)
         key = (name, tuple(ranks))
         registered = self._registered.get(key)
@@ -98,7 +97,6 @@ class Workspaces:
 
     def bytes(self):
         """Bytes held by workspaces, whole-world ones (heap) and subgroup ones (workspace area)."""
-        self._release_gone()
         world = tuple(range(self.ctx.num_ranks))
         heap = sum(b.numel() for k, b in self.buffers.items() if k[1] == world)
         return {"heap": heap, "area": self._area.used_bytes}
@@ -129,9 +127,18 @@ class Workspaces:
             table = self.ctx.groups
             table._peer_flags = [(f, r) for f, r in table._peer_flags if f is not flags]
 
-    def _release_gone(self):
-        while self._gone:  # finalizers only queue: the garbage collector may run them inside any method here
-            self.release(list(self._gone.popleft()))
+    def _report_gone(self):
+        while self._gone:  # finalizers only queue: the garbage collector may run them anywhere
+            self._gone_here.add(self._gone.popleft())
+        return sorted(self._gone_here)
+
+    def _release_agreed(self, everyone):
+        """At a heap agreement: free the groups whose every member reported its ProcessGroups gone."""
+        reported = [set(map(tuple, r or ())) for r in everyone]
+        for ranks in sorted(self._gone_here):
+            if all(ranks in reported[r] for r in ranks):
+                self._gone_here.discard(ranks)
+                self.release(list(ranks))
 
     def _watch(self, ranks):
         """Queue ``ranks`` for release once every ProcessGroup of exactly those ranks is collected."""
