@@ -96,8 +96,8 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
     (``[group_size * n, ...]``: on the heap for the pull, anywhere for the push; "auto" pulls below 64 MiB
     output slices and on the cpu backend). fp16/bf16 accumulate in fp32.
 
-    Collective over ``group``; stream-ordered; graph-capturable after a first call (the push allocates its
-    staging buffer and flags on the heap at its first call for each size).
+    Collective over ``group``; stream-ordered; graph-capturable after a first call (the push makes its staging
+    buffer and flags, ``ctx.workspaces``, at its first call and when a larger size comes).
 
         ref = reduce(op, [inp_r for r in group]).chunk(group_size)[group_rank]
     """
@@ -119,12 +119,12 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
         segments = triton.cdiv(n, SEGMENT_BLOCKS * p.block)
         programs = min(p.programs, segments)
         ranks = p.sync.ranks
-        # One staging buffer (bytes, for every dtype) and one flag array for every size, grown to the largest.
-        # Segment s's flag is stamped with the count of program s % programs's row: flags per program count.
+        # One staging buffer and one flag array for every size and dtype, grown to the largest (ctx.workspaces, off
+        # the user's heap). Segment s's flag is stamped with the count of program s % programs's row: flags per
+        # program count, at a layout that lasts (stable) since the counts of different rows differ.
         nbytes = p.sync.size * n * inp.element_size()
-        staging = ctx.ops.workspaces.get(caller + ".staging", ranks, (nbytes,), torch.uint8, grow=True)
-        staging = staging[:nbytes].view(inp.dtype)
-        segment_flags = ctx.ops.workspaces.peer_flags(f"{caller}.flags.{programs}", ranks, segments, grow=True)
+        staging = ctx.workspaces.get(caller + ".staging", ranks, (nbytes,), torch.uint8).view(inp.dtype)
+        segment_flags = ctx.workspaces.peer_flags(f"{caller}.flags.{programs}", ranks, segments, stable=True)
         hint = common.vector_hint(out, inp, staging) if aligned else None
         _reduce_scatter_push_kernel[(programs,)](out_flat, inp_flat, staging, segment_flags, n, segments,
                                                  segment_flags.shape[1], *p.sync_args(ctx), GROUP_SIZE=p.sync.size,

@@ -14,9 +14,11 @@ from iris.host.distributed import StoreBarrier, all_gather_object, default_store
     ensure_process_group
 from iris.host.copy_engine import CopyQueue
 from iris.host.groups import GroupTable, region_bytes
-from iris.host.heap import SymmetricHeap, align_up
+from iris.host.allocator import align_up
+from iris.host.heap import SymmetricHeap
 from iris.host.logging import RankLogger
 from iris.host.memory import CudaIpcMemory, SharedMemory
+from iris.host.vmem import GrowableMemory
 from iris.device.context import CONTEXT_HEADER
 from iris.device.debug import enable as enable_debug
 from iris.host.tensors import TensorFactory
@@ -41,7 +43,8 @@ class Iris(TensorFactory, RankLogger):
     same ``heap_size``. Prefer the factory ``iris.iris(...)``.
     """
 
-    def __init__(self, heap_size=1 << 30, allocator_type="torch", engines=(), timeout_s=None, debug=None):
+    def __init__(self, heap_size=1 << 30, allocator_type="torch", engines=(), timeout_s=None, debug=None,
+                 workspace_size=None):
         global _context_serial
         if debug:
             enable_debug()
@@ -52,9 +55,10 @@ class Iris(TensorFactory, RankLogger):
         if allocator_type not in ALLOCATORS:
             raise ValueError(f"iris.iris: unknown allocator_type {allocator_type!r}; use 'torch' (default) or "
                              "'vmem'")
-        if allocator_type == "vmem":
-            raise NotImplementedError("iris.iris: allocator_type='vmem' (CUDA virtual memory) is not available in "
-                                      "this version; use allocator_type='torch'")
+        if workspace_size is None:
+            workspace_size = max(heap_size // 4, 1 << 20)
+        if not isinstance(workspace_size, int) or isinstance(workspace_size, bool) or workspace_size < 0:
+            raise ValueError(f"iris.iris: workspace_size must be a number of bytes >= 0, got {workspace_size!r}")
         engines = _normalize_engines(engines)
         if engines:
             raise ValueError(f"iris.iris: engines={engines!r} is not available on this platform: 'sdma' is AMD's "
@@ -94,21 +98,28 @@ class Iris(TensorFactory, RankLogger):
         if len(set(sizes)) != 1:
             raise ValueError(f"iris.iris: ranks asked for different heap sizes {list(sizes)} (bytes, by rank); every "
                              "rank must pass the same heap_size")
-        reserved = region_bytes(self.num_ranks)
-        total = align_up(heap_size) + reserved
-        if on_cpu:
+        # [group flags | subgroup workspace area | user tensors (grows with allocator_type="vmem")]
+        group_bytes, workspace_bytes = align_up(region_bytes(self.num_ranks)), align_up(workspace_size)
+        total = group_bytes + workspace_bytes + align_up(heap_size)
+        self.allocator_type = allocator_type
+        if allocator_type == "vmem":
+            memory = GrowableMemory(total, torch.device(self.device), self.cur_rank, self.num_ranks, all_gather_object)
+        elif on_cpu:
             memory = SharedMemory(total, self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier)
         else:
             memory = CudaIpcMemory(total, self.device, self.cur_rank, all_gather_object)
-        self.heap = SymmetricHeap(memory, heap_size, reserved, self.cur_rank, self.num_ranks)
+        self.heap = SymmetricHeap(memory, heap_size, group_bytes, workspace_bytes, self.cur_rank, self.num_ranks,
+                                  all_gather_object)
         self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device)
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
         # [rank, bytes each base addresses, world_size, base_0, ...]: heap_bases is a view of the tail, so the
         # two words before it (read by debug mode) are the extent and the world size.
-        self._device_context = torch.tensor([self.cur_rank, total, self.num_ranks] + self.heap.bases,
+        self._device_context = torch.tensor([self.cur_rank, memory.size, self.num_ranks] + self.heap.bases,
                                             dtype=torch.int64, device=self.device)
         self.heap_bases = self._device_context[CONTEXT_HEADER.value:]
+        # Growth keeps every base (the ranges are reserved up front) and widens the extent debug mode checks.
+        self.heap.on_grow(lambda capacity: self._device_context[1].fill_(capacity))
         self.barrier()
         self.watchdog.start()
         self.debug(f"heap of {heap_size} bytes on {self.device} ({self.backend} backend)")
@@ -171,6 +182,14 @@ class Iris(TensorFactory, RankLogger):
         return Tracing(self)
 
     @functools.cached_property
+    def workspaces(self):
+        """The heap buffers and flags the collectives and fused ops keep between calls
+        (``iris/host/workspaces.py``); ``ctx.workspaces.release(group)`` frees a group's."""
+        from iris.host.workspaces import Workspaces
+
+        return Workspaces(self)
+
+    @functools.cached_property
     def ops(self):
         """The fused GEMM + communication ops (``iris.ops``) bound to this context: ``ctx.ops.matmul_all_gather``."""
         from iris.ops import Ops
@@ -195,6 +214,24 @@ class Iris(TensorFactory, RankLogger):
             raise ValueError(f"{caller}: {name}={rank!r} is outside [0, {self.num_ranks}); ranks run from 0 to "
                              f"world_size - 1 = {self.num_ranks - 1}")
         return rank
+
+    def memory_stats(self):
+        """This rank's heap in the spirit of ``torch.cuda.memory_stats``: ``allocated_bytes.all.current`` /
+        ``.peak`` (bytes in live tensors and whole-world workspaces, including tensors dropped here but not yet
+        on every rank), ``reserved_bytes.all.current`` / ``.peak`` (bytes mapped: the heap's size, which grows
+        with ``allocator_type="vmem"``), counts of allocations, frees, agreements and growths, and
+        ``workspace_bytes`` (whole-world ones on the heap, subgroup ones in the workspace area). Local, cheap."""
+        stats = self.heap.memory_stats()
+        stats["workspace_bytes"] = self.workspaces.bytes()
+        return stats
+
+    def empty_cache(self):
+        """Collective over every rank. Collect this rank's garbage (tensors in reference cycles) and return to
+        the heap every tensor all ranks have dropped; ``memory_stats`` then shows what is live."""
+        import gc
+
+        gc.collect()
+        self.heap.reclaim()
 
     def allocate_symmetric(self, *size, dtype=None):
         """Collective. An uninitialised heap tensor and int64[world_size] ``peer_bases`` on the device:

@@ -119,3 +119,95 @@ def stream_write(stream, address, value):
                                        ctypes.c_uint32(value & 0xFFFFFFFF),
                                        ctypes.c_uint(CU_STREAM_WRITE_VALUE_DEFAULT)),
            "cuStreamWriteValue32")
+
+
+# ---------------------------------------------------------------- virtual memory (allocator_type="vmem")
+# Physical chunks made with cuMemCreate, mapped into address ranges reserved once, exported to the node's other
+# ranks as POSIX file descriptors. Never cuMulticastCreate: NVLink multicast stays off (DESIGN.md section 4).
+CU_MEM_ALLOCATION_TYPE_PINNED = 1
+CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
+CU_MEM_LOCATION_TYPE_DEVICE = 1
+CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
+
+
+class _MemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class _AllocationProp(ctypes.Structure):  # CUmemAllocationProp
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", _MemLocation),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", _AllocFlags)]
+
+
+class _AccessDesc(ctypes.Structure):  # CUmemAccessDesc
+    _fields_ = [("location", _MemLocation), ("flags", ctypes.c_int)]
+
+
+def _prop(device):
+    return _AllocationProp(type=CU_MEM_ALLOCATION_TYPE_PINNED,
+                           requestedHandleTypes=CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                           location=_MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, device))
+
+
+def vmm_granularity(device):
+    size = ctypes.c_size_t()
+    prop = _prop(device)
+    _check(_fn("cuMemGetAllocationGranularity")(ctypes.byref(size), ctypes.byref(prop),
+                                                ctypes.c_int(CU_MEM_ALLOC_GRANULARITY_MINIMUM)),
+           "cuMemGetAllocationGranularity")
+    return size.value
+
+
+def vmm_reserve(size, alignment):
+    """Reserve ``size`` bytes of device address space (nothing is backed yet); returns the start."""
+    ptr = ctypes.c_uint64()
+    _check(_fn("cuMemAddressReserve")(ctypes.byref(ptr), ctypes.c_size_t(size), ctypes.c_size_t(alignment),
+                                      ctypes.c_uint64(0), ctypes.c_ulonglong(0)), "cuMemAddressReserve")
+    return ptr.value
+
+
+def vmm_create(size, device):
+    """A physical allocation of ``size`` bytes on ``device`` that can be exported as a file descriptor."""
+    handle = ctypes.c_uint64()
+    prop = _prop(device)
+    _check(_fn("cuMemCreate")(ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(prop), ctypes.c_ulonglong(0)),
+           "cuMemCreate")
+    return handle.value
+
+
+def vmm_export(handle):
+    """A POSIX file descriptor for ``handle`` (the caller closes it)."""
+    fd = ctypes.c_int()
+    _check(_fn("cuMemExportToShareableHandle")(ctypes.byref(fd), ctypes.c_uint64(handle),
+                                               ctypes.c_int(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                                               ctypes.c_ulonglong(0)), "cuMemExportToShareableHandle")
+    return fd.value
+
+
+def vmm_import(fd):
+    handle = ctypes.c_uint64()
+    _check(_fn("cuMemImportFromShareableHandle")(ctypes.byref(handle), ctypes.c_void_p(fd),
+                                                 ctypes.c_int(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)),
+           "cuMemImportFromShareableHandle")
+    return handle.value
+
+
+def vmm_map(address, size, handle, device):
+    """Back [address, address + size) with ``handle`` and let ``device`` read and write it."""
+    _check(_fn("cuMemMap")(ctypes.c_uint64(address), ctypes.c_size_t(size), ctypes.c_size_t(0),
+                           ctypes.c_uint64(handle), ctypes.c_ulonglong(0)), "cuMemMap")
+    access = _AccessDesc(location=_MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, device),
+                         flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+    _check(_fn("cuMemSetAccess")(ctypes.c_uint64(address), ctypes.c_size_t(size), ctypes.byref(access),
+                                 ctypes.c_size_t(1)), "cuMemSetAccess")
+
+
+def vmm_unmap(address, size, handle):
+    _check(_fn("cuMemUnmap")(ctypes.c_uint64(address), ctypes.c_size_t(size)), "cuMemUnmap")
+    _check(_fn("cuMemRelease")(ctypes.c_uint64(handle)), "cuMemRelease")

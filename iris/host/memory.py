@@ -2,7 +2,8 @@
 
 Each class allocates this rank's heap, exchanges a handle with the other ranks (``exchange`` is an
 all-gather of picklable objects over the process group, so handles never leave it), maps every peer's
-heap and records where each appears in this process: ``bases[r]``.
+heap and records where each appears in this process: ``bases[r]``. These two have a fixed ``size``; the
+heap that grows is ``iris/host/vmem.py``.
 """
 
 import mmap
@@ -15,10 +16,25 @@ import torch
 from iris.host import cuda_driver
 
 
-class CudaIpcMemory:
+class _FixedSize:
+    growable = False
+
+    @property
+    def reserve_bytes(self):
+        return self.size
+
+    def round_size(self, n):
+        return n
+
+    def grow(self, new_size):
+        raise MemoryError(f"iris: this heap has a fixed size of {self.size} bytes; allocator_type='vmem' grows")
+
+
+class CudaIpcMemory(_FixedSize):
     """Device memory from torch's allocator, shared with peers through CUDA IPC handles."""
 
     def __init__(self, size, device, rank, exchange):
+        self.size, self.device = size, torch.device(device)
         self.local = torch.empty(size, dtype=torch.uint8, device=device)
         ptr = self.local.data_ptr()
         try:
@@ -61,7 +77,7 @@ def segment_directory(total_bytes):
                        f"{tempfile.gettempdir()}); pass a smaller heap_size or set IRIS_SHM_DIR")
 
 
-class SharedMemory:
+class SharedMemory(_FixedSize):
     """POSIX shared memory for the cpu backend: each rank creates a segment, every rank maps all of them.
 
     Names carry 128 random bits and segments are created owner-only (0600). Once every rank has mapped
@@ -70,6 +86,7 @@ class SharedMemory:
     """
 
     def __init__(self, size, rank, world_size, exchange, barrier):
+        self.size, self.device = size, torch.device("cpu")
         path = os.path.join(segment_directory(size * world_size), f"iris-{secrets.token_hex(16)}-r{rank}")
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:

@@ -119,8 +119,10 @@ class TensorFactory:
                             lambda t: torch.linspace(start, end, steps, out=t))
 
     def as_symmetric(self, tensor):
-        """Collective. A heap copy of ``tensor`` (same shape, dtype and values). It always allocates, even for a
-        tensor already on the heap, so that every rank's heap advances by the same amount."""
+        """Collective. A heap copy of ``tensor`` (same shape, dtype and values). It copies, on every allocator:
+        memory from torch's allocator cannot be exported to peers, and mapping a caller's VMM allocation into the
+        heap would need a hole at the same offset on every rank. It always allocates, even for a tensor already
+        on the heap, so that every rank's heap makes the same allocations."""
         out = self.empty(tensor.shape, dtype=tensor.dtype)
         out.copy_(tensor)
         return out

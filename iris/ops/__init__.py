@@ -1,7 +1,6 @@
 """Fused GEMM + communication on the symmetric heap: ``ctx.ops.<op>(out, A, B, ...)``."""
 
 from iris.ops.all_gather_matmul import all_gather_matmul
-from iris.ops.common import Workspaces
 from iris.ops.config import OpsConfig
 from iris.ops.matmul_all_gather import matmul_all_gather
 from iris.ops.reduce_ops import matmul_all_reduce, matmul_reduce_scatter
@@ -15,9 +14,14 @@ class Ops:
 
     def __init__(self, ctx):
         self._ctx = ctx
-        self.workspaces = Workspaces(ctx)
         for name, fn in _OPS.items():
             setattr(self, name, _bind(fn, ctx))
+
+
+    @property
+    def workspaces(self):
+        """The context's workspaces (``ctx.workspaces``)."""
+        return self._ctx.workspaces
 
 
 def _bind(fn, ctx):

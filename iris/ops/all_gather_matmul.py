@@ -159,7 +159,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     # the gather is 26%, 21% and 11.5% of the GEMM's time on the three large shapes of docs/results.md, where
     # the push beat cuBLAS + the iris all_gather by 22%, 17% and 13%
     sent = (sync.size - 1) * m_local * K * a.element_size()
-    gathered = ctx.ops.workspaces.get("all_gather_matmul", sync.ranks, (M, K), a.dtype)
+    gathered = ctx.workspaces.get("all_gather_matmul", sync.ranks, (M, K), a.dtype)
     if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent, flops=2 * M * N * K):
         slot = gathered[sync.index * m_local:(sync.index + 1) * m_local]
         slot.copy_(a)
@@ -171,8 +171,8 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     programs = num_programs(ctx.get_device(), tiles, spare=common.copy_sms(ctx, copy_engine))
     if copy_engine:
         chunks = triton.cdiv(m_local // block_m, config.group_m)
-        arrived = ctx.ops.workspaces.peer_flags("all_gather_matmul.arrived", sync.ranks, chunks)  # row i: member i's
-        go = ctx.ops.workspaces.get("all_gather_matmul.go", sync.ranks, (1,), torch.int32, zero=True)
+        arrived = ctx.workspaces.peer_flags("all_gather_matmul.arrived", sync.ranks, chunks)  # row i: member i's
+        go = ctx.workspaces.get("all_gather_matmul.go", sync.ranks, (1,), torch.int32, zero=True)
         _send_rows(ctx, sync, a, gathered, arrived, go, config.group_m * block_m, caller)
         with common.launching_counted(ctx, go, caller):
             _all_gather_matmul_engines_kernel[(programs,)](
@@ -185,8 +185,8 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         ctx.copy_queue.join([], caller)
         arrived.zero_()  # every peer's copies have landed (the kernel waited for them): ready for the next call
         return common.add_bias(out, bias, caller)
-    ready = ctx.ops.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
-    call = ctx.ops.workspaces.get("all_gather_matmul.call", sync.ranks, (3,), torch.int32, zero=True)
+    ready = ctx.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
+    call = ctx.workspaces.get("all_gather_matmul.call", sync.ranks, (3,), torch.int32, zero=True)
     comm = common.comm_programs(config, programs)
     _all_gather_matmul_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), a, operand(gathered, (block_m, block_k), tma), gathered,

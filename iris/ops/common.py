@@ -1,4 +1,4 @@
-"""Host-side checks and workspaces shared by the fused ops."""
+"""Host-side checks shared by the fused ops (their workspaces are ``ctx.workspaces``, iris/host/workspaces.py)."""
 
 import collections
 import contextlib
@@ -44,41 +44,6 @@ def divisible(caller, what, value, world_size):
         raise ValueError(f"{caller}: {what} = {value} is not divisible by the world size {world_size}; pad it to a "
                          f"multiple of {world_size}")
     return value // world_size
-
-
-class Workspaces:
-    """Heap buffers and flags of the ops, made on first use per (name, group, shape, dtype). Allocation is
-    collective, and every rank makes the same op calls in the same order, so they stay symmetric. Keyed by the
-    group as well: flags stamped in one group's calls must never be read by another group's."""
-
-    def __init__(self, ctx):
-        self.ctx = ctx
-        self.buffers = {}
-
-    def get(self, name, ranks, shape, dtype, zero=False, grow=False):
-        """The buffer ``name`` of the group of ``ranks``: ``shape`` x ``dtype``, zeroed once if ``zero``. With
-        ``grow``, calls of every size share one buffer whose last dimension is a power of two at least the one
-        asked for (a larger request makes a new, larger one): for collectives, called at many sizes."""
-        return self._get(name, ranks, shape, dtype, zero, grow)[0]
-
-    def peer_flags(self, name, ranks, width, grow=False):
-        """Zeroed int32 flags [len(ranks), width] whose row i only member ``ranks[i]`` advances, registered
-        with the watchdog so that a failed member's row is released (``GroupTable.poison``). ``grow`` as for
-        ``get``: the width may then be larger than asked."""
-        flags, made = self._get(name, ranks, (len(ranks), width), torch.int32, True, grow)
-        if made:
-            self.ctx.groups.register_peer_flags(flags, ranks)
-        return flags
-
-    def _get(self, name, ranks, shape, dtype, zero, grow=False):
-        """(buffer, whether this call made it)."""
-        key = (name, tuple(ranks), tuple(shape[:-1]) if grow else tuple(shape), dtype, grow)
-        have = self.buffers.get(key)
-        made = have is None or (grow and have.shape[-1] < shape[-1])
-        if made:
-            size = (*shape[:-1], triton.next_power_of_2(shape[-1])) if grow else shape
-            self.buffers[key] = (self.ctx.zeros if zero else self.ctx.empty)(*size, dtype=dtype)
-        return self.buffers[key], made
 
 
 # What "auto" weighs on GPUs, measured on H200 (docs/perf-notes.md): SM-issued NVLink bytes per second, bf16

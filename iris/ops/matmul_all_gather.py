@@ -192,7 +192,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     sent = (sync.size - 1) * M * n_local * out.element_size()
     if not common.choose_fused(caller, config, ctx, tiles, comm_bytes=sent, flops=2 * M * n_local * K):
         # GEMM into our slot of a [W, M, N / W] workspace, all_gather it in place, then lay the slots side by side.
-        gathered = ctx.ops.workspaces.get("matmul_all_gather", sync.ranks, (sync.size, M, n_local), a.dtype)
+        gathered = ctx.workspaces.get("matmul_all_gather", sync.ranks, (sync.size, M, n_local), a.dtype)
         common.bulk_gemm(gathered[sync.index], a, b, config)
         ctx.ccl.all_gather(gathered, gathered[sync.index], group=group)
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
@@ -210,15 +210,15 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     if tma_store and out.is_cuda:
         common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device
     slots = max(1, stream)  # a partial per program of the stream-K last wave
-    partials = ctx.ops.workspaces.get("matmul_all_gather.partials", sync.ranks, (slots, block_m, block_n),
+    partials = ctx.workspaces.get("matmul_all_gather.partials", sync.ranks, (slots, block_m, block_n),
                                       torch.float32)
-    part_flags = ctx.ops.workspaces.get("matmul_all_gather.part_flags", sync.ranks, (slots,), torch.int32,
+    part_flags = ctx.workspaces.get("matmul_all_gather.part_flags", sync.ranks, (slots,), torch.int32,
                                         zero=True)
-    band_counts = ctx.ops.workspaces.get("matmul_all_gather.band_counts", sync.ranks, (len(engine_bands),),
+    band_counts = ctx.workspaces.get("matmul_all_gather.band_counts", sync.ranks, (len(engine_bands),),
                                          torch.int32, zero=True) if copy_engine else part_flags
     if copy_engine:
         # made (zeroed) before the kernel, whose opening barrier keeps peers from raising them before that
-        sent = ctx.ops.workspaces.peer_flags("matmul_all_gather.sent", sync.ranks, 1)  # row i: member i's block
+        sent = ctx.workspaces.peer_flags("matmul_all_gather.sent", sync.ranks, 1)  # row i: member i's block
         ctx.copy_queue.fork()
         common.send_bands(ctx, sync, out, engine_bands, band_counts, sent, config.num_warps, caller,
                           col_offset=sync.index * n_local)  # our column block

@@ -233,7 +233,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     # per rank: (W - 1) / W of the partial out, and for all_reduce as much of the result back
     sent = (2 if all_reduce else 1) * (sync.size - 1) * m_local * N * out.element_size()
     if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent, flops=2 * M * N * a.shape[1]):
-        partial = ctx.ops.workspaces.get(caller, sync.ranks, (M, N), a.dtype)
+        partial = ctx.workspaces.get(caller, sync.ranks, (M, N), a.dtype)
         common.bulk_gemm(partial, a, b, config)
         if not all_reduce:
             ctx.ccl.reduce_scatter(out, partial, group=group)
@@ -243,9 +243,9 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             ctx.ccl.all_reduce(partial, partial, group=group)
             out.copy_(partial)
         return out
-    staging = ctx.ops.workspaces.get(caller + ".staging", sync.ranks, (sync.size, m_local, N), a.dtype)
-    tile_flags = ctx.ops.workspaces.peer_flags(caller + ".flags", sync.ranks, tiles // sync.size)
-    call = ctx.ops.workspaces.get(caller + ".call", sync.ranks, (2,), torch.int32, zero=True)
+    staging = ctx.workspaces.get(caller + ".staging", sync.ranks, (sync.size, m_local, N), a.dtype)
+    tile_flags = ctx.workspaces.peer_flags(caller + ".flags", sync.ranks, tiles // sync.size)
+    call = ctx.workspaces.get(caller + ".call", sync.ranks, (2,), torch.int32, zero=True)
     tma = config.tma and descriptors_fit(a, b)
     own_tiles = tiles // sync.size
     # all_reduce through the copy engines needs out's rows contiguous (each band of them is one 2-D copy)
@@ -272,18 +272,18 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     out_bands, sent = [], []  # all_reduce: bands of our reduced rows that the copy engines take to the peers' out
     if copy_engine:
         # slot d holds our partial of rank d's row block (ours unused), laid out as the owner's staging slot
-        outbox = ctx.ops.workspaces.get(caller + ".outbox", sync.ranks, (sync.size, m_local, N), a.dtype)
+        outbox = ctx.workspaces.get(caller + ".outbox", sync.ranks, (sync.size, m_local, N), a.dtype)
         # counts: (W - 1) rows of partial bands, then one of our reduced bands
-        band_counts = ctx.ops.workspaces.get(caller + ".band_counts", sync.ranks, (sync.size * len(bands),),
+        band_counts = ctx.workspaces.get(caller + ".band_counts", sync.ranks, (sync.size * len(bands),),
                                              torch.int32, zero=True)
-        band_flags = ctx.ops.workspaces.peer_flags(caller + ".band_flags", sync.ranks, len(bands))
+        band_flags = ctx.workspaces.peer_flags(caller + ".band_flags", sync.ranks, len(bands))
         if all_reduce:
             # our units come after every peer unit, tile by tile; the bands finished before the walk's last wave
             # go by the copy engines, the last wave's tiles from the SMs (which have nothing left to do by then)
             last_wave = (sync.size * own_tiles - 1) // programs * programs - (sync.size - 1) * own_tiles
             out_bands = common.bands_before(bands, last_wave)
             if out_bands:
-                sent = ctx.ops.workspaces.peer_flags(caller + ".sent", sync.ranks, 1)  # row i: member i's bands
+                sent = ctx.workspaces.peer_flags(caller + ".sent", sync.ranks, 1)  # row i: member i's bands
         _send_partials(ctx, sync, staging, outbox, bands, band_counts, band_flags, config.num_warps, caller)
         # then our reduced rows (row block sync.index of out)
         common.send_bands(ctx, sync, out, out_bands, band_counts[(sync.size - 1) * len(bands):], sent,

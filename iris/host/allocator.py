@@ -1,0 +1,136 @@
+"""Offsets of the symmetric heap: a deterministic best-fit free list, and the frees every rank has agreed to.
+
+Allocation is collective: every rank makes the same calls in the same order. ``OffsetAllocator`` is a pure
+function of those calls and of the frees it is told about, so ranks that feed it the same sequence hand out the
+same offsets, which is what lets a kernel reach a peer's copy of a tensor by swapping the heap base.
+
+Frees are not collective: a rank drops a tensor when its own garbage collector says so, and ranks drop in their
+own order (reference cycles, a rank that keeps a tensor a little longer). ``AgreedFrees`` therefore only queues a
+dropped offset locally; at an agreement point (``agree``, a small all-gather every rank reaches at the same
+allocation) the ranks exchange what they dropped, and each applies, in ascending order, exactly the offsets that
+every rank has dropped. The rest stay queued for the next agreement. A byte is reused only once no rank can
+still reach it through a tensor, and every rank's free list goes through the same states.
+"""
+
+import bisect
+import collections
+
+# 256 bytes: a whole number of 128-byte cache lines, and enough for 16-byte vector and TMA accesses.
+ALIGNMENT = 256
+
+
+def align_up(n, alignment=ALIGNMENT):
+    return -(-n // alignment) * alignment
+
+
+class OffsetAllocator:
+    """Best fit over the byte range [start, end): the smallest free block that holds the request (the lowest
+    such block on a tie), blocks coalesced on release. Sizes are rounded up to ``ALIGNMENT``."""
+
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+        self.free = [(start, end - start)] if end > start else []  # (offset, size), ascending offsets
+        self.used = {}  # offset -> size
+        self.used_bytes = 0
+
+    def reserve(self, nbytes, alignment=ALIGNMENT):
+        """Offset of ``nbytes`` (rounded up to ``ALIGNMENT``) starting on a multiple of ``alignment``, or None."""
+        offset = best_fit(self.free, nbytes, alignment)
+        if offset is not None:
+            self.take(offset, nbytes)
+        return offset
+
+    def take(self, offset, nbytes):
+        """Reserve exactly [offset, offset + size) (``nbytes`` rounded up), which must be free."""
+        size = align_up(max(nbytes, 1))
+        i = bisect.bisect_right(self.free, (offset, float("inf"))) - 1
+        start, length = self.free[i]
+        assert start <= offset and offset + size <= start + length, "take: the range is not free"
+        rest = [(start, offset - start)] if offset > start else []
+        if start + length > offset + size:
+            rest.append((offset + size, start + length - offset - size))
+        self.free[i:i + 1] = rest
+        self.used[offset] = size
+        self.used_bytes += size
+
+    def release(self, offset):
+        size = self.used.pop(offset)
+        self.used_bytes -= size
+        i = bisect.bisect_left(self.free, (offset, 0))
+        if i < len(self.free) and self.free[i][0] == offset + size:  # merge with the block after
+            size += self.free.pop(i)[1]
+        if i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == offset:  # and the block before
+            offset, size = self.free[i - 1][0], self.free[i - 1][1] + size
+            i -= 1
+            self.free.pop(i)
+        self.free.insert(i, (offset, size))
+
+    def extend(self, end):
+        """The range grew to ``end``: [old end, end) is free."""
+        if end <= self.end:
+            return
+        if self.free and self.free[-1][0] + self.free[-1][1] == self.end:
+            offset, size = self.free.pop()
+            self.free.append((offset, size + end - self.end))
+        else:
+            self.free.append((self.end, end - self.end))
+        self.end = end
+
+    def largest_free(self):
+        return max((size for _, size in self.free), default=0)
+
+    def free_ranges(self):
+        return list(self.free)
+
+
+def best_fit(free, nbytes, alignment=ALIGNMENT):
+    """The offset ``OffsetAllocator.reserve`` would pick from the free list ``free``, or None."""
+    size, best = align_up(max(nbytes, 1)), None
+    for offset, length in free:
+        first = align_up(offset, alignment)
+        if first + size <= offset + length and (best is None or length < best[1]):
+            best = (first, length)
+    return None if best is None else best[0]
+
+
+def common_free(free_lists):
+    """The ranges free in every one of ``free_lists`` (each ascending (offset, size) pairs)."""
+    common = free_lists[0]
+    for other in free_lists[1:]:
+        merged, i, j = [], 0, 0
+        while i < len(common) and j < len(other):
+            lo = max(common[i][0], other[j][0])
+            hi = min(common[i][0] + common[i][1], other[j][0] + other[j][1])
+            if hi > lo:
+                merged.append((lo, hi - lo))
+            if common[i][0] + common[i][1] < other[j][0] + other[j][1]:
+                i += 1
+            else:
+                j += 1
+        common = merged
+    return common
+
+
+class AgreedFrees:
+    """Offsets this rank dropped, waiting until every rank has dropped them."""
+
+    def __init__(self):
+        self.dropped = collections.deque()  # appended by tensor finalizers, from any thread
+        self.pending = set()
+
+    def drop(self, offset):
+        self.dropped.append(offset)  # one atomic append: finalizers run wherever the garbage collector does
+
+    def agree(self, exchange, extra=None):
+        """Collective over the ranks ``exchange`` all-gathers among. The offsets every rank has dropped, in
+        ascending order (the same list on every rank; they leave the queue), and every rank's ``extra``."""
+        while self.dropped:
+            self.pending.add(self.dropped.popleft())
+        everyone = exchange((sorted(self.pending), extra))
+        agreed = set(everyone[0][0]).intersection(*(e[0] for e in everyone[1:]))
+        self.pending -= agreed
+        return sorted(agreed), [e[1] for e in everyone]
+
+    @property
+    def count(self):
+        return len(self.pending) + len(self.dropped)

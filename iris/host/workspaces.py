@@ -1,0 +1,177 @@
+"""Workspaces: heap buffers and flags the collectives and fused ops keep between calls (``ctx.workspaces``).
+
+One buffer per (name, group), viewed at whatever shape and dtype a call asks for and grown (to a power of two of
+bytes) when a call asks for more, so a server whose batch size varies holds one buffer per name, not one per
+shape. Where the memory comes from keeps every rank's heap in step:
+
+- the whole world's workspaces come from the heap's allocator: every rank makes the same world calls in the same
+  order, so their first use and each growth are collective allocations like any other;
+- a subgroup's come from the workspace area (``iris/host/heap.py``), which the world allocator never touches: a
+  subgroup's calls run on its members only, and heap allocations there would leave members and non-members at
+  different offsets from then on. The members agree on an offset free on all of them (one exchange of their
+  free lists through the store) only when a workspace is made or grows; calls that fit reuse it and exchange
+  nothing.
+
+Flag arrays are zeroed whenever they are made or handed out at a new shape, before the kernel whose opening
+barrier keeps peers from writing them, so no waiter can read a stamp of an earlier call or layout as new.
+A subgroup's workspaces are freed with its last ``ProcessGroup`` of those ranks: once every member's collector
+has taken its ProcessGroups, at the heap's next agreement (``iris/host/heap.py``), so all members free them at
+the same point of their calls (freeing where the collector runs would let one member make a workspace again,
+and wait for an agreement, while another still had it). ``release(group)`` frees them now, on each member.
+"""
+
+import collections
+import pickle
+import weakref
+
+import torch
+import torch.distributed as dist
+import triton
+
+from iris.host.allocator import OffsetAllocator, best_fit, common_free
+from iris.host.heap import format_bytes
+
+MIN_BYTES = 256
+
+
+class Workspaces:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.buffers = {}  # (name, ranks) -> uint8 tensor: the whole buffer
+        self._shapes = {}  # (name, ranks) -> (shape, dtype) of the last view handed out (zeroed buffers)
+        self._registered = {}  # (name, ranks) -> the flag view registered with the group table for poisoning
+        self._area = OffsetAllocator(*ctx.heap.workspace_range)
+        self._offsets = {}  # (name, ranks) -> offset in the workspace area (subgroups)
+        self._rounds = {}  # ranks -> agreements made by this group
+        self._watched = {}  # ranks -> how many live ProcessGroups of those ranks
+        self._gone = collections.deque()  # ranks whose last ProcessGroup was collected (appended by finalizers)
+        self._gone_here = set()  # those, waiting for every member to report the same
+        ctx.heap.ride("workspaces.gone", self._report_gone, self._release_agreed)
+
+    def get(self, name, ranks, shape, dtype, zero=False):
+        """The buffer ``name`` of the group of ``ranks``, viewed as ``shape`` x ``dtype``. With ``zero`` it is
+        zeroed when made and whenever the shape or dtype differs from the last call's (counters and flags that
+        a call leaves at zero stay as they are between calls of one shape)."""
+        key = (name, tuple(ranks))
+        nbytes = torch.Size(shape).numel() * dtype.itemsize
+        buffer = self.buffers.get(key)
+        made = buffer is None or buffer.numel() < nbytes
+        if made:
+            buffer = self._make(key, nbytes)
+        view = buffer[:nbytes].view(dtype).view(shape)
+        if zero and (made or self._shapes.get(key) != (tuple(shape), dtype)):
+            view.zero_()
+            self._shapes[key] = (tuple(shape), dtype)
+        return view
+
+    def peer_flags(self, name, ranks, width, stable=False):
+        """Zeroed int32 flags [len(ranks), width] whose row i only member ``ranks[i]`` advances, registered with
+        the group table so that a failed member's row is released (``GroupTable.poison``). With ``stable`` the
+        width is the buffer's (a power of two, at least ``width``) and the layout lasts until the buffer grows:
+        for flags stamped with counts that differ between flags, where a stamp left at one layout could be read
+        at another."""
+        rows = len(ranks)
+        if stable:
+            last = self._shapes.get((name, tuple(ranks)))
+            width = last[0][1] if last is not None and last[0][1] >= width else triton.next_power_of_2(width)
+        flags = self.get(name, ranks, (rows, width), torch.int32, zero=True)
+        key = (name, tuple(ranks))
+        registered = self._registered.get(key)
+        if registered is None or registered.shape != flags.shape or registered.data_ptr() != flags.data_ptr():
+            self._unregister(key)
+            self.ctx.groups.register_peer_flags(flags, list(ranks))
+            self._registered[key] = flags
+        return flags
+
+    def release(self, group):
+        """Free every workspace of ``group`` (a ``ProcessGroup``, or its ranks; None: the world). Local; the
+        members' next call with the group makes its workspaces again. Call it on every member once no call
+        with the group is in flight."""
+        if group is None or isinstance(group, (list, tuple)):
+            ranks = tuple(range(self.ctx.num_ranks)) if group is None else tuple(sorted(group))
+        else:
+            ranks = tuple(self.ctx._group_ranks(group, "Iris.workspaces.release"))
+        for key in [k for k in self.buffers if k[1] == ranks]:
+            self._drop(key)
+            self._shapes.pop(key, None)
+
+    def bytes(self):
+        """Bytes held by workspaces, whole-world ones (heap) and subgroup ones (workspace area)."""
+        world = tuple(range(self.ctx.num_ranks))
+        heap = sum(b.numel() for k, b in self.buffers.items() if k[1] == world)
+        return {"heap": heap, "area": self._area.used_bytes}
+
+    # ------------------------------------------------------------------ internals
+    def _make(self, key, nbytes):
+        size = max(MIN_BYTES, triton.next_power_of_2(nbytes))
+        self._drop(key)
+        if list(key[1]) == list(range(self.ctx.num_ranks)):
+            buffer = self.ctx.heap.allocate_tensor((size,), torch.uint8, f"workspace {key[0]}")
+        else:
+            offset = self._agree_offset(key, size)
+            self._offsets[key] = offset
+            self._watch(key[1])
+            buffer = self.ctx.heap.view(offset, size)
+        self.buffers[key] = buffer
+        return buffer
+
+    def _drop(self, key):
+        self._unregister(key)
+        if self.buffers.pop(key, None) is not None and key in self._offsets:
+            self._area.release(self._offsets.pop(key))
+        # a whole-world buffer returns its bytes through the heap's agreed frees once the last view goes
+
+    def _unregister(self, key):
+        flags = self._registered.pop(key, None)
+        if flags is not None:  # poisoning must not write into bytes that may be handed out again
+            table = self.ctx.groups
+            table._peer_flags = [(f, r) for f, r in table._peer_flags if f is not flags]
+
+    def _report_gone(self):
+        while self._gone:  # finalizers only queue: the garbage collector may run them anywhere
+            self._gone_here.add(self._gone.popleft())
+        return sorted(self._gone_here)
+
+    def _release_agreed(self, everyone):
+        """At a heap agreement: free the groups whose every member reported its ProcessGroups gone."""
+        reported = [set(map(tuple, r or ())) for r in everyone]
+        for ranks in sorted(self._gone_here):
+            if all(ranks in reported[r] for r in ranks):
+                self._gone_here.discard(ranks)
+                self.release(list(ranks))
+
+    def _watch(self, ranks):
+        """Queue ``ranks`` for release once every ProcessGroup of exactly those ranks is collected."""
+        if ranks in self._watched:
+            return
+        groups = [g for g, members in dist.distributed_c10d._world.pg_group_ranks.items()
+                  if tuple(sorted(members)) == ranks]
+        self._watched[ranks] = len(groups)
+        for group in groups:
+            weakref.finalize(group, self._group_gone, ranks)
+
+    def _group_gone(self, ranks):
+        self._watched[ranks] -= 1
+        if self._watched[ranks] == 0:
+            del self._watched[ranks]
+            self._gone.append(ranks)
+
+    def _agree_offset(self, key, size):
+        """Collective over the members ``key[1]``: an offset of the workspace area free on every member (best
+        fit in the ranges free on all of them), reserved on each. One exchange through the store."""
+        ranks = key[1]
+        ctx = self.ctx
+        agreement = self._rounds[ranks] = self._rounds.get(ranks, 0) + 1
+        prefix = f"iris/{ctx._serial}/workspaces/{'-'.join(map(str, ranks))}/{agreement}"
+        ctx._store.set(f"{prefix}/{ctx.cur_rank}", pickle.dumps(self._area.free_ranges()))
+        free_lists = [pickle.loads(ctx._store.get(f"{prefix}/{r}")) for r in ranks]
+        offset = best_fit(common_free(free_lists), size)
+        if offset is None:
+            first, end = ctx.heap.workspace_range
+            raise MemoryError(
+                f"Iris.workspaces: the group {list(ranks)} needs {size} bytes ({format_bytes(size)}) for {key[0]!r} "
+                f"but its members' workspace areas of {end - first} bytes have no range that large free on all "
+                f"of them; pass a larger workspace_size to iris.iris(), or release unused groups' workspaces "
+                f"(ctx.workspaces.release(group))")
+        self._area.take(offset, size)
+        return offset
