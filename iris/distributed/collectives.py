@@ -73,22 +73,27 @@ class GroupCollectives:
         return self.ranks[group_rank]
 
     # ------------------------------------------------------------------ collectives
-    def all_reduce(self, tensor, op="sum", caller="iris all_reduce"):
-        """``tensor`` becomes ``op`` over the group's tensors (in place)."""
-        self.check(caller, tensor)
+    def all_reduce(self, tensor, op="sum", caller="iris all_reduce", out=None):
+        """``tensor`` (or ``out``, of the same shape, leaving ``tensor`` as it was) becomes ``op`` over the group's
+        tensors."""
+        out = tensor if out is None else out
+        self.check(caller, tensor, out)
+        if out.shape != tensor.shape or out.dtype != tensor.dtype:
+            raise ValueError(f"{caller}: out is {tuple(out.shape)} {out.dtype}, expected {tuple(tensor.shape)} "
+                             f"{tensor.dtype}")
         op = reduce_op_name(op, caller)
-        flat = tensor.view(-1)
+        flat, flat_out = tensor.view(-1), out.view(-1)
         chunk = self.chunk(flat.dtype)
         one_shot_max = TWO_SHOT.one_shot_max_bytes // flat.element_size()
         for start in range(0, flat.numel(), chunk):
-            part = flat[start:start + chunk]
+            part, part_out = flat[start:start + chunk], flat_out[start:start + chunk]
             staged = self.staging.view(flat.dtype, part.numel())
             staged.copy_(part)
-            if part.numel() <= one_shot_max:  # peers read the staged copy, the reduction lands in place
-                self.ctx.ccl.all_reduce(part, staged, op=op, group=self.group, config=ONE_SHOT)
+            if part.numel() <= one_shot_max:  # peers read the staged copy; the reduction lands in out directly
+                self.ctx.ccl.all_reduce(part_out, staged, op=op, group=self.group, config=ONE_SHOT)
             else:
                 self.ctx.ccl.all_reduce(staged, staged, op=op, group=self.group, config=TWO_SHOT)
-                part.copy_(staged)
+                part_out.copy_(staged)
 
     def all_gather(self, out, inp, caller="iris all_gather"):
         """``out`` ([size * n]) = cat of every rank's ``inp`` ([n]) along dim 0."""

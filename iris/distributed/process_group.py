@@ -20,6 +20,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d
 
 from iris.distributed.collectives import GroupCollectives
 from iris.distributed.staging import staging_for
@@ -167,7 +168,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         op = opts.reduceOp if opts is not None else "sum"
         ops = self._ops(tensors)
         if ops is None:
-            return self._gloo_group().allreduce(tensors, _options(dist.AllreduceOptions, reduceOp=op))
+            return self._gloo_group().allreduce(tensors, _options(c10d.AllreduceOptions, reduceOp=op))
         for t in tensors:
             ops.all_reduce(t, op, "iris allreduce")
         return self._done(ops, tensors)
@@ -197,7 +198,7 @@ class IrisProcessGroup(dist.ProcessGroup):
     def allgather(self, output_lists, input_tensors, opts=None):
         ops = self._ops([*input_tensors, *output_lists[0]])
         if ops is None:
-            return self._gloo_group().allgather(output_lists, input_tensors, _options(dist.AllgatherOptions))
+            return self._gloo_group().allgather(output_lists, input_tensors, _options(c10d.AllgatherOptions))
         inp, outs = input_tensors[0], output_lists[0]
         if len(outs) != ops.size or any(o.shape != inp.shape or o.dtype != inp.dtype for o in outs):
             raise ValueError(f"iris allgather: expected {ops.size} output tensors of shape {tuple(inp.shape)} and "
@@ -209,11 +210,22 @@ class IrisProcessGroup(dist.ProcessGroup):
     def all_gather_single(self, output, input, opts=None):
         ops = self._ops([output, input])
         if ops is None:
-            return self._gloo_group()._allgather_base(output, input, _options(dist.AllgatherOptions))
+            return self._gloo_group()._allgather_base(output, input, _options(c10d.AllgatherOptions))
         ops.all_gather(output, input, "iris all_gather_into_tensor")
         return self._done(ops, [output])
 
     _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        """One all_gather per pair (torch's functional all_gather_tensor comes here, with one pair)."""
+        ops = self._ops([*outputs, *inputs])
+        if ops is None:
+            return self._gloo_group().allgather_into_tensor_coalesced(outputs, inputs, _options(c10d.AllgatherOptions))
+        for out, inp in zip(outputs, inputs, strict=True):
+            ops.all_gather(out, inp, "iris all_gather_into_tensor_coalesced")
+        return self._done(ops, outputs)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def reduce_scatter(self, outputs, input_lists, opts):
         ops = self._ops([*outputs, *input_lists[0]])
@@ -235,11 +247,22 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     _reduce_scatter_base = reduce_scatter_single
 
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        """One reduce_scatter per pair (torch's functional reduce_scatter_tensor comes here, with one pair)."""
+        ops = self._ops([*outputs, *inputs])
+        if ops is None:
+            return self._gloo_group().reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+        for out, inp in zip(outputs, inputs, strict=True):
+            ops.reduce_scatter(out, inp, opts.reduceOp, "iris reduce_scatter_tensor_coalesced")
+        return self._done(ops, outputs)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         ops = self._ops([output, input])
         if ops is None:
             return self._gloo_group().alltoall_base(output, input, output_split_sizes, input_split_sizes,
-                                                    _options(dist.AllToAllOptions))
+                                                    _options(c10d.AllToAllOptions))
         caller = "iris all_to_all_single"
         if not output_split_sizes and not input_split_sizes:
             ops.all_to_all(output, input, caller)
@@ -254,14 +277,14 @@ class IrisProcessGroup(dist.ProcessGroup):
     def alltoall(self, output_tensors, input_tensors, opts=None):
         ops = self._ops([*output_tensors, *input_tensors])
         if ops is None:
-            return self._gloo_group().alltoall(output_tensors, input_tensors, _options(dist.AllToAllOptions))
+            return self._gloo_group().alltoall(output_tensors, input_tensors, _options(c10d.AllToAllOptions))
         ops.all_to_all_segments(list(output_tensors), list(input_tensors), "iris alltoall")
         return self._done(ops, output_tensors)
 
     def barrier(self, opts=None):
         ops = self._ops([])
         if ops is None:
-            return self._gloo_group().barrier(_options(dist.BarrierOptions))
+            return self._gloo_group().barrier(_options(c10d.BarrierOptions))
         ops.barrier()
         return self._done(ops, blocking=True)
 
@@ -285,10 +308,6 @@ class IrisProcessGroup(dist.ProcessGroup):
     gather = _unsupported("gather")
     scatter = _unsupported("scatter")
     allgather_coalesced = _unsupported("allgather_coalesced")
-    all_gather_single_coalesced = _unsupported("all_gather_into_tensor_coalesced")
-    allgather_into_tensor_coalesced = all_gather_single_coalesced
-    reduce_scatter_single_coalesced = _unsupported("reduce_scatter_tensor_coalesced")
-    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
     _start_coalescing = _unsupported("coalescing (batch_isend_irecv, coalescing_manager)")
     _end_coalescing = _start_coalescing
 
