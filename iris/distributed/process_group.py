@@ -119,6 +119,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._collectives = None
         self._gloo = None
         self._bootstrapping = False
+        self._group_name = None
         if _bound is None and dist.is_initialized() and len(self._ranks) != dist.get_world_size():
             raise RuntimeError(f"iris process group: a group of ranks {self._ranks} cannot create the iris context, "
                                "which every rank of the world must create together; make a world-wide iris group "
@@ -129,8 +130,15 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     @property
     def group_name(self):
-        """torch's name of this group: functional collectives look the group up by it."""
-        return dist.distributed_c10d._world.pg_names[self]
+        """torch's name of this group, by which functional collectives find it (the C++ getter does not see
+        the name torch sets on a Python subclass, so it is kept here)."""
+        if self._group_name is None:
+            return dist.distributed_c10d._world.pg_names[self]
+        return self._group_name
+
+    def _set_group_name(self, name):
+        self._group_name = name
+        super()._set_group_name(name)
 
     # ------------------------------------------------------------------ dispatch
     def _gloo_group(self):

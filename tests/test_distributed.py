@@ -1,0 +1,200 @@
+"""The torch.distributed backend "iris" against torch references: every collective on ordinary tensors,
+element by element, with poisoned outputs, through one chunk and through many (a tiny staging buffer);
+functional collectives eager and under torch.compile(fullgraph=True); init_process_group("iris"); bad input."""
+
+import pytest
+import torch
+
+import iris
+from iris.ccl import reference as ref_ops
+from conftest import on_gpu
+from rank_utils import GPU_SCALE, error_message, new_context, poison_value, rank_data
+
+ROWS, COLS = (4099, 257) if GPU_SCALE else (37, 7)  # odd: no multiple of the block or of the group
+REDUCE_TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}
+
+
+def inputs(world, shape, dtype, device, salt=0):
+    n = 1
+    for d in shape:
+        n *= d
+    return [rank_data(r, n, dtype, device, salt).view(shape) for r in range(world)]
+
+
+def compare(fails, name, tri, ref):
+    """Exact for integers and data movement (small integer values are exact in every float type)."""
+    tri, ref = tri.cpu(), ref.cpu().to(tri.dtype)
+    if tri.shape != ref.shape:
+        fails.append(f"{name}: shape {tuple(tri.shape)} != {tuple(ref.shape)}")
+    elif not torch.equal(tri, ref):
+        bad = (tri != ref).nonzero()
+        fails.append(f"{name}: {bad.shape[0]} of {tri.numel()} elements differ, first at {bad[0].tolist()}")
+
+
+def poisoned(like, shape=None):
+    return torch.full(like.shape if shape is None else shape, poison_value(like.dtype), dtype=like.dtype,
+                      device=like.device)
+
+
+class Calls:
+    """Counts the ctx.ccl collectives that run, so a test can tell our kernels ran (not a fallback)."""
+
+    def __init__(self, ctx):
+        self.counts = {}
+        for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send",
+                     "recv"):
+            setattr(ctx.ccl, name, self._wrap(name, getattr(ctx.ccl, name)))
+
+    def _wrap(self, name, fn):
+        def counted(*args, **kwargs):
+            self.counts[name] = self.counts.get(name, 0) + 1
+            return fn(*args, **kwargs)
+
+        return counted
+
+    def take(self):
+        counts, self.counts = self.counts, {}
+        return counts
+
+
+def _collectives_body(dtype, staging_bytes):
+    import torch.distributed as dist
+
+    import iris.distributed
+
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    iris.distributed.set_context(ctx, staging_bytes)
+    calls = Calls(ctx)
+    group = dist.new_group(backend="iris")
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    fails = []
+
+    def expect(name, ccl_op, tri, ref):
+        compare(fails, name, tri, ref)
+        ran = calls.take()
+        if ccl_op not in ran:
+            fails.append(f"{name}: ran {ran}, not ctx.ccl.{ccl_op}")
+
+    # all_reduce: every op, asynchronously, [ROWS * world, COLS] per rank
+    full = inputs(world, (world * ROWS, COLS), dtype, dev)
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+    if dtype.is_floating_point:
+        ops["avg"] = dist.ReduceOp.AVG
+    for name, op in ops.items():
+        tri = full[rank].clone()
+        work = dist.all_reduce(tri, op=op, group=group, async_op=True)
+        work.wait()
+        ref = ref_ops.all_reduce([x.cpu() for x in full], name)
+        if name == "avg":  # rounds once from the exact sum: compare by tolerance
+            err = ((tri.cpu().double() - ref).norm() / ref.norm()).item()
+            if err > REDUCE_TOLERANCE[dtype]:
+                fails.append(f"all_reduce avg: relative error {err:.2e}")
+            calls.take()
+        else:
+            expect(f"all_reduce {name}", "all_reduce", tri, ref)
+
+    # all_gather_into_tensor and all_gather (lists)
+    parts = inputs(world, (ROWS, COLS), dtype, dev, salt=1)
+    tri = poisoned(parts[rank], (world * ROWS, COLS))
+    dist.all_gather_into_tensor(tri, parts[rank], group=group)
+    expect("all_gather_into_tensor", "all_gather", tri, torch.cat(parts))
+    outs = [poisoned(parts[rank]) for _ in range(world)]
+    dist.all_gather(outs, parts[rank], group=group)
+    expect("all_gather (lists)", "all_to_all", torch.cat(outs), torch.cat(parts))
+
+    # reduce_scatter_tensor and reduce_scatter (lists)
+    tri = poisoned(parts[rank])
+    dist.reduce_scatter_tensor(tri, full[rank], group=group)
+    expect("reduce_scatter_tensor", "reduce_scatter", tri, ref_ops.reduce_scatter(
+        [x.cpu() for x in full], rank))
+    tri = poisoned(parts[rank])
+    dist.reduce_scatter(tri, list(full[rank].chunk(world)), group=group, op=dist.ReduceOp.MAX)
+    expect("reduce_scatter (lists) max", "reduce_scatter", tri, ref_ops.reduce_scatter(
+        [x.cpu() for x in full], rank, "max"))
+
+    # all_to_all_single: equal splits, then uneven ones (rank r sends 1 + (r + 2 j) % 3 rows to rank j)
+    tri = poisoned(full[rank])
+    dist.all_to_all_single(tri, full[rank], group=group)
+    expect("all_to_all_single", "all_to_all", tri, ref_ops.all_to_all([x.cpu() for x in full], rank))
+
+    def rows_sent(src, dst):
+        return (1 + (src + 2 * dst) % 3) * (ROWS // 10 + 1)
+
+    uneven = [inputs(world, (sum(rows_sent(r, j) for j in range(world)), COLS), dtype, dev, salt=2)[r]
+              for r in range(world)]
+    in_splits = [rows_sent(rank, j) for j in range(world)]
+    out_splits = [rows_sent(j, rank) for j in range(world)]
+    tri = poisoned(uneven[rank], (sum(out_splits), COLS))
+    dist.all_to_all_single(tri, uneven[rank], out_splits, in_splits, group=group)
+    ref = torch.cat([uneven[j].split([rows_sent(j, q) for q in range(world)])[rank] for j in range(world)])
+    expect("all_to_all_single uneven", "all_to_all", tri, ref)
+
+    # all_to_all (lists of different shapes)
+    ins = list(uneven[rank].split(in_splits))
+    outs = [poisoned(uneven[rank], (n, COLS)) for n in out_splits]
+    dist.all_to_all(outs, ins, group=group)
+    expect("all_to_all (lists)", "all_to_all", torch.cat(outs), ref)
+
+    # broadcast and reduce from / to rank 1; reduce leaves the other ranks' tensors as they were
+    root = 1
+    tri = parts[rank].clone() if rank == root else poisoned(parts[rank])
+    dist.broadcast(tri, src=root, group=group)
+    expect("broadcast", "broadcast", tri, parts[root])
+    tri = parts[rank].clone()
+    dist.reduce(tri, dst=root, group=group)
+    expect("reduce", "reduce", tri, ref_ops.all_reduce([x.cpu() for x in parts]) if rank == root
+           else parts[rank])
+
+    # send / recv around a ring, with even ranks sending first (a send waits for its recv)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    tri = poisoned(parts[rank])
+    if rank % 2 == 0:
+        dist.send(parts[rank], right, group=group)
+        dist.recv(tri, left, group=group)
+    else:
+        dist.recv(tri, left, group=group)
+        dist.send(parts[rank], right, group=group)
+    expect("send/recv", "recv", tri, parts[left])
+
+    dist.barrier(group=group)
+    dist.destroy_process_group(group)
+    return fails
+
+
+@pytest.mark.parametrize("dtype, staging_bytes", [
+    (torch.float32, None),      # one chunk
+    (torch.bfloat16, 512),      # many chunks: 256 elements of staging
+    (torch.int32, 1024),
+])
+def test_collectives(pools, dtype, staging_bytes):
+    for rank, fails in enumerate(pools(2).run(_collectives_body, dtype, staging_bytes)):
+        assert not fails, f"rank {rank}: " + "; ".join(fails)
+
+
+def _data_movement_any_dtype_body():
+    """float64 and bool are moved as their bytes (the kernels have no such dtype)."""
+    import torch.distributed as dist
+
+    import iris.distributed
+
+    ctx = new_context()
+    iris.distributed.set_context(ctx, 768)
+    group = dist.new_group(backend="iris")
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    fails = []
+    for dtype in (torch.float64, torch.bool, torch.complex64):
+        parts = [(rank_data(r, ROWS * COLS, torch.float32, dev) / 7).to(dtype).view(ROWS, COLS) for r in range(world)]
+        tri = torch.zeros((world * ROWS, COLS), dtype=dtype, device=dev)
+        dist.all_gather_into_tensor(tri, parts[rank], group=group)
+        compare(fails, f"all_gather {dtype}", tri, torch.cat(parts))
+        tri = torch.zeros_like(parts[rank])
+        dist.broadcast(tri if rank else parts[0].clone(), src=0, group=group)
+        if rank:
+            compare(fails, f"broadcast {dtype}", tri, parts[0])
+    dist.destroy_process_group(group)
+    return fails
+
+
+def test_data_movement_any_dtype(pools):
+    for rank, fails in enumerate(pools(2).run(_data_movement_any_dtype_body)):
+        assert not fails, f"rank {rank}: " + "; ".join(fails)
