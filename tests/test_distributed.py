@@ -198,3 +198,116 @@ def _data_movement_any_dtype_body():
 def test_data_movement_any_dtype(pools):
     for rank, fails in enumerate(pools(2).run(_data_movement_any_dtype_body)):
         assert not fails, f"rank {rank}: " + "; ".join(fails)
+
+
+def _functional_body(compiled):
+    """torch's functional collectives on an iris group, eager and inside torch.compile(fullgraph=True)."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+
+    import iris.distributed
+
+    ctx = new_context()
+    iris.distributed.set_context(ctx)
+    calls = Calls(ctx)
+    group = dist.new_group(backend="iris")
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    full = inputs(world, (world * ROWS, COLS), torch.float32, dev)
+    x = full[rank]
+
+    def step(t):
+        reduced = fc.all_reduce(t, "sum", group)
+        gathered = fc.all_gather_tensor(t, 0, group)
+        scattered = fc.reduce_scatter_tensor(t, "sum", 0, group)
+        exchanged = fc.all_to_all_single(t, None, None, group)
+        return reduced + 1, gathered, scattered, exchanged
+
+    # aot_eager: the graph torch.compile makes, without inductor's C++ compile (minutes on 2 cores)
+    fn = torch.compile(step, fullgraph=True, backend="aot_eager") if compiled else step
+    tri = [t.wait() if hasattr(t, "wait") else t for t in fn(x)]
+    refs = [ref_ops.all_reduce(full) + 1, ref_ops.all_gather(full), ref_ops.reduce_scatter(full, rank),
+            ref_ops.all_to_all(full, rank)]
+    fails = []
+    for name, t, r in zip(["all_reduce", "all_gather_tensor", "reduce_scatter_tensor", "all_to_all_single"], tri,
+                          refs):
+        compare(fails, name, t, r)
+    ran = calls.take()
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        if op not in ran:
+            fails.append(f"ctx.ccl.{op} did not run (ran {ran})")
+    return fails
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_functional_collectives(pools, compiled):
+    for rank, fails in enumerate(pools(2).run(_functional_body, compiled)):
+        assert not fails, f"rank {rank}: " + "; ".join(fails)
+
+
+def _errors_body():
+    import torch.distributed as dist
+
+    import iris.distributed
+
+    ctx = new_context()
+    iris.distributed.set_context(ctx)
+    group = dist.new_group(backend="iris")
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    x = rank_data(rank, 8, torch.float32, dev)
+    return {
+        "product": error_message(dist.all_reduce, x.clone(), op=dist.ReduceOp.PRODUCT, group=group),
+        "gather": error_message(dist.gather, x, [x.clone() for _ in range(world)] if rank == 0 else None, dst=0,
+                                group=group),
+        "tag": error_message(dist.send, x, (rank + 1) % world, group=group, tag=3),
+        "strided": error_message(dist.all_reduce, torch.ones(4, 4, device=dev).t(), group=group),
+        "set_context": error_message(iris.distributed.set_context, "ctx"),
+    }
+
+
+def test_errors(pools):
+    for found in pools(2).run(_errors_body):
+        assert "iris allreduce: reduce op" in found["product"] and "PRODUCT" in found["product"], found["product"]
+        assert "NotImplementedError: iris process group: gather is not supported" in found["gather"], found["gather"]
+        assert "iris send: tag=3" in found["tag"], found["tag"]
+        assert "must be contiguous" in found["strided"], found["strided"]
+        assert found["set_context"].startswith("TypeError: iris.distributed.set_context"), found["set_context"]
+
+
+def _init_process_group_body(spec):
+    """The iris group as the default group: the backend makes its own context (its set-up going through gloo),
+    and torch's object collectives then run on our kernels. Restores the pool's gloo default group."""
+    import torch.distributed as dist
+
+    import iris.distributed
+    from iris.distributed import process_group
+
+    store = dist.distributed_c10d._get_default_store()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.destroy_process_group()
+    process_group._bound = None  # no context yet: the backend creates one
+    dist.init_process_group(spec, store=dist.PrefixStore(spec, store), rank=rank, world_size=world)
+    try:
+        full = inputs(world, (world * ROWS, COLS), torch.int64, "cpu")
+        tri = full[rank].clone()
+        dist.all_reduce(tri)
+        fails = []
+        compare(fails, "all_reduce", tri, ref_ops.all_reduce(full))
+        objects = [None] * world
+        dist.all_gather_object(objects, {"rank": rank})
+        if objects != [{"rank": r} for r in range(world)]:
+            fails.append(f"all_gather_object gave {objects}")
+        ctx = iris.distributed.get_context()
+        found = (type(dist.group.WORLD).__name__, dist.get_backend(), type(ctx).__name__)
+    finally:
+        dist.destroy_process_group()
+        dist.init_process_group("gloo", store=dist.PrefixStore(spec + "/gloo", store), rank=rank, world_size=world)
+    return fails, found
+
+
+@pytest.mark.skipif(on_gpu(), reason="CPU tensors: on GPUs the default group's tensors would go to gloo")
+@pytest.mark.parametrize("spec", ["iris", "cpu:gloo,cuda:iris"])
+def test_init_process_group(spec):
+    with iris.RankPool(2) as pool:
+        for fails, found in pool.run(_init_process_group_body, spec):
+            assert not fails, fails
+            assert found == ("IrisProcessGroup", spec, "Iris"), found

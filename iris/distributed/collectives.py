@@ -29,10 +29,11 @@ def movable(tensor):
 
 def reduce_op_name(op, caller):
     """torch's ReduceOp (or its RedOpType, or a name) as one of the ops our kernels run; the others raise."""
-    name = op if isinstance(op, str) else str(getattr(op, "op", op)).split(".")[-1]
-    name = _REDUCE_OPS.get(name.upper())
+    given = op if isinstance(op, str) else str(getattr(op, "op", op)).split(".")[-1]
+    name = _REDUCE_OPS.get(given.upper())
     if name is None:
-        raise ValueError(f"{caller}: reduce op {op} is not supported by the iris backend; use SUM, AVG, MAX or MIN")
+        raise ValueError(f"{caller}: reduce op {given} is not supported by the iris backend; use SUM, AVG, MAX or "
+                         "MIN (or a gloo or NCCL group for this op)")
     return name
 
 
