@@ -311,3 +311,106 @@ def test_init_process_group(spec):
         for fails, found in pool.run(_init_process_group_body, spec):
             assert not fails, fails
             assert found == ("IrisProcessGroup", spec, "Iris"), found
+
+
+def _graph_body(replays):
+    """The iris group's collectives (and a functional one) on static ordinary tensors: on GPUs captured once in a
+    CUDA graph after a first call and replayed with fresh inputs (a host synchronisation or a heap allocation on
+    the path would break the capture or the replays); on the cpu backend called each time."""
+    import contextlib
+
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+
+    import iris.distributed
+
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    iris.distributed.set_context(ctx)
+    group = dist.new_group(backend="iris")
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    dtype = torch.bfloat16
+    x = torch.empty(world * ROWS, COLS, dtype=dtype, device=dev)
+    reduced, gathered = torch.empty_like(x), torch.empty(world * world * ROWS, COLS, dtype=dtype, device=dev)
+    scattered, exchanged = torch.empty(ROWS, COLS, dtype=dtype, device=dev), torch.empty_like(x)
+    functional = [None]
+
+    def step():
+        reduced.copy_(x)
+        dist.all_reduce(reduced, group=group)
+        dist.all_gather_into_tensor(gathered, x, group=group)
+        dist.reduce_scatter_tensor(scattered, x, group=group)
+        dist.all_to_all_single(exchanged, x, group=group)
+        functional[0] = fc.wait_tensor(fc.all_reduce(x, "max", group))
+
+    stream = torch.cuda.Stream() if dev.type == "cuda" else None
+    on_stream = (lambda: torch.cuda.stream(stream)) if stream is not None else contextlib.nullcontext
+    x.copy_(rank_data(rank, x.numel(), dtype, dev, 50).view(x.shape))
+    with on_stream():
+        step()  # outside any capture: compiles the kernels, makes the group's flags
+    run = step
+    if stream is not None:
+        stream.synchronize()
+        ctx.barrier()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            step()
+        run = graph.replay
+    ctx.barrier()
+    fails = []
+    for i in range(replays):
+        full = inputs(world, x.shape, dtype, dev, salt=51 + i)
+        x.copy_(full[rank])
+        for t in (reduced, gathered, scattered, exchanged):
+            t.fill_(-77)
+        if stream is not None:
+            torch.cuda.synchronize()
+        ctx.barrier()
+        with on_stream():
+            run()
+        if stream is not None:
+            torch.cuda.synchronize()
+        compare(fails, f"all_reduce {i}", reduced, ref_ops.all_reduce(full))
+        compare(fails, f"all_gather {i}", gathered, ref_ops.all_gather(full))
+        compare(fails, f"reduce_scatter {i}", scattered, ref_ops.reduce_scatter(full, rank))
+        compare(fails, f"all_to_all {i}", exchanged, ref_ops.all_to_all(full, rank))
+        compare(fails, f"functional all_reduce max {i}", functional[0], ref_ops.all_reduce(full, "max"))
+        ctx.barrier()  # nobody refills x before every rank has checked
+    return fails
+
+
+def test_replay(pools):
+    # CUDA graphs on GPUs; plain repeated calls on the cpu backend
+    for rank, fails in enumerate(pools(2).run(_graph_body, 20 if on_gpu() else 2)):
+        assert not fails, f"rank {rank}: " + "; ".join(fails)
+
+
+def _heap_tensors_body():
+    """Tensors already on the heap go to the kernels as they are: the staging buffer is never written."""
+    import torch.distributed as dist
+
+    import iris.distributed
+
+    ctx = new_context()
+    iris.distributed.set_context(ctx)
+    staging = iris.distributed.staging_for(ctx)
+    group = dist.new_group(backend="iris")
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    full = inputs(world, (world * ROWS, COLS), torch.float32, dev)
+    x = ctx.empty(full[rank].shape)
+    x.copy_(full[rank])
+    gathered = ctx.full((world * world * ROWS, COLS), -77.0)
+    staging.buffer.fill_(0x7F)
+    ctx.barrier()
+    dist.all_gather_into_tensor(gathered, x, group=group)
+    dist.all_reduce(x, group=group)
+    fails = []
+    compare(fails, "all_gather", gathered, ref_ops.all_gather(full))
+    compare(fails, "all_reduce", x, ref_ops.all_reduce(full))
+    if not bool((staging.buffer == 0x7F).all()):
+        fails.append("the staging buffer was written")
+    return fails
+
+
+def test_heap_tensors_skip_staging(pools):
+    for rank, fails in enumerate(pools(2).run(_heap_tensors_body)):
+        assert not fails, f"rank {rank}: " + "; ".join(fails)

@@ -60,6 +60,11 @@ class GroupCollectives:
                 raise ValueError(f"{caller}: tensors must be contiguous, got shape {tuple(t.shape)} with strides "
                                  f"{t.stride()}; call .contiguous() first")
 
+    def on_heap(self, *tensors):
+        """Every tensor lies on the heap (allocated collectively, so at the same offset on every rank): then the
+        kernels take them as they are, and nothing is staged."""
+        return all(self.ctx.is_symmetric(t) for t in tensors)
+
     def chunk(self, dtype, per_element_slots=1):
         """Elements per chunk when a chunk takes ``per_element_slots`` buffer elements per element."""
         chunk = self.staging.elements(dtype) // per_element_slots
@@ -83,6 +88,9 @@ class GroupCollectives:
             raise ValueError(f"{caller}: out is {tuple(out.shape)} {out.dtype}, expected {tuple(tensor.shape)} "
                              f"{tensor.dtype}")
         op = reduce_op_name(op, caller)
+        if self.on_heap(tensor, out):
+            self.ctx.ccl.all_reduce(out, tensor, op=op, group=self.group)
+            return
         flat, flat_out = tensor.view(-1), out.view(-1)
         chunk = self.chunk(flat.dtype)
         one_shot_max = TWO_SHOT.one_shot_max_bytes // flat.element_size()
@@ -103,6 +111,9 @@ class GroupCollectives:
         if out.numel() != self.size * n or out.dtype != inp.dtype:
             raise ValueError(f"{caller}: output has {out.numel()} {out.dtype} elements, expected group size "
                              f"{self.size} * input's {n} {inp.dtype}")
+        if self.on_heap(out):
+            self.ctx.ccl.all_gather(movable(out), movable(inp), group=self.group)
+            return
         flat = movable(inp)
         rows, n = movable(out).view(self.size, -1), flat.numel()
         chunk = self.chunk(flat.dtype, self.size)
@@ -118,6 +129,9 @@ class GroupCollectives:
         if inp.numel() != self.size * out.numel() or out.dtype != inp.dtype:
             raise ValueError(f"{caller}: input has {inp.numel()} {inp.dtype} elements, expected group size "
                              f"{self.size} * output's {out.numel()} {out.dtype}")
+        if self.on_heap(inp):
+            self.ctx.ccl.reduce_scatter(out, inp, op=reduce_op_name(op, caller), group=self.group, config=PULL)
+            return
         self.reduce_scatter_rows(out, inp.view(self.size, -1), op, caller)
 
     def reduce_scatter_rows(self, out, rows, op, caller):
@@ -144,6 +158,9 @@ class GroupCollectives:
             raise ValueError(f"{caller}: input ({inp.numel()} {inp.dtype}) and output ({out.numel()} {out.dtype}) "
                              f"must match and split into {self.size} equal slices")
         flat_in, flat_out = movable(inp), movable(out)
+        if self.on_heap(out):
+            self.ctx.ccl.all_to_all(flat_out, flat_in, group=self.group)
+            return
         n = flat_in.numel() // self.size
         if self.size * n <= self.staging.elements(flat_in.dtype):  # one chunk: the input is read where it is
             staged = self.staging.view(flat_in.dtype, self.size * n)
@@ -190,6 +207,9 @@ class GroupCollectives:
         self.check(caller, tensor)
         src = self.global_rank(root, caller, "root")
         flat = movable(tensor)
+        if self.on_heap(tensor):
+            self.ctx.ccl.broadcast(flat, src=src, group=self.group)
+            return
         chunk = self.chunk(flat.dtype)
         for start in range(0, flat.numel(), chunk):
             part = flat[start:start + chunk]
