@@ -305,12 +305,12 @@ def _init_process_group_body(spec):
 
 
 @pytest.mark.skipif(on_gpu(), reason="CPU tensors: on GPUs the default group's tensors would go to gloo")
-@pytest.mark.parametrize("spec", ["iris", "cpu:gloo,cuda:iris"])
-def test_init_process_group(spec):
-    with iris.RankPool(2) as pool:
-        for fails, found in pool.run(_init_process_group_body, spec):
-            assert not fails, fails
-            assert found == ("IrisProcessGroup", spec, "Iris"), found
+def test_init_process_group():
+    with iris.RankPool(2) as pool:  # its own ranks: the body replaces their default group
+        for spec in ["iris", "cpu:gloo,cuda:iris"]:
+            for fails, found in pool.run(_init_process_group_body, spec):
+                assert not fails, f"{spec}: {fails}"
+                assert found == ("IrisProcessGroup", spec, "Iris"), found
 
 
 def _graph_body(replays):
@@ -413,4 +413,40 @@ def _heap_tensors_body():
 
 def test_heap_tensors_skip_staging(pools):
     for rank, fails in enumerate(pools(2).run(_heap_tensors_body)):
+        assert not fails, f"rank {rank}: " + "; ".join(fails)
+
+
+def _subgroup_body():
+    """An iris group of ranks 0 and 2 of three (group ranks are not global ranks), then the world group."""
+    import torch.distributed as dist
+
+    import iris.distributed
+
+    ctx = new_context()
+    iris.distributed.set_context(ctx, 512)  # chunked
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    members = [0, 2]
+    pair = dist.new_group(members, backend="iris")
+    everyone = dist.new_group(backend="iris")
+    full = inputs(world, (2 * ROWS, COLS), torch.int32, dev)
+    fails = []
+    if rank in members:
+        mine = [full[r] for r in members]
+        tri = full[rank].clone()
+        dist.all_reduce(tri, group=pair)
+        compare(fails, "pair all_reduce", tri, ref_ops.all_reduce(mine))
+        tri = poisoned(full[rank], (2 * 2 * ROWS, COLS))
+        dist.all_gather_into_tensor(tri, full[rank], group=pair)
+        compare(fails, "pair all_gather", tri, ref_ops.all_gather(mine))
+        tri = full[rank].clone() if rank == 2 else poisoned(full[rank])
+        dist.broadcast(tri, src=2, group=pair)  # a global rank, group rank 1
+        compare(fails, "pair broadcast", tri, full[2])
+    tri = full[rank].clone()
+    dist.all_reduce(tri, group=everyone)
+    compare(fails, "world all_reduce", tri, ref_ops.all_reduce(full))
+    return fails
+
+
+def test_subgroup(pools):
+    for rank, fails in enumerate(pools(3).run(_subgroup_body)):
         assert not fails, f"rank {rank}: " + "; ".join(fails)
