@@ -5,11 +5,13 @@
 context's heap buffer (``staging.py``); each call runs on the current stream and returns a ``Work`` whose
 ``wait()`` makes the then-current stream wait for it, as NCCL's does (``barrier``'s also blocks the host).
 
-The iris context: the one given to ``set_context(ctx)`` on every rank, else one the backend creates at the
-first collective of its first group (``IRIS_HEAP_SIZE`` bytes, default 256 MiB on GPUs and 16 MiB on the
-cpu backend). Creation is collective over the world, so that first group must span the world; a subgroup made
-before any context exists is refused. When the iris group is itself the default group, the context's own
-set-up (handle and object exchanges) goes through a gloo group beside it; nothing of the caller's does.
+The iris context: the one given to ``set_context(ctx)`` on every rank, else one the backend creates with its
+first group (``IRIS_HEAP_SIZE`` bytes, default 256 MiB on GPUs and 16 MiB on the cpu backend). Creation is
+collective over the world, so that first group must span the world; a subgroup made before any context exists
+is refused. A user's own ``iris.iris()`` context is not found by itself: without ``set_context`` the program
+holds two heaps. When the iris group is itself the default group, the context is made at its first collective
+(torch has not finished making the group before), and the context's own set-up (handle and object exchanges)
+goes through a gloo group beside it; nothing of the caller's does.
 
 Tensors that are not on the heap's device (CPU tensors of a program on GPUs) go to that gloo group, which is
 what ``"cpu:gloo,cuda:iris"`` asks for: torch hands a Python process group every device's tensors.
@@ -120,10 +122,13 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._gloo = None
         self._bootstrapping = False
         self._group_name = None
-        if _bound is None and dist.is_initialized() and len(self._ranks) != dist.get_world_size():
-            raise RuntimeError(f"iris process group: a group of ranks {self._ranks} cannot create the iris context, "
-                               "which every rank of the world must create together; make a world-wide iris group "
-                               "first, or call iris.distributed.set_context(iris.iris(...)) on every rank")
+        if _bound is None and dist.is_initialized():  # new_group: every rank of the world is here
+            if len(self._ranks) != dist.get_world_size():
+                raise RuntimeError(f"iris process group: a group of ranks {self._ranks} cannot create the iris "
+                                   "context, which every rank of the world must create together; make a world-wide "
+                                   "iris group first, or call iris.distributed.set_context(iris.iris(...)) on every "
+                                   "rank")
+            _create_context()
 
     def getBackendName(self):
         return BACKEND_NAME
