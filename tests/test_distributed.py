@@ -162,9 +162,9 @@ def _collectives_body(dtype, staging_bytes):
 
 
 @pytest.mark.parametrize("dtype, staging_bytes", [
-    (torch.float32, None),      # one chunk
-    (torch.bfloat16, 512),      # many chunks: 256 elements of staging
-    (torch.int32, 1024),
+    (torch.float32, None),                               # one chunk
+    (torch.bfloat16, (1 << 20) if GPU_SCALE else 512),   # many chunks
+    (torch.int32, (1 << 20) if GPU_SCALE else 1024),
 ])
 def test_collectives(pools, dtype, staging_bytes):
     for rank, fails in enumerate(pools(2).run(_collectives_body, dtype, staging_bytes)):
@@ -178,7 +178,7 @@ def _data_movement_any_dtype_body():
     import iris.distributed
 
     ctx = new_context()
-    iris.distributed.set_context(ctx, 768)
+    iris.distributed.set_context(ctx, (1 << 20) if GPU_SCALE else 768)  # chunked
     group = dist.new_group(backend="iris")
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     fails = []
@@ -390,7 +390,7 @@ def _heap_tensors_body():
 
     import iris.distributed
 
-    ctx = new_context()
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
     iris.distributed.set_context(ctx)
     staging = iris.distributed.staging_for(ctx)
     group = dist.new_group(backend="iris")
@@ -423,7 +423,7 @@ def _subgroup_body():
     import iris.distributed
 
     ctx = new_context()
-    iris.distributed.set_context(ctx, 512)  # chunked
+    iris.distributed.set_context(ctx, (1 << 20) if GPU_SCALE else 512)  # chunked
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     members = [0, 2]
     pair = dist.new_group(members, backend="iris")
