@@ -260,6 +260,7 @@ def _errors_body():
                                 group=group),
         "tag": error_message(dist.send, x, (rank + 1) % world, group=group, tag=3),
         "strided": error_message(dist.all_reduce, torch.ones(4, 4, device=dev).t(), group=group),
+        "float64": error_message(dist.all_reduce, torch.ones(4, dtype=torch.float64, device=dev), group=group),
         "set_context": error_message(iris.distributed.set_context, "ctx"),
     }
 
@@ -270,6 +271,7 @@ def test_errors(pools):
         assert "NotImplementedError: iris process group: gather is not supported" in found["gather"], found["gather"]
         assert "iris send: tag=3" in found["tag"], found["tag"]
         assert "must be contiguous" in found["strided"], found["strided"]
+        assert "iris allreduce: the iris kernels do not reduce torch.float64" in found["float64"], found["float64"]
         assert found["set_context"].startswith("TypeError: iris.distributed.set_context"), found["set_context"]
 
 

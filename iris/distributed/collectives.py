@@ -60,6 +60,11 @@ class GroupCollectives:
                 raise ValueError(f"{caller}: tensors must be contiguous, got shape {tuple(t.shape)} with strides "
                                  f"{t.stride()}; call .contiguous() first")
 
+    def reducible(self, caller, dtype):
+        if dtype not in _MOVED_AS_IS:
+            raise ValueError(f"{caller}: the iris kernels do not reduce {dtype}; use one of "
+                             f"{', '.join(str(d) for d in _MOVED_AS_IS)}, or a gloo or NCCL group for it")
+
     def on_heap(self, *tensors):
         """Every tensor lies on the heap (allocated collectively, so at the same offset on every rank): then the
         kernels take them as they are, and nothing is staged."""
@@ -88,6 +93,7 @@ class GroupCollectives:
             raise ValueError(f"{caller}: out is {tuple(out.shape)} {out.dtype}, expected {tuple(tensor.shape)} "
                              f"{tensor.dtype}")
         op = reduce_op_name(op, caller)
+        self.reducible(caller, tensor.dtype)
         if self.on_heap(tensor, out):
             self.ctx.ccl.all_reduce(out, tensor, op=op, group=self.group)
             return
@@ -129,6 +135,7 @@ class GroupCollectives:
         if inp.numel() != self.size * out.numel() or out.dtype != inp.dtype:
             raise ValueError(f"{caller}: input has {inp.numel()} {inp.dtype} elements, expected group size "
                              f"{self.size} * output's {out.numel()} {out.dtype}")
+        self.reducible(caller, inp.dtype)
         if self.on_heap(inp):
             self.ctx.ccl.reduce_scatter(out, inp, op=reduce_op_name(op, caller), group=self.group, config=PULL)
             return
@@ -139,6 +146,7 @@ class GroupCollectives:
         (one per group rank)."""
         self.check(caller, out, *(rows if isinstance(rows, list) else []))
         op = reduce_op_name(op, caller)
+        self.reducible(caller, out.dtype)
         flat, n = out.view(-1), out.numel()
         chunk = self.chunk(out.dtype, self.size)
         for start in range(0, n, chunk):
@@ -224,6 +232,7 @@ class GroupCollectives:
         """On group rank ``root``, ``tensor`` becomes ``op`` over the group's tensors; elsewhere it is unchanged."""
         self.check(caller, tensor)
         op = reduce_op_name(op, caller)
+        self.reducible(caller, tensor.dtype)
         dst = self.global_rank(root, caller, "root")
         flat = tensor.view(-1)
         chunk = self.chunk(flat.dtype)

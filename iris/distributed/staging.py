@@ -11,8 +11,8 @@ subgroup's call would allocate on its members only and put the heaps out of step
 
 Each collective copies one side only where the kernel allows the other side anywhere: all_reduce up to
 ``CollectiveConfig.one_shot_max_bytes`` stages its input and writes the caller's tensor directly,
-reduce_scatter stages its input, all_gather and all_to_all their output. Only the chunked all_to_all and the
-two-shot all_reduce copy both ways.
+reduce_scatter and reduce stage their input, all_gather and all_to_all their output. The two-shot all_reduce
+(above 1 MiB), the uneven all_to_all and the equal one past one chunk copy both ways.
 """
 
 import os
