@@ -94,12 +94,13 @@ class GroupCollectives:
                              f"{tensor.dtype}")
         op = reduce_op_name(op, caller)
         self.reducible(caller, tensor.dtype)
-        if self.on_heap(tensor, out):
+        one_shot_max = TWO_SHOT.one_shot_max_bytes // tensor.element_size()
+        if self.on_heap(tensor) and (self.on_heap(out) or tensor.numel() <= one_shot_max):
+            # as they are: the one-shot (up to 1 MiB) writes out anywhere; the two-shot needs out on the heap
             self.ctx.ccl.all_reduce(out, tensor, op=op, group=self.group)
             return
         flat, flat_out = tensor.view(-1), out.view(-1)
         chunk = self.chunk(flat.dtype)
-        one_shot_max = TWO_SHOT.one_shot_max_bytes // flat.element_size()
         for start in range(0, flat.numel(), chunk):
             part, part_out = flat[start:start + chunk], flat_out[start:start + chunk]
             staged = self.staging.view(flat.dtype, part.numel())
