@@ -6,7 +6,7 @@ add and next RMSNorm in one kernel) for decode, and ``ops.all_gather_matmul`` / 
 over sequence-parallel activations for prefill. Both must match the single-rank model: a prefill of a few
 sequences into a KV cache, then one decode step each.
 
-    python examples/50_tp_decoder.py [--world-size 2] [--layers 2] [--batch 2] [--tokens 4]
+    python examples/51_tp_decoder.py [--world-size 2] [--layers 2] [--batch 2] [--tokens 4]
 """
 
 import argparse

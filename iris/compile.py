@@ -1,0 +1,192 @@
+"""``torch.ops.iris.*``: functional collectives and fused GEMM + communication ops for ``torch.compile``.
+
+``import iris.compile`` registers the ops; ``iris.compile.set_context(ctx)`` (collective: every rank, once)
+binds them to a context and allocates its staging buffer (``iris/distributed/staging.py``). Each op takes
+ordinary tensors and returns a new one; the semantics are those of ``ctx.ccl`` and ``ctx.ops`` over the
+whole world:
+
+    all_reduce(x)                 sum over ranks of x
+    all_gather(x)                 cat over ranks of x along dim 0
+    reduce_scatter(x)             rows rank of (sum over ranks of x), dim 0 split into world_size slices
+    all_to_all(x)                 cat over ranks r of (x_r split into world_size slices along dim 0)[rank]
+    matmul_all_reduce(A, B)       sum over ranks of A_r @ B_r                  A [M, K / W], B [K / W, N]
+    all_gather_matmul(A, B)       cat over ranks of A_r along dim 0, @ B       A [M / W, K], B [K, N]
+    matmul_all_gather(A, B)       cat over ranks of A @ B_r along dim 1        A [M, K], B [K, N / W]
+    matmul_reduce_scatter(A, B)   rows rank of sum over ranks of A_r @ B_r     A [M, K / W], B [K / W, N]
+
+Each has a fake implementation, so ``torch.compile(fullgraph=True)`` traces it as one opaque node, and none
+allocates on the heap or synchronises the host after its first call at a shape, so ``mode="reduce-overhead"``
+replays it in a CUDA graph.
+"""
+
+import torch
+
+from iris.distributed.collectives import GroupCollectives
+from iris.distributed.staging import staging_for
+
+_bound = None  # GroupCollectives of the whole world of the bound context
+
+
+def set_context(ctx, staging_bytes=None):
+    """Bind ``torch.ops.iris.*`` to ``ctx`` (an ``iris.Iris``). Collective: every rank, with the same
+    ``staging_bytes`` (see ``iris.distributed.staging.staging_for``), before the ops run or are traced."""
+    global _bound
+    from iris.host.context import Iris
+
+    if not isinstance(ctx, Iris):
+        raise TypeError(f"iris.compile.set_context: expected an iris context (iris.iris(...)), got "
+                        f"{type(ctx).__name__}")
+    _bound = GroupCollectives(ctx, staging_for(ctx, staging_bytes), range(ctx.get_num_ranks()), None)
+
+
+def _world(op):
+    if _bound is None:
+        raise RuntimeError(f"torch.ops.iris.{op}: no iris context is bound; call iris.compile.set_context(ctx) on "
+                           "every rank first (ctx = iris.iris(...))")
+    return _bound
+
+
+def _rows_divided(op, x, size):
+    if x.dim() == 0 or x.shape[0] % size:
+        raise ValueError(f"torch.ops.iris.{op}: dim 0 of shape {tuple(x.shape)} must split into {size} equal slices "
+                         f"(one per rank); pad it to a multiple of {size}")
+    return x.shape[0] // size
+
+
+# ---------------------------------------------------------------------- collectives
+@torch.library.custom_op("iris::all_reduce", mutates_args=())
+def all_reduce(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    _world("all_reduce").all_reduce(x.contiguous(), "sum", "torch.ops.iris.all_reduce", out=out)
+    return out
+
+
+@all_reduce.register_fake
+def _(x):
+    _world("all_reduce")
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("iris::all_gather", mutates_args=())
+def all_gather(x: torch.Tensor) -> torch.Tensor:
+    world = _world("all_gather")
+    out = x.new_empty((world.size * x.shape[0], *x.shape[1:]) if x.dim() else (world.size,))
+    world.all_gather(out, x.contiguous(), "torch.ops.iris.all_gather")
+    return out
+
+
+@all_gather.register_fake
+def _(x):
+    size = _world("all_gather").size
+    return x.new_empty((size * x.shape[0], *x.shape[1:]) if x.dim() else (size,))
+
+
+@torch.library.custom_op("iris::reduce_scatter", mutates_args=())
+def reduce_scatter(x: torch.Tensor) -> torch.Tensor:
+    world = _world("reduce_scatter")
+    out = x.new_empty((_rows_divided("reduce_scatter", x, world.size), *x.shape[1:]))
+    world.reduce_scatter(out, x.contiguous(), "sum", "torch.ops.iris.reduce_scatter")
+    return out
+
+
+@reduce_scatter.register_fake
+def _(x):
+    return x.new_empty((_rows_divided("reduce_scatter", x, _world("reduce_scatter").size), *x.shape[1:]))
+
+
+@torch.library.custom_op("iris::all_to_all", mutates_args=())
+def all_to_all(x: torch.Tensor) -> torch.Tensor:
+    world = _world("all_to_all")
+    _rows_divided("all_to_all", x, world.size)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    world.all_to_all(out, x.contiguous(), "torch.ops.iris.all_to_all")
+    return out
+
+
+@all_to_all.register_fake
+def _(x):
+    _rows_divided("all_to_all", x, _world("all_to_all").size)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+# ---------------------------------------------------------------------- fused GEMM + communication
+def _matmul_shape(op, a, b, rows=1, cols=1):
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"torch.ops.iris.{op}: A {tuple(a.shape)} and B {tuple(b.shape)} must be 2-D with A's "
+                         "columns equal to B's rows")
+    return a.shape[0] * rows, b.shape[1] * cols
+
+
+@torch.library.custom_op("iris::matmul_all_reduce", mutates_args=())
+def matmul_all_reduce(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    world = _world("matmul_all_reduce")
+    M, N = _matmul_shape("matmul_all_reduce", a, b)
+    out = a.new_empty((M, N))
+    if M * N <= world.staging.elements(a.dtype):  # the fused kernel stores reduced tiles into peers' out
+        staged = world.staging.view(a.dtype, M * N).view(M, N)
+        world.ctx.ops.matmul_all_reduce(staged, a.contiguous(), b.contiguous())
+        out.copy_(staged)
+    else:
+        world.ctx.ops.matmul_all_reduce(out, a.contiguous(), b.contiguous())
+    return out
+
+
+@matmul_all_reduce.register_fake
+def _(a, b):
+    _world("matmul_all_reduce")
+    return a.new_empty(_matmul_shape("matmul_all_reduce", a, b))
+
+
+@torch.library.custom_op("iris::all_gather_matmul", mutates_args=())
+def all_gather_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    world = _world("all_gather_matmul")
+    out = a.new_empty(_matmul_shape("all_gather_matmul", a, b, rows=world.size))
+    world.ctx.ops.all_gather_matmul(out, a.contiguous(), b.contiguous())
+    return out
+
+
+@all_gather_matmul.register_fake
+def _(a, b):
+    return a.new_empty(_matmul_shape("all_gather_matmul", a, b, rows=_world("all_gather_matmul").size))
+
+
+@torch.library.custom_op("iris::matmul_all_gather", mutates_args=())
+def matmul_all_gather(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    world = _world("matmul_all_gather")
+    M, N = _matmul_shape("matmul_all_gather", a, b, cols=world.size)
+    out = a.new_empty((M, N))
+    rows = world.staging.elements(a.dtype) // max(N, 1)  # out must be on the heap: row blocks through staging
+    if rows < 1:
+        raise ValueError(f"torch.ops.iris.matmul_all_gather: one row of {N} {a.dtype} elements exceeds the "
+                         f"{world.staging.nbytes}-byte staging buffer; raise IRIS_STAGING_BYTES")
+    a, b = a.contiguous(), b.contiguous()
+    for start in range(0, M, rows):
+        part = a[start:start + rows]
+        staged = world.staging.view(a.dtype, part.shape[0] * N).view(part.shape[0], N)
+        world.ctx.ops.matmul_all_gather(staged, part, b)
+        out[start:start + part.shape[0]].copy_(staged)
+    return out
+
+
+@matmul_all_gather.register_fake
+def _(a, b):
+    return a.new_empty(_matmul_shape("matmul_all_gather", a, b, cols=_world("matmul_all_gather").size))
+
+
+@torch.library.custom_op("iris::matmul_reduce_scatter", mutates_args=())
+def matmul_reduce_scatter(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    world = _world("matmul_reduce_scatter")
+    M, N = _matmul_shape("matmul_reduce_scatter", a, b)
+    out = a.new_empty((_rows_divided("matmul_reduce_scatter", a, world.size), N))
+    world.ctx.ops.matmul_reduce_scatter(out, a.contiguous(), b.contiguous())
+    return out
+
+
+@matmul_reduce_scatter.register_fake
+def _(a, b):
+    M, N = _matmul_shape("matmul_reduce_scatter", a, b)
+    return a.new_empty((_rows_divided("matmul_reduce_scatter", a, _world("matmul_reduce_scatter").size), N))
+
+
+__all__ = ["set_context", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "matmul_all_reduce",
+           "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"]
