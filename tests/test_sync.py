@@ -220,3 +220,70 @@ def test_create_destroy_leaves_nothing(pools):
         assert len(set(used)) <= 1  # GPU memory does not grow with each cycle
         assert mapped == 0  # every heap and status-page mapping (own and peers') was released
         assert watchdogs == []  # every context's watchdog thread was stopped
+
+
+# Counts just below the int32 wrap: 2**31 - 1 is the largest int32; the next signal wraps to -2**31.
+NEAR_WRAP = (1 << 31) - 2
+
+
+def _preset_sync_counts(ctx, value):
+    """Every count of every group's sync flags on every rank at ``value``, as after ``value`` calls; the host
+    barrier after it (which touches no flag) keeps any rank from signalling before all have preset."""
+    ctx.groups.region.fill_(value)
+    ctx.barrier()
+
+
+def _device_barrier_near_wrap_body(preset, rounds):
+    """Rank 1 sleeps, then stores a marker into rank 0's heap and enters the barrier; rank 0 enters at once and
+    must find the marker once its barrier returns. The counts cross the wrap during the rounds."""
+    ctx = new_context()
+    rank = ctx.get_rank()
+    marker = ctx.full((64,), -1, dtype=torch.int32)
+    ctx.device_barrier()  # compiled before the timed rounds
+    ctx.barrier()
+    _preset_sync_counts(ctx, preset)
+    seen = []
+    for r in range(rounds):
+        if rank == 1:
+            time.sleep(0.5)
+            _ring_store_kernel[(1,)](marker, r, 64, ctx.get_heap_bases(), rank, 0, BLOCK=64)
+        ctx.device_barrier()
+        if ctx.get_device().type == "cuda":
+            torch.cuda.synchronize()
+        if rank == 0:
+            seen.append(int(marker[0]))
+        ctx.barrier()
+    return seen
+
+
+def test_device_barrier_waits_across_the_wrap(pools):
+    results = pools(2).run(_device_barrier_near_wrap_body, NEAR_WRAP, 3)
+    assert results[0] == [0, 1, 2], results[0]  # the barrier returned only after rank 1's store, every round
+
+
+def _all_reduce_near_wrap_body(rounds):
+    """all_reduce while the sync counts cross the wrap; rank 1 writes its input late, so a barrier that let
+    rank 0 through early reads stale values."""
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    n = 700
+    inp, out = ctx.zeros(n, dtype=torch.int32), ctx.zeros(n, dtype=torch.int32)
+    ctx.ccl.all_reduce(out, inp)
+    ctx.barrier()
+    _preset_sync_counts(ctx, NEAR_WRAP)
+    bad = []
+    for r in range(rounds):
+        if rank == 1:
+            time.sleep(0.5)
+        inp.copy_(rank_data(rank, n, torch.int32, ctx.get_device(), salt=r))
+        out.fill_(-77)
+        ctx.ccl.all_reduce(out, inp)
+        ref = sum(rank_data(q, n, torch.int32, ctx.get_device(), salt=r) for q in range(world))
+        if not torch.equal(out, ref):
+            bad.append(r)
+        ctx.barrier()
+    return bad
+
+
+def test_all_reduce_across_the_wrap(pools):
+    assert pools(2).run(_all_reduce_near_wrap_body, 3) == [[], []]

@@ -2,6 +2,16 @@
 
 ``flags`` is one row ``int32[world_size]`` of a group's sync array (``iris/host/groups.py``): on rank q's
 heap, ``flags[r]`` counts the signals rank r has sent q on this row.
+
+Counts are int32 and wrap (2**31 calls of a 3.8 us all_reduce take 70 minutes): every comparison of a count with
+its target is wrap-safe: ``seen`` is behind ``target`` when ``(int32)(seen - target) < 0``, the rule of
+``cuStreamWaitValue32``'s GEQ. It holds while no waiter's target is 2**31 or more counts away from the count it
+polls, and barriers keep them within a few counts: a rank signals a row once per call and cannot start the next
+call's wait before every member has signalled this one. The alternative, 64-bit counts, would double the flag
+arrays and make every poll a 64-bit access and compare for a bound no run reaches either way; the wrap-safe
+compare costs one subtraction per poll and changes no dtype. No fixed poison value can release a wrap-safe wait
+(every value is "behind" half of the targets), so a failed peer's counts are released relative to their value
+(``GroupTable.poison`` adds 2**30).
 """
 
 import triton
@@ -60,20 +70,27 @@ def count_published(counter, WARPS: tl.constexpr):
 
 
 @triton.jit
+def behind(seen, target):
+    """Whether the count ``seen`` has yet to reach ``target``, across the wrap: ``seen - target`` in the counts' own
+    width, wrapping, is negative (module docstring)."""
+    return tl.cast(seen - target, seen.dtype) < 0
+
+
+@triton.jit
 def wait_until(flag, target, rank, peer, what: tl.constexpr, RELAXED: tl.constexpr = False):
-    """Spin until the local counter ``flag`` (which ``peer`` advances) reaches ``target``: acquire (relaxed with
-    ``RELAXED``), sys scope. In debug mode the spin is bounded and reports ``what``, who waited for whom and
-    the values."""
+    """Spin until the local counter ``flag`` (which ``peer`` advances) reaches ``target`` (wrap-safe: ``behind``):
+    acquire (relaxed with ``RELAXED``), sys scope. In debug mode the spin is bounded and reports ``what``, who
+    waited for whom and the values."""
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
     if DEBUG:
         spins = 0
         seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
-        while seen < target:
+        while behind(seen, target):
             spins += 1
             check_wait(spins, rank, peer, seen, target, what)
             seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
     else:
-        while tl.atomic_add(flag, 0, sem=SEM, scope="sys") < target:
+        while behind(tl.atomic_add(flag, 0, sem=SEM, scope="sys"), target):
             pass
 
 

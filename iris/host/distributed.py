@@ -4,11 +4,17 @@ names the ranks that never arrived."""
 import atexit
 import datetime
 import os
+import pickle
+import time
 
 import torch
 import torch.distributed as dist
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("IRIS_TIMEOUT_S", 300))
+# Host waits on the store return this often to ask whether a peer has failed (``check``): with the watchdog's
+# 0.2 s poll, a rank blocked in a host barrier raises PeerError about half a second after a peer dies. A wait
+# that is answered sooner returns at once; the interval only costs a store round trip per 0.25 s of waiting.
+CHECK_INTERVAL_S = 0.25
 
 
 class RankTimeoutError(TimeoutError):
@@ -60,6 +66,35 @@ def all_gather_object(obj, group=None):
     return out
 
 
+def wait_for_keys(store, keys, timeout_s, check=None):
+    """Wait until every key of ``keys`` is set in ``store``, in waits of ``CHECK_INTERVAL_S``, calling ``check``
+    (which raises, e.g. ``PeerError`` once a peer has failed) before each. Raises ``TimeoutError`` after
+    ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if check is not None:
+            check()
+        left = deadline - time.monotonic()
+        step = max(min(CHECK_INTERVAL_S, left), 0.001)
+        try:
+            store.wait(keys, datetime.timedelta(seconds=step))
+            return
+        except Exception as e:  # torch raises DistStoreError, or RuntimeError on older versions
+            if left <= step:
+                raise TimeoutError(f"store keys not set after {timeout_s:g} s") from e
+
+
+def store_exchange(store, prefix, rank, ranks, value, timeout_s=None, check=None):
+    """Every rank of ``ranks`` passes a picklable ``value``; each gets the list of them in ``ranks``' order.
+    Through the store, so any set of ranks can exchange without a process group of its own; ``prefix`` must
+    be used once per set of ranks (the keys are not deleted: a few bytes each)."""
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+    store.set(f"{prefix}/{rank}", pickle.dumps(value))
+    keys = [f"{prefix}/{r}" for r in ranks]
+    wait_for_keys(store, keys, timeout_s, check)
+    return [pickle.loads(store.get(key)) for key in keys]
+
+
 class StoreBarrier:
     """A barrier through the process group's key-value store.
 
@@ -79,15 +114,16 @@ class StoreBarrier:
     def _key(self, generation, rank):
         return f"{self.prefix}/{generation}/{rank}"
 
-    def wait(self, timeout_s=None, what="barrier"):
+    def wait(self, timeout_s=None, what="barrier", check=None):
+        """``check`` runs between short waits (``wait_for_keys``): raise from it to stop waiting."""
         timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
         generation = self.generation
         self.generation += 1
         self.store.set(self._key(generation, self.rank), b"1")
         keys = [self._key(generation, r) for r in self.ranks]
         try:
-            self.store.wait(keys, datetime.timedelta(seconds=timeout_s))
-        except Exception as e:  # torch raises DistStoreError, or RuntimeError on older versions
+            wait_for_keys(self.store, keys, timeout_s, check)
+        except TimeoutError as e:
             missing = [r for r, key in zip(self.ranks, keys) if not self._present(key)]
             if not missing:
                 raise
