@@ -287,3 +287,70 @@ def _all_reduce_near_wrap_body(rounds):
 
 def test_all_reduce_across_the_wrap(pools):
     assert pools(2).run(_all_reduce_near_wrap_body, 3) == [[], []]
+
+
+def _group_tables(world, groups_of_rank):
+    """Every rank's GroupTable of a ``world``-rank run, simulated in one process: rank r's table runs in a thread
+    of its own, gets the groups ``groups_of_rank(r)`` in order, and exchanges with the others as the store would.
+    Returns {rank: {group: (byte offset of its flags in the region, flags)}}."""
+    import threading
+
+    from iris.host.groups import GroupTable, region_bytes
+
+    posted, lock, arrived = {}, threading.Lock(), threading.Condition()
+
+    def agree(rank):
+        def exchange(ranks, value, caller):
+            with arrived:
+                posted[(tuple(ranks), rank)] = value
+                arrived.notify_all()
+                assert arrived.wait_for(lambda: all((tuple(ranks), r) in posted for r in ranks), timeout=30)
+                return [posted[(tuple(ranks), r)] for r in ranks]
+        return exchange
+
+    found, errors = {}, []
+
+    def run(rank):
+        try:
+            region = torch.zeros(region_bytes(world), dtype=torch.uint8)
+            table = GroupTable(region, world, rank, torch.device("cpu"), agree(rank))
+            mine = {}
+            for ranks in groups_of_rank(rank):
+                sync = table.get(list(ranks), "test")
+                assert sync.flags.shape == (257, world) and sync.ranks == list(ranks)
+                mine[tuple(ranks)] = sync.flags.data_ptr() - region.data_ptr()
+            with lock:
+                found[rank] = mine
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            with lock:
+                errors.append(f"rank {rank}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    return found
+
+
+def test_groups_of_any_size_agree_on_their_flags():
+    """72 ranks (an NVL72 domain): the world, tensor-parallel groups of 8, strided data-parallel groups of 9 and
+    every rank's pairs with its ring neighbours (even ranks send right first, odd ranks receive from the left
+    first, as a ring exchange must). Every member of a group finds its flags at the same offset; no two groups of
+    one rank share them."""
+    world, tp = 72, 8
+
+    def groups_of_rank(rank):
+        tp_group = tuple(range(rank // tp * tp, rank // tp * tp + tp))
+        dp_group = tuple(range(rank % tp, world, tp))
+        left, right = tuple(sorted((rank, (rank - 1) % world))), tuple(sorted((rank, (rank + 1) % world)))
+        return [tuple(range(world)), tp_group, dp_group] + ([left, right] if rank % 2 else [right, left])
+
+    found = _group_tables(world, groups_of_rank)
+    offsets = {}
+    for rank, mine in found.items():
+        assert len(set(mine.values())) == len(mine), (rank, mine)  # distinct flags for each of its groups
+        for ranks, offset in mine.items():
+            assert offsets.setdefault(ranks, offset) == offset, (ranks, rank)  # the same on every member
+    assert offsets[tuple(range(world))] == 0
