@@ -354,3 +354,34 @@ def test_groups_of_any_size_agree_on_their_flags():
         for ranks, offset in mine.items():
             assert offsets.setdefault(ranks, offset) == offset, (ranks, rank)  # the same on every member
     assert offsets[tuple(range(world))] == 0
+
+
+def _disagreeing_gpus_body():
+    """Each rank's GPU reports a different SM count (100 + 8 * rank, as on GPUs of different kinds); the context
+    agrees on the smallest, and the fused ops' "auto" choice and persistent grid follow it on every rank."""
+    import os
+    import types
+
+    from iris.host.context import Iris
+    from iris.ops import OpsConfig
+    from iris.ops.common import choose_fused
+    from iris.ops.gemm import num_programs
+
+    rank = int(os.environ["RANK"])
+    local = Iris.get_cu_count
+    Iris.get_cu_count = lambda self: 100 + 8 * rank
+    try:
+        ctx = new_context()
+    finally:
+        Iris.get_cu_count = local
+    gpu = types.SimpleNamespace(get_device=lambda: torch.device("cuda", 0), get_cu_count=lambda: 100 + 8 * rank,
+                                get_agreed_cu_count=ctx.get_agreed_cu_count)
+    # 104 output tiles: fewer than the SMs of rank 1's GPU, not of rank 0's; traffic enough to be worth fusing
+    fused = choose_fused("test", OpsConfig(), gpu, tiles=104, comm_bytes=1 << 30, flops=1 << 30)
+    programs = num_programs(torch.device("cuda", 0), 1000, spare=1, sms=ctx.get_agreed_cu_count())
+    return ctx.get_agreed_cu_count(), fused, programs
+
+
+def test_ranks_on_different_gpus_agree_on_grids(pools):
+    results = pools(2).run(_disagreeing_gpus_body)
+    assert results == [(100, True, 99)] * 2, results

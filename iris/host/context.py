@@ -88,7 +88,9 @@ class Iris(TensorFactory, RankLogger):
         self._store = default_store()
         self._barriers = {}
 
-        sizes, places = zip(*all_gather_object((heap_size, (socket.gethostname(), self.device.index))))
+        sizes, places, cu_counts = zip(*all_gather_object((heap_size, (socket.gethostname(), self.device.index),
+                                                           self.get_cu_count())))
+        self._agreed_cu_count = min(cu_counts)  # grids launched on every rank are sized from it
         # more ranks than GPUs (simulation, or the cuda backend on too few GPUs): some ranks share a GPU
         self.shares_gpu = not on_cpu and len(set(places)) < self.num_ranks
         if len(set(sizes)) != 1:
@@ -135,6 +137,12 @@ class Iris(TensorFactory, RankLogger):
         if self.device.type == "cuda":
             return torch.cuda.get_device_properties(self.device).multi_processor_count
         return os.cpu_count()
+
+    def get_agreed_cu_count(self):
+        """The smallest ``get_cu_count()`` over the ranks, exchanged once at context creation: what a kernel whose
+        programs wait for their peers' same-numbered programs sizes its grid from, so that ranks on GPUs of
+        different kinds launch the same grid (and every program stays resident on each)."""
+        return self._agreed_cu_count
 
     def get_heap_bases(self):
         """int64[world_size] on the device: entry r is where rank r's heap appears in this process.
