@@ -300,7 +300,7 @@ def _group_tables(world, groups_of_rank):
     posted, lock, arrived = {}, threading.Lock(), threading.Condition()
 
     def agree(rank):
-        def exchange(ranks, value, caller):
+        def exchange(ranks, value, check):
             with arrived:
                 posted[(tuple(ranks), rank)] = value
                 arrived.notify_all()

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from iris.host import backend as _backend
 from iris.host.distributed import StoreBarrier, all_gather_object, default_store, device_synchronize, \
-    ensure_process_group, store_exchange
+    StoreExchange, ensure_process_group
 from iris.host.copy_engine import CopyQueue
 from iris.host.groups import GroupTable, region_bytes
 from iris.host.heap import SymmetricHeap, align_up
@@ -103,7 +103,8 @@ class Iris(TensorFactory, RankLogger):
         else:
             memory = CudaIpcMemory(total, self.device, self.cur_rank, all_gather_object)
         self.heap = SymmetricHeap(memory, heap_size, reserved, self.cur_rank, self.num_ranks)
-        self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device, self._agree)
+        self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device,
+                                 StoreExchange(self._store, self.cur_rank, self._serial, timeout_s))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
         # [rank, bytes each base addresses, world_size, base_0, ...]: heap_bases is a view of the tail, so the
@@ -244,20 +245,14 @@ class Iris(TensorFactory, RankLogger):
         if barrier is None:
             name = f"{self._serial}/{'-'.join(map(str, ranks))}"
             barrier = self._barriers[tuple(ranks)] = StoreBarrier(self._store, self.cur_rank, ranks, name)
-        barrier.wait(self.timeout_s if timeout_s is None else timeout_s, what="Iris.barrier", check=self._check_peers)
+        barrier.wait(self.timeout_s if timeout_s is None else timeout_s, what="Iris.barrier",
+                     check=self._check_peers)
 
     def _check_peers(self, caller="Iris.barrier"):
         """Raise ``PeerError`` once the watchdog has seen a peer fail: host waits call it between short waits."""
         groups = getattr(self, "groups", None)  # None during context creation
         if groups is not None:
             groups.check(caller)
-
-    def _agree(self, ranks, value, caller):
-        """Every rank of ``ranks`` passes ``value``, each gets them all (in ``ranks``' order): a host exchange
-        through the store, for any set of ranks (the group table's slot agreement)."""
-        prefix = f"iris/agree/{self._serial}/{'-'.join(map(str, ranks))}"
-        return store_exchange(self._store, prefix, self.cur_rank, ranks, value, self.timeout_s,
-                              check=lambda: self._check_peers(caller))
 
     def group_sync(self, group, caller):
         """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises

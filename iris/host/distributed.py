@@ -11,10 +11,12 @@ import torch
 import torch.distributed as dist
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("IRIS_TIMEOUT_S", 300))
-# Host waits on the store return this often to ask whether a peer has failed (``check``): with the watchdog's
-# 0.2 s poll, a rank blocked in a host barrier raises PeerError about half a second after a peer dies. A wait
-# that is answered sooner returns at once; the interval only costs a store round trip per 0.25 s of waiting.
-CHECK_INTERVAL_S = 0.25
+# Host waits on the store poll it (``store.check``, one round trip), first every 0.5 ms, backing off to every
+# CHECK_INTERVAL_S, and ask between polls whether a peer has failed (``check``): with the watchdog's 0.2 s poll, a
+# rank blocked in a host barrier raises PeerError within about half a second of a peer's death. A blocking
+# ``store.wait`` with a short timeout would do the same but logs a warning at every timeout.
+CHECK_INTERVAL_S = 0.05
+FIRST_INTERVAL_S = 0.0005
 
 
 class RankTimeoutError(TimeoutError):
@@ -67,21 +69,18 @@ def all_gather_object(obj, group=None):
 
 
 def wait_for_keys(store, keys, timeout_s, check=None):
-    """Wait until every key of ``keys`` is set in ``store``, in waits of ``CHECK_INTERVAL_S``, calling ``check``
-    (which raises, e.g. ``PeerError`` once a peer has failed) before each. Raises ``TimeoutError`` after
-    ``timeout_s``."""
+    """Wait until every key of ``keys`` is set in ``store``, calling ``check`` (which raises, e.g. ``PeerError``
+    once a peer has failed) between polls. Raises ``TimeoutError`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    while True:
+    interval = FIRST_INTERVAL_S
+    while not store.check(keys):
         if check is not None:
             check()
         left = deadline - time.monotonic()
-        step = max(min(CHECK_INTERVAL_S, left), 0.001)
-        try:
-            store.wait(keys, datetime.timedelta(seconds=step))
-            return
-        except Exception as e:  # torch raises DistStoreError, or RuntimeError on older versions
-            if left <= step:
-                raise TimeoutError(f"store keys not set after {timeout_s:g} s") from e
+        if left <= 0:
+            raise TimeoutError(f"store keys not set after {timeout_s:g} s")
+        time.sleep(min(interval, left))
+        interval = min(2 * interval, CHECK_INTERVAL_S)
 
 
 def store_exchange(store, prefix, rank, ranks, value, timeout_s=None, check=None):
@@ -93,6 +92,18 @@ def store_exchange(store, prefix, rank, ranks, value, timeout_s=None, check=None
     keys = [f"{prefix}/{r}" for r in ranks]
     wait_for_keys(store, keys, timeout_s, check)
     return [pickle.loads(store.get(key)) for key in keys]
+
+
+class StoreExchange:
+    """``store_exchange`` for one context, called with the ranks: ``exchange(ranks, value, check)``, once per set
+    of ranks (the group table's slot agreement). Holds the store, not the context."""
+
+    def __init__(self, store, rank, name, timeout_s=None):
+        self.store, self.rank, self.prefix, self.timeout_s = store, rank, f"iris/exchange/{name}", timeout_s
+
+    def __call__(self, ranks, value, check=None):
+        return store_exchange(self.store, f"{self.prefix}/{'-'.join(map(str, ranks))}", self.rank, ranks, value,
+                              self.timeout_s, check)
 
 
 class StoreBarrier:

@@ -62,8 +62,8 @@ class GroupSync:
 
 class GroupTable:
     def __init__(self, region, world_size, rank, device, agree=None):
-        """``agree(ranks, value, caller)``: every rank of ``ranks`` passes ``value`` and gets the list of them
-        (``store_exchange``); needed for groups other than the world."""
+        """``agree(ranks, value, check)``: every rank of ``ranks`` passes ``value`` and gets the list of them,
+        calling ``check`` while it waits (``StoreExchange``); needed for groups other than the world."""
         self.region = region.view(torch.int32).zero_()
         self.world_size = world_size
         self.rank = rank
@@ -104,7 +104,7 @@ class GroupTable:
         """The lowest slot that no member of ``ranks`` uses yet: every member computes it from the same lists."""
         if self.agree is None:
             raise ValueError(f"{caller}: this table has no exchange, so it only serves the whole world, not {ranks}")
-        used = set().union(*self.agree(ranks, sorted(self._used), caller))
+        used = set().union(*self.agree(ranks, sorted(self._used), lambda: self.check(caller)))
         slot = next((s for s in range(1, slots(self.world_size)) if s not in used), None)
         if slot is None:
             raise ValueError(f"{caller}: the group {ranks} needs sync flags, but a member already belongs to "
