@@ -269,6 +269,9 @@ class Iris(TensorFactory, RankLogger):
         sync = self.group_sync(group, "Iris.device_barrier")
         _device_barrier_kernel[(1,)](sync.flags, self.heap_bases, sync.members, self.cur_rank,
                                      GROUP_SIZE=sync.size, num_warps=1)
+        # Where the kernel runs synchronously (the cpu backend), a wait released by a failed peer's poison returns
+        # normally if the watchdog's asynchronous PeerError was lost (Python drops one raised in a finalizer).
+        self.groups.check("Iris.device_barrier")
 
     def broadcast(self, value, src=0):
         """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back
