@@ -11,9 +11,11 @@ import time
 
 import pytest
 import torch
+import triton
 
 import iris
 from conftest import on_gpu
+from iris.device.sync import wait_until
 from rank_utils import error_message, new_context
 
 # Far above what the failing call takes with the watchdog (1 to 3 s: context, warm-up compile on GPUs, a 0.2 s
@@ -38,13 +40,13 @@ def _rank_section(message, rank):
     return message[start:] if end < 0 else message[start:end]
 
 
-def _failing_run(body, world_size=2):
-    """Run ``body`` on a fresh started pool; return the RankError message and the seconds the call took."""
+def _failing_run(body, world_size=2, *args):
+    """Run ``body(*args)`` on a fresh started pool; return the RankError message and the seconds the call took."""
     with iris.RankPool(world_size) as pool:
         pool.run(_ready)  # start the processes first: only the failing call is timed
         start = time.monotonic()
         with pytest.raises(iris.RankError) as info:
-            pool.run(body, timeout_s=POOL_TIMEOUT_S)
+            pool.run(body, *args, timeout_s=POOL_TIMEOUT_S)
         return str(info.value), time.monotonic() - start
 
 
@@ -253,21 +255,85 @@ def test_killed_peer_fails_a_fused_op_fast():
     assert elapsed < FAST_S + 10, f"rank 0 failed after {elapsed:.1f} s\n{message}"
 
 
-def _poison_body():
-    from iris.host.groups import POISON
+@triton.jit
+def _wait_kernel(flag, target):
+    wait_until(flag, target, 0, 0, "test")
 
+
+def _poison_body(start):
+    """Flags at ``start`` (as after that many calls); each rank poisons the other by hand (the watchdog would on
+    a failure) and then waits alone, on its sync flags and on a registered flag, for targets one past ``start``:
+    the waits must return. The peer's column and row advance by POISON_STEP, wrapping; ours stay."""
     ctx = new_context(heap_size=1 << 16)
+    peer = 1 - ctx.get_rank()
     flags = ctx.ops.workspaces.peer_flags("test.flags", [0, 1], 5)
+    flags.fill_(start)
+    ctx.groups.region.fill_(start)
     ctx.barrier()
-    ctx.groups.poison(1 - ctx.get_rank())
+    ctx.groups.poison(peer)
+    ctx.device_barrier()  # alone: the peer's count on our heap is poisoned
+    _wait_kernel[(1,)](flags[peer], (start + 1 + (1 << 31)) % (1 << 32) - (1 << 31))
+    _wait_for_device(ctx)
+    ctx.barrier()
     region = ctx.groups.region.view(-1, ctx.get_num_ranks())
-    return flags.cpu().tolist(), bool((region[:, 1 - ctx.get_rank()] == POISON).all())
+    row0 = ctx.group_sync(None, "test").flags[0]
+    return flags[:, :5].cpu().tolist(), region[1:, peer].unique().tolist(), int(row0[peer])
 
 
-def test_poison_releases_registered_peer_flags(pools):
-    from iris.host.groups import POISON
+@pytest.mark.parametrize("start", [0, (1 << 30) + 5, (1 << 31) - 2])
+def test_poison_releases_registered_peer_flags(pools, start):
+    from iris.host.groups import POISON_STEP
 
-    for rank, (flags, column_poisoned) in enumerate(pools(2).run(_poison_body)):
+    def int32(v):
+        return (v + (1 << 31)) % (1 << 32) - (1 << 31)
+
+    for rank, (flags, peer_column, row0) in enumerate(pools(2).run(_poison_body, start, timeout_s=120)):
         peer = 1 - rank
-        assert flags[peer] == [POISON] * 5 and flags[rank] == [0] * 5, flags  # only the failed peer's row
-        assert column_poisoned
+        assert flags[peer] == [int32(start + POISON_STEP)] * 5 and flags[rank] == [start] * 5, flags
+        assert peer_column == [int32(start + POISON_STEP)], peer_column
+        assert row0 == int32(start + POISON_STEP + 1)  # the peer's signal of the solo barrier landed too
+
+
+def _killed_in_device_barrier_body(preset):
+    """Counts preset at ``preset`` (as after that many calls), then rank 1 dies while rank 0 waits for it."""
+    ctx = new_context(heap_size=1 << 16)
+    ctx.device_barrier()  # compiled (on GPUs), so the failure finds rank 0 waiting, not compiling
+    _wait_for_device(ctx)
+    ctx.barrier()
+    ctx.groups.region.fill_(preset)
+    ctx.barrier()
+    if ctx.get_rank() == 1:
+        time.sleep(1.0)  # rank 0 is inside the barrier by now, waiting for us
+        os.kill(os.getpid(), signal.SIGKILL)
+    ctx.device_barrier()
+    _wait_for_device(ctx)
+    return "passed the barrier"
+
+
+@pytest.mark.parametrize("preset", [(1 << 30) + 5, (1 << 31) - 1])
+def test_poison_releases_waits_at_any_count(preset):
+    """Past 2**30 (a fixed poison of 1 << 30 no longer releases) and at the wrap (the target is negative)."""
+    message, elapsed = _failing_run(_killed_in_device_barrier_body, 2, preset)
+    waiting = _rank_section(message, 0)
+    assert "PeerError" in waiting and "peer rank 1" in waiting and "died" in waiting, waiting
+    assert elapsed < FAST_S, f"rank 0 failed after {elapsed:.1f} s\n{message}"
+
+
+def _killed_in_host_barrier_body():
+    ctx = new_context(heap_size=1 << 16)
+    ctx.barrier()
+    if ctx.get_rank() == 1:
+        time.sleep(1.0)  # rank 0 is inside the host barrier by now, waiting for us
+        os.kill(os.getpid(), signal.SIGKILL)
+    ctx.barrier()
+    return "passed the barrier"
+
+
+def test_killed_peer_fails_the_host_barrier_fast():
+    """A host barrier polls the watchdog's view of peers: PeerError within about a second of the death, not when
+    the barrier's timeout (300 s) or the pool's grace period (15 s) runs out."""
+    message, elapsed = _failing_run(_killed_in_host_barrier_body)
+    waiting = _rank_section(message, 0)
+    assert "PeerError" in waiting and "peer rank 1" in waiting and "died" in waiting, waiting
+    assert "barrier" in waiting, waiting
+    assert elapsed < 1.0 + 3.0, f"rank 0 failed {elapsed - 1.0:.1f} s after rank 1 died\n{message}"

@@ -165,9 +165,9 @@ def _spare_sm_body():
     spares = []
 
     def recording(grid):
-        def num_programs(device, tiles, spare=0):
+        def num_programs(device, tiles, spare=0, **kwargs):
             spares.append(spare)
-            return grid(device, tiles, spare)
+            return grid(device, tiles, spare, **kwargs)
         return num_programs
 
     a = [operand(r, (world * M_LOCAL, K), torch.float32, 60) for r in range(world)]

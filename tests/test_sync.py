@@ -220,3 +220,168 @@ def test_create_destroy_leaves_nothing(pools):
         assert len(set(used)) <= 1  # GPU memory does not grow with each cycle
         assert mapped == 0  # every heap and status-page mapping (own and peers') was released
         assert watchdogs == []  # every context's watchdog thread was stopped
+
+
+# Counts just below the int32 wrap: 2**31 - 1 is the largest int32; the next signal wraps to -2**31.
+NEAR_WRAP = (1 << 31) - 2
+
+
+def _preset_sync_counts(ctx, value):
+    """Every count of every group's sync flags on every rank at ``value``, as after ``value`` calls; the host
+    barrier after it (which touches no flag) keeps any rank from signalling before all have preset."""
+    ctx.groups.region.fill_(value)
+    ctx.barrier()
+
+
+def _device_barrier_near_wrap_body(preset, rounds):
+    """Rank 1 sleeps, then stores a marker into rank 0's heap and enters the barrier; rank 0 enters at once and
+    must find the marker once its barrier returns. The counts cross the wrap during the rounds."""
+    ctx = new_context()
+    rank = ctx.get_rank()
+    marker = ctx.full((64,), -1, dtype=torch.int32)
+    ctx.device_barrier()  # compiled before the timed rounds
+    ctx.barrier()
+    _preset_sync_counts(ctx, preset)
+    seen = []
+    for r in range(rounds):
+        if rank == 1:
+            time.sleep(0.5)
+            _ring_store_kernel[(1,)](marker, r, 64, ctx.get_heap_bases(), rank, 0, BLOCK=64)
+        ctx.device_barrier()
+        if ctx.get_device().type == "cuda":
+            torch.cuda.synchronize()
+        if rank == 0:
+            seen.append(int(marker[0]))
+        ctx.barrier()
+    return seen
+
+
+def test_device_barrier_waits_across_the_wrap(pools):
+    results = pools(2).run(_device_barrier_near_wrap_body, NEAR_WRAP, 3)
+    assert results[0] == [0, 1, 2], results[0]  # the barrier returned only after rank 1's store, every round
+
+
+def _all_reduce_near_wrap_body(rounds):
+    """all_reduce while the sync counts cross the wrap; rank 1 writes its input late, so a barrier that let
+    rank 0 through early reads stale values."""
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    n = 700
+    inp, out = ctx.zeros(n, dtype=torch.int32), ctx.zeros(n, dtype=torch.int32)
+    ctx.ccl.all_reduce(out, inp)
+    ctx.barrier()
+    _preset_sync_counts(ctx, NEAR_WRAP)
+    bad = []
+    for r in range(rounds):
+        if rank == 1:
+            time.sleep(0.5)
+        inp.copy_(rank_data(rank, n, torch.int32, ctx.get_device(), salt=r))
+        out.fill_(-77)
+        ctx.ccl.all_reduce(out, inp)
+        ref = sum(rank_data(q, n, torch.int32, ctx.get_device(), salt=r) for q in range(world))
+        if not torch.equal(out, ref):
+            bad.append(r)
+        ctx.barrier()
+    return bad
+
+
+def test_all_reduce_across_the_wrap(pools):
+    assert pools(2).run(_all_reduce_near_wrap_body, 3) == [[], []]
+
+
+def _group_tables(world, groups_of_rank):
+    """Every rank's GroupTable of a ``world``-rank run, simulated in one process: rank r's table runs in a thread
+    of its own, gets the groups ``groups_of_rank(r)`` in order, and exchanges with the others as the store would.
+    Returns {rank: {group: (byte offset of its flags in the region, flags)}}."""
+    import threading
+
+    from iris.host.groups import GroupTable, region_bytes
+
+    posted, lock, arrived = {}, threading.Lock(), threading.Condition()
+
+    def agree(rank):
+        def exchange(ranks, value, check):
+            with arrived:
+                posted[(tuple(ranks), rank)] = value
+                arrived.notify_all()
+                assert arrived.wait_for(lambda: all((tuple(ranks), r) in posted for r in ranks), timeout=30)
+                return [posted[(tuple(ranks), r)] for r in ranks]
+        return exchange
+
+    found, errors = {}, []
+
+    def run(rank):
+        try:
+            region = torch.zeros(region_bytes(world), dtype=torch.uint8)
+            table = GroupTable(region, world, rank, torch.device("cpu"), agree(rank))
+            mine = {}
+            for ranks in groups_of_rank(rank):
+                sync = table.get(list(ranks), "test")
+                assert sync.flags.shape == (257, world) and sync.ranks == list(ranks)
+                mine[tuple(ranks)] = sync.flags.data_ptr() - region.data_ptr()
+            with lock:
+                found[rank] = mine
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            with lock:
+                errors.append(f"rank {rank}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    return found
+
+
+def test_groups_of_any_size_agree_on_their_flags():
+    """72 ranks (an NVL72 domain): the world, tensor-parallel groups of 8, strided data-parallel groups of 9 and
+    every rank's pairs with its ring neighbours (even ranks send right first, odd ranks receive from the left
+    first, as a ring exchange must). Every member of a group finds its flags at the same offset; no two groups of
+    one rank share them."""
+    world, tp = 72, 8
+
+    def groups_of_rank(rank):
+        tp_group = tuple(range(rank // tp * tp, rank // tp * tp + tp))
+        dp_group = tuple(range(rank % tp, world, tp))
+        left, right = tuple(sorted((rank, (rank - 1) % world))), tuple(sorted((rank, (rank + 1) % world)))
+        return [tuple(range(world)), tp_group, dp_group] + ([left, right] if rank % 2 else [right, left])
+
+    found = _group_tables(world, groups_of_rank)
+    offsets = {}
+    for rank, mine in found.items():
+        assert len(set(mine.values())) == len(mine), (rank, mine)  # distinct flags for each of its groups
+        for ranks, offset in mine.items():
+            assert offsets.setdefault(ranks, offset) == offset, (ranks, rank)  # the same on every member
+    assert offsets[tuple(range(world))] == 0
+
+
+def _disagreeing_gpus_body():
+    """Each rank's GPU reports a different SM count (100 + 8 * rank, as on GPUs of different kinds); the context
+    agrees on the smallest, and the fused ops' "auto" choice and persistent grid follow it on every rank."""
+    import os
+    import types
+
+    from iris.host.context import Iris
+    from iris.ops import OpsConfig
+    from iris.ops.common import choose_fused
+    from iris.ops.gemm import num_programs
+
+    rank = int(os.environ["RANK"])
+    local = Iris.get_cu_count
+    Iris.get_cu_count = lambda self: 100 + 8 * rank
+    try:
+        ctx = new_context()
+    finally:
+        Iris.get_cu_count = local
+    gpu = types.SimpleNamespace(get_device=lambda: torch.device("cuda", 0), get_cu_count=lambda: 100 + 8 * rank,
+                                get_agreed_cu_count=ctx.get_agreed_cu_count)
+    # 104 output tiles: fewer than the SMs of rank 1's GPU, not of rank 0's; traffic enough to be worth fusing
+    fused = choose_fused("test", OpsConfig(), gpu, tiles=104, comm_bytes=1 << 30, flops=1 << 30)
+    programs = num_programs(torch.device("cuda", 0), 1000, spare=1, sms=ctx.get_agreed_cu_count())
+    return ctx.get_agreed_cu_count(), fused, programs
+
+
+def test_ranks_on_different_gpus_agree_on_grids(pools):
+    results = pools(2).run(_disagreeing_gpus_body)
+    assert results == [(100, True, 99)] * 2, results

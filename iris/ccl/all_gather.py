@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import program_row, store_to_group
+from iris.ccl.device import first_block, program_row, store_to_group, tail_mask
 from iris.device.sync import group_barrier
 
 
@@ -18,12 +18,13 @@ def _all_gather_kernel(out, inp, n, flags, heap_bases, members, rank, group_inde
                        GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still uses its out
-    slot = out + group_index * n
-    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        mask = offs < n
-        x = tl.load(inp + offs, mask=mask)  # [BLOCK]
-        store_to_group(slot + offs, x, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask, hint=HINT)
+    slot = out + tl.cast(group_index, tl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
+    for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+        offs = tl.arange(0, BLOCK)
+        mask = tail_mask(start, n, BLOCK)
+        x = tl.load(inp + start + offs, mask=mask)  # [BLOCK]
+        store_to_group(slot + start + offs, x, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
+                       hint=HINT)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slot has landed in our out
 
 

@@ -15,7 +15,7 @@ import triton.language as tl
 
 from iris.ccl import common
 from iris.ccl.config import ALL_REDUCE_ALGORITHMS
-from iris.ccl.device import program_row, reduce_from_group, store_to_group
+from iris.ccl.device import first_block, program_row, reduce_from_group, store_to_group, tail_mask
 from iris.device.sync import group_barrier
 
 
@@ -25,13 +25,13 @@ def _all_reduce_one_shot_kernel(out, inp, n, flags, heap_bases, members, rank, g
                                 HINT: tl.constexpr, BLOCK: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
-    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        mask = offs < n
-        acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP, ACC_FP32,
-                                HINT)  # [BLOCK]
-        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still reads our input
+    for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+        offs = tl.arange(0, BLOCK)
+        mask = tail_mask(start, n, BLOCK)
+        acc = reduce_from_group(inp + start, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP,
+                                ACC_FP32, HINT)  # [BLOCK]
+        tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True)  # no rank reads our inp
 
 
 @triton.jit
@@ -43,15 +43,15 @@ def _all_reduce_two_shot_kernel(out, inp, n, shard, flags, heap_bases, members, 
     # Our shard, read from every rank and reduced, then stored straight into every rank's out: the
     # reduce-scatter and the all-gather in one pass, with no barrier between them. In place is safe: only
     # we read shard ``group_index`` of any rank's input, and each element before we overwrite it.
-    shard_start = group_index * shard
+    shard_start = tl.cast(group_index, tl.int64) * shard
     shard_end = tl.minimum(shard_start + shard, n)
-    for start in range(shard_start + tl.program_id(0) * BLOCK, shard_end, tl.num_programs(0) * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        mask = offs < shard_end
-        acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP, ACC_FP32,
-                                HINT).to(out.dtype.element_ty)  # [BLOCK]
-        store_to_group(out + offs, acc, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask, hint=HINT,
-                       PEERS_FIRST=True)
+    for start in range(shard_start + first_block(BLOCK), shard_end, tl.num_programs(0) * BLOCK):
+        offs = tl.arange(0, BLOCK)
+        mask = tail_mask(start, shard_end, BLOCK)
+        acc = reduce_from_group(inp + start, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP,
+                                ACC_FP32, HINT).to(out.dtype.element_ty)  # [BLOCK]
+        store_to_group(out + start + offs, acc, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
+                       hint=HINT, PEERS_FIRST=True)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every shard has landed; no rank reads our input
 
 

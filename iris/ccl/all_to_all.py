@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import program_row
+from iris.ccl.device import first_block, program_row, tail_mask
 from iris.device.rma import store
 from iris.device.sync import group_barrier
 
@@ -18,19 +18,21 @@ def _all_to_all_kernel(out, inp, n, flags, heap_bases, members, rank, group_inde
                        GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still uses its out
-    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        mask = offs < n
+    n64 = tl.cast(n, tl.int64)  # slice offsets pass 2**31 elements in large calls
+    my_slice = out + group_index * n64
+    for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+        offs = tl.arange(0, BLOCK)
+        mask = tail_mask(start, n, BLOCK)
         # peers first, our own slice last; each slice's load is issued before the previous slice's store, so
         # a store never waits out a load's latency (the compiler cannot reorder them: out may alias inp)
         dest = (group_index + 1) % GROUP_SIZE
-        x = tl.load(inp + dest * n + offs, mask=mask)  # [BLOCK]
+        x = tl.load(inp + dest * n64 + start + offs, mask=mask)  # [BLOCK]
         for i in tl.static_range(1, GROUP_SIZE + 1):
             peer = tl.load(members + dest)
             if i < GROUP_SIZE:
                 following = (group_index + i + 1) % GROUP_SIZE
-                x_next = tl.load(inp + following * n + offs, mask=mask)
-            store(out + group_index * n + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
+                x_next = tl.load(inp + following * n64 + start + offs, mask=mask)
+            store(my_slice + start + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
             if i < GROUP_SIZE:
                 dest, x = following, x_next
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slice has landed in our out

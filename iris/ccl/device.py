@@ -7,6 +7,21 @@ from iris.device.rma import load, store
 
 
 @triton.jit
+def first_block(BLOCK: tl.constexpr):
+    """Where this program's first block starts, as int64. Element offsets pass 2**31 in large calls (an int8
+    all_gather of 1.2e9 elements per rank over three ranks ends at 3.6e9), so the kernels loop over block starts
+    in 64 bits and address a block as ``(ptr + start) + tl.arange(0, BLOCK)``: the 64-bit work is one scalar add
+    per block, and the per-element offsets and masks stay 32-bit (``tail_mask``)."""
+    return tl.program_id(0).to(tl.int64) * BLOCK
+
+
+@triton.jit
+def tail_mask(start, end, BLOCK: tl.constexpr):
+    """[BLOCK] mask of the block at ``start`` (int64) that stays below ``end``, compared in 32 bits."""
+    return tl.arange(0, BLOCK) < tl.minimum(end - start, BLOCK).to(tl.int32)
+
+
+@triton.jit
 def program_row(flags, world_size):
     """This program's row of the group's sync flags (row 0 belongs to ``device_barrier``)."""
     return flags + (tl.program_id(0) + 1) * world_size
@@ -50,8 +65,9 @@ def finish(acc, OP: tl.constexpr, GROUP_SIZE: tl.constexpr):
 @triton.jit
 def reduce_from_group(ptr, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE: tl.constexpr,
                       OP: tl.constexpr, ACC_FP32: tl.constexpr, HINT: tl.constexpr):
-    """``OP`` over every member of ``ptr[offs]`` (ours read locally), finished (avg divides) and in the
-    accumulation type: fp32 when ``ACC_FP32`` (fp16/bf16 inputs), else the input type."""
+    """``OP`` over every member of ``ptr[offs]`` (``ptr`` the block's start, ``offs`` 32-bit; ours read locally),
+    finished (avg divides) and in the accumulation type: fp32 when ``ACC_FP32`` (fp16/bf16 inputs), else the
+    input type."""
     acc = tl.load(ptr + offs, mask=mask)  # [BLOCK]
     if ACC_FP32:
         acc = acc.to(tl.float32)

@@ -26,7 +26,7 @@ import triton.language as tl
 from iris.ccl import common
 from iris.ccl.all_reduce import _all_reduce_one_shot_kernel
 from iris.ccl.config import REDUCE_SCATTER_ALGORITHMS
-from iris.ccl.device import combine, finish, peer_at, program_row
+from iris.ccl.device import combine, finish, peer_at, program_row, tail_mask
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import fence_release_sys, group_barrier, wait_until
@@ -50,18 +50,19 @@ def _reduce_scatter_push_kernel(out, inp, staging, segment_flags, n, segments, f
     # Every member has started this call, so its last call's reads of its staging are over. The epoch stamps
     # this call's segment flags: segment s is always program s % programs's, on every rank, so one row's count.
     epoch = group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)
+    n64 = tl.cast(n, tl.int64)  # slice offsets pass 2**31 elements in large calls; block starts are 64-bit too
     for s in range(tl.program_id(0), segments, tl.num_programs(0)):
-        first = s * SEGMENT * BLOCK
-        end = tl.minimum(first + SEGMENT * BLOCK, n)
+        first = tl.cast(s, tl.int64) * (SEGMENT * BLOCK)
+        end = tl.minimum(first + SEGMENT * BLOCK, n64)
         # ---- push: each peer's slice of our input, this segment, into our row of its staging
         for i in range(1, GROUP_SIZE):
             dest_index = (group_index + i) % GROUP_SIZE
             dest = tl.load(members + dest_index)
             for start in range(first, end, BLOCK):
-                offs = start + tl.arange(0, BLOCK)
-                mask = offs < end
-                x = tl.load(inp + dest_index * n + offs, mask=mask)  # [BLOCK]
-                store(staging + group_index * n + offs, x, rank, dest, heap_bases, mask=mask, hint=HINT)
+                offs = tl.arange(0, BLOCK)
+                mask = tail_mask(start, end, BLOCK)
+                x = tl.load(inp + dest_index * n64 + start + offs, mask=mask)  # [BLOCK]
+                store(staging + group_index * n64 + start + offs, x, rank, dest, heap_bases, mask=mask, hint=HINT)
         tl.debug_barrier()
         fence_release_sys()  # one release for the segment's stores to every peer, then relaxed flag writes
         for i in range(1, GROUP_SIZE):
@@ -73,15 +74,15 @@ def _reduce_scatter_push_kernel(out, inp, staging, segment_flags, n, segments, f
             wait_until(segment_flags + src_index * flag_stride + s, epoch, rank, tl.load(members + src_index),
                        "reduce_scatter push")
         for start in range(first, end, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            mask = offs < end
-            acc = tl.load(inp + group_index * n + offs, mask=mask)  # [BLOCK]
+            offs = tl.arange(0, BLOCK)
+            mask = tail_mask(start, end, BLOCK)
+            acc = tl.load(inp + group_index * n64 + start + offs, mask=mask)  # [BLOCK]
             if ACC_FP32:
                 acc = acc.to(tl.float32)
             for i in range(1, GROUP_SIZE):
                 src_index = (group_index + GROUP_SIZE - i) % GROUP_SIZE
-                acc = combine(acc, tl.load(staging + src_index * n + offs, mask=mask).to(acc.dtype), OP)
-            tl.store(out + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
+                acc = combine(acc, tl.load(staging + src_index * n64 + start + offs, mask=mask).to(acc.dtype), OP)
+            tl.store(out + start + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
 
 
 def pushes(plan, slice_bytes, caller):

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import program_row, reduce_from_group
+from iris.ccl.device import first_block, program_row, reduce_from_group, tail_mask
 from iris.device.rma import get
 from iris.device.sync import group_barrier
 
@@ -25,13 +25,15 @@ def _pull_from_root_kernel(dst, src, n, root, root_index, flags, heap_bases, mem
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # the root's data is ready
     if group_index != root_index:
-        for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            get(src + offs, dst + offs, rank, root, heap_bases, mask=offs < n, hint=HINT)
+        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+            offs = tl.arange(0, BLOCK)
+            get(src + start + offs, dst + start + offs, rank, root, heap_bases, mask=tail_mask(start, n, BLOCK),
+                hint=HINT)
     elif ROOT_COPIES:  # scatter: the root's own slice
-        for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+            offs = tl.arange(0, BLOCK)
+            mask = tail_mask(start, n, BLOCK)
+            tl.store(dst + start + offs, tl.load(src + start + offs, mask=mask), mask=mask)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # nobody still reads the root's data
 
 
@@ -42,17 +44,18 @@ def _root_pulls_kernel(out, inp, n, root_index, flags, heap_bases, members, rank
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every input is ready
     if group_index == root_index:
-        for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            mask = offs < n
+        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+            offs = tl.arange(0, BLOCK)
+            mask = tail_mask(start, n, BLOCK)
             if REDUCE:
-                acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP,
-                                        ACC_FP32, HINT)  # [BLOCK]
-                tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
+                acc = reduce_from_group(inp + start, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE,
+                                        OP, ACC_FP32, HINT)  # [BLOCK]
+                tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
             else:
                 for i in range(GROUP_SIZE):
                     peer = tl.load(members + i)
-                    get(inp + offs, out + i * n + offs, rank, peer, heap_bases, mask=mask, hint=HINT)
+                    get(inp + start + offs, out + i * tl.cast(n, tl.int64) + start + offs, rank, peer, heap_bases,
+                        mask=mask, hint=HINT)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # nobody still reads an input
 
 

@@ -2,6 +2,16 @@
 
 ``flags`` is one row ``int32[world_size]`` of a group's sync array (``iris/host/groups.py``): on rank q's
 heap, ``flags[r]`` counts the signals rank r has sent q on this row.
+
+Counts are int32 and wrap (2**31 calls of a 3.8 us all_reduce take 70 minutes): every comparison of a count with
+its target is wrap-safe: ``seen`` is behind ``target`` when ``(int32)(seen - target) < 0``, the rule of
+``cuStreamWaitValue32``'s GEQ. It holds while no waiter's target is 2**31 or more counts away from the count it
+polls, and barriers keep them within a few counts: a rank signals a row once per call and cannot start the next
+call's wait before every member has signalled this one. The alternative, 64-bit counts, would double the flag
+arrays and make every poll a 64-bit access and compare for a bound no run reaches either way; the wrap-safe
+compare costs one subtraction per poll and changes no dtype. No fixed poison value can release a wrap-safe wait
+(every value is "behind" half of the targets), so a failed peer's counts are released relative to their value
+(``GroupTable.poison`` adds 2**30).
 """
 
 import triton
@@ -60,47 +70,81 @@ def count_published(counter, WARPS: tl.constexpr):
 
 
 @triton.jit
+def behind(seen, target):
+    """Whether the count ``seen`` has yet to reach ``target``, across the wrap: ``seen - target`` in the counts' own
+    width, wrapping, is negative (module docstring)."""
+    return tl.cast(seen - target, seen.dtype) < 0
+
+
+@triton.jit
 def wait_until(flag, target, rank, peer, what: tl.constexpr, RELAXED: tl.constexpr = False):
-    """Spin until the local counter ``flag`` (which ``peer`` advances) reaches ``target``: acquire (relaxed with
-    ``RELAXED``), sys scope. In debug mode the spin is bounded and reports ``what``, who waited for whom and
-    the values."""
+    """Spin until the local counter ``flag`` (which ``peer`` advances) reaches ``target`` (wrap-safe: ``behind``):
+    acquire (relaxed with ``RELAXED``), sys scope. In debug mode the spin is bounded and reports ``what``, who
+    waited for whom and the values."""
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
     if DEBUG:
         spins = 0
         seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
-        while seen < target:
+        while behind(seen, target):
             spins += 1
             check_wait(spins, rank, peer, seen, target, what)
             seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
     else:
-        while tl.atomic_add(flag, 0, sem=SEM, scope="sys") < target:
+        while behind(tl.atomic_add(flag, 0, sem=SEM, scope="sys"), target):
             pass
 
 
+@triton.constexpr_function
+def _lanes(group_size):
+    return triton.next_power_of_2(group_size)
+
+
 @triton.jit
-def wait_all(flags, members, rank, epoch, GROUP_SIZE: tl.constexpr, RELAXED: tl.constexpr = False):
-    """Spin until every member's count on our heap has reached ``epoch`` (acquire, or relaxed, sys scope)."""
+def wait_all(flags, members, rank, epoch, GROUP_SIZE: tl.constexpr, RELAXED: tl.constexpr = False,
+             KERNEL_END: tl.constexpr = False):
+    """Spin until every member's count on our heap has reached ``epoch``: acquire, sys scope. With ``RELAXED`` the
+    spins are relaxed and one acquire load of every member's count, all members at once (one lane each), ends
+    the wait: an acquire spin is slower to poll (4.5 against 3.6 us per ping-pong round trip on 2 x H200), and a
+    spin per member in turn would pay one acquire per member in sequence, since each orders what follows it.
+
+    Why the last read must be an acquire even at a kernel's start: the peer's signal is relaxed, but it follows
+    the peer's earlier kernels, whose writes the stream completes (at sys scope, as a peer or the host reading
+    them after a stream wait relies on) before the signalling kernel starts. On our side nothing orders the loads
+    after the wait behind a relaxed read: in the PTX memory model a strong read synchronizes with a release
+    pattern only as part of an acquire pattern (an ``ld.acquire``, or a read followed by ``fence.acq_rel``),
+    and without one our later loads of the peer's data may be served before the flag was seen (an L1 line, or
+    a load issued early). The acquire load costs one more local L2 round trip per barrier, all members in
+    parallel (about 0.5 us on H100/H200); ``fence.acq_rel.sys`` instead would also wait for our own remote
+    signals to be acknowledged. ``KERNEL_END``: nothing follows the wait in this kernel, so a relaxed wait needs no
+    acquire (the stream orders the next kernel after it)."""
     for i in range(GROUP_SIZE):
         peer = tl.load(members + i)
         wait_until(flags + peer, epoch, rank, peer, "barrier", RELAXED)
+    if RELAXED and not KERNEL_END:
+        lanes = tl.arange(0, _lanes(GROUP_SIZE))
+        peers = tl.load(members + lanes, mask=lanes < GROUP_SIZE, other=rank)
+        tl.atomic_add(flags + peers, 0, mask=lanes < GROUP_SIZE, sem="acquire", scope="sys")
 
 
 @triton.jit
-def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RELAXED: tl.constexpr = False):
+def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RELAXED: tl.constexpr = False,
+                  KERNEL_END: tl.constexpr = False):
     """All members' same-numbered programs meet here. Our own count on our heap, once bumped, is the
     epoch: a member that reached this barrier as often as we have has bumped its slot to it too. Returns the
     epoch, the same number on every member: a kernel can stamp per-call flags with it.
 
     By default the barrier releases and acquires at sys scope: what a program wrote to any heap before it is
-    visible after it. ``RELAXED`` drops the fence and the acquire, for the two barriers that order only
-    across kernel boundaries: at a kernel's start (what earlier kernels wrote, which the stream completed
-    before this kernel began) and after a kernel's last read of peers' memory (a later kernel may overwrite
-    what we read: our loads returned before we signalled). On 2 x H200 the one-shot all_reduce, whose two
-    barriers are both of these, went from 7.5 to 3.9 us at 8 KiB with them relaxed."""
+    visible after it. ``RELAXED`` drops the release fence and polls relaxed, ending with one acquire of every
+    member's count (``wait_all``), for the two barriers that order only across kernel boundaries: at a kernel's
+    start (what earlier kernels wrote, which the stream completed before this kernel began) and after a
+    kernel's last read of peers' memory (a later kernel may overwrite what we read: our loads returned before
+    we signalled), as the kernel's last operation (``KERNEL_END``: no acquire either). On 2 x H200 the one-shot
+    all_reduce, whose two barriers are both of these, went from 7.5 to 3.9 us at 8 KiB with them relaxed, the
+    opening one's final acquire not counted."""
     signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED)
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
     epoch = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")
-    wait_all(flags, members, rank, epoch, GROUP_SIZE, RELAXED)
+    wait_all(flags, members, rank, epoch, GROUP_SIZE, RELAXED, KERNEL_END)
     return epoch
 
 

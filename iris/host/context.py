@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from iris.host import backend as _backend
 from iris.host.distributed import StoreBarrier, all_gather_object, default_store, device_synchronize, \
-    ensure_process_group
+    StoreExchange, ensure_process_group
 from iris.host.copy_engine import CopyQueue
 from iris.host.groups import GroupTable, region_bytes
 from iris.host.allocator import align_up
@@ -92,7 +92,9 @@ class Iris(TensorFactory, RankLogger):
         self._store = default_store()
         self._barriers = {}
 
-        sizes, places = zip(*all_gather_object((heap_size, (socket.gethostname(), self.device.index))))
+        sizes, places, cu_counts = zip(*all_gather_object((heap_size, (socket.gethostname(), self.device.index),
+                                                           self.get_cu_count())))
+        self._agreed_cu_count = min(cu_counts)  # grids launched on every rank are sized from it
         # more ranks than GPUs (simulation, or the cuda backend on too few GPUs): some ranks share a GPU
         self.shares_gpu = not on_cpu and len(set(places)) < self.num_ranks
         if len(set(sizes)) != 1:
@@ -110,7 +112,8 @@ class Iris(TensorFactory, RankLogger):
             memory = CudaIpcMemory(total, self.device, self.cur_rank, all_gather_object)
         self.heap = SymmetricHeap(memory, heap_size, group_bytes, workspace_bytes, self.cur_rank, self.num_ranks,
                                   all_gather_object)
-        self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device)
+        self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device,
+                                 StoreExchange(self._store, self.cur_rank, self._serial, timeout_s))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
         # [rank, bytes each base addresses, world_size, base_0, ...]: heap_bases is a view of the tail, so the
@@ -146,6 +149,12 @@ class Iris(TensorFactory, RankLogger):
         if self.device.type == "cuda":
             return torch.cuda.get_device_properties(self.device).multi_processor_count
         return os.cpu_count()
+
+    def get_agreed_cu_count(self):
+        """The smallest ``get_cu_count()`` over the ranks, exchanged once at context creation: what a kernel whose
+        programs wait for their peers' same-numbered programs sizes its grid from, so that ranks on GPUs of
+        different kinds launch the same grid (and every program stays resident on each)."""
+        return self._agreed_cu_count
 
     def get_heap_bases(self):
         """int64[world_size] on the device: entry r is where rank r's heap appears in this process.
@@ -273,7 +282,14 @@ class Iris(TensorFactory, RankLogger):
         if barrier is None:
             name = f"{self._serial}/{'-'.join(map(str, ranks))}"
             barrier = self._barriers[tuple(ranks)] = StoreBarrier(self._store, self.cur_rank, ranks, name)
-        barrier.wait(self.timeout_s if timeout_s is None else timeout_s, what="Iris.barrier")
+        barrier.wait(self.timeout_s if timeout_s is None else timeout_s, what="Iris.barrier",
+                     check=self._check_peers)
+
+    def _check_peers(self, caller="Iris.barrier"):
+        """Raise ``PeerError`` once the watchdog has seen a peer fail: host waits call it between short waits."""
+        groups = getattr(self, "groups", None)  # None during context creation
+        if groups is not None:
+            groups.check(caller)
 
     def group_sync(self, group, caller):
         """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises
@@ -290,6 +306,9 @@ class Iris(TensorFactory, RankLogger):
         sync = self.group_sync(group, "Iris.device_barrier")
         _device_barrier_kernel[(1,)](sync.flags, self.heap_bases, sync.members, self.cur_rank,
                                      GROUP_SIZE=sync.size, num_warps=1)
+        # Where the kernel runs synchronously (the cpu backend), a wait released by a failed peer's poison returns
+        # normally if the watchdog's asynchronous PeerError was lost (Python drops one raised in a finalizer).
+        self.groups.check("Iris.device_barrier")
 
     def broadcast(self, value, src=0):
         """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back

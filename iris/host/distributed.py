@@ -4,11 +4,19 @@ names the ranks that never arrived."""
 import atexit
 import datetime
 import os
+import pickle
+import time
 
 import torch
 import torch.distributed as dist
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("IRIS_TIMEOUT_S", 300))
+# Host waits on the store poll it (``store.check``, one round trip), first every 0.5 ms, backing off to every
+# CHECK_INTERVAL_S, and ask between polls whether a peer has failed (``check``): with the watchdog's 0.2 s poll, a
+# rank blocked in a host barrier raises PeerError within about half a second of a peer's death. A blocking
+# ``store.wait`` with a short timeout would do the same but logs a warning at every timeout.
+CHECK_INTERVAL_S = 0.05
+FIRST_INTERVAL_S = 0.0005
 
 
 class RankTimeoutError(TimeoutError):
@@ -60,6 +68,44 @@ def all_gather_object(obj, group=None):
     return out
 
 
+def wait_for_keys(store, keys, timeout_s, check=None):
+    """Wait until every key of ``keys`` is set in ``store``, calling ``check`` (which raises, e.g. ``PeerError``
+    once a peer has failed) between polls. Raises ``TimeoutError`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    interval = FIRST_INTERVAL_S
+    while not store.check(keys):
+        if check is not None:
+            check()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"store keys not set after {timeout_s:g} s")
+        time.sleep(min(interval, left))
+        interval = min(2 * interval, CHECK_INTERVAL_S)
+
+
+def store_exchange(store, prefix, rank, ranks, value, timeout_s=None, check=None):
+    """Every rank of ``ranks`` passes a picklable ``value``; each gets the list of them in ``ranks``' order.
+    Through the store, so any set of ranks can exchange without a process group of its own; ``prefix`` must
+    be used once per set of ranks (the keys are not deleted: a few bytes each)."""
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+    store.set(f"{prefix}/{rank}", pickle.dumps(value))
+    keys = [f"{prefix}/{r}" for r in ranks]
+    wait_for_keys(store, keys, timeout_s, check)
+    return [pickle.loads(store.get(key)) for key in keys]
+
+
+class StoreExchange:
+    """``store_exchange`` for one context, called with the ranks: ``exchange(ranks, value, check)``, once per set
+    of ranks (the group table's slot agreement). Holds the store, not the context."""
+
+    def __init__(self, store, rank, name, timeout_s=None):
+        self.store, self.rank, self.prefix, self.timeout_s = store, rank, f"iris/exchange/{name}", timeout_s
+
+    def __call__(self, ranks, value, check=None):
+        return store_exchange(self.store, f"{self.prefix}/{'-'.join(map(str, ranks))}", self.rank, ranks, value,
+                              self.timeout_s, check)
+
+
 class StoreBarrier:
     """A barrier through the process group's key-value store.
 
@@ -79,15 +125,16 @@ class StoreBarrier:
     def _key(self, generation, rank):
         return f"{self.prefix}/{generation}/{rank}"
 
-    def wait(self, timeout_s=None, what="barrier"):
+    def wait(self, timeout_s=None, what="barrier", check=None):
+        """``check`` runs between short waits (``wait_for_keys``): raise from it to stop waiting."""
         timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
         generation = self.generation
         self.generation += 1
         self.store.set(self._key(generation, self.rank), b"1")
         keys = [self._key(generation, r) for r in self.ranks]
         try:
-            self.store.wait(keys, datetime.timedelta(seconds=timeout_s))
-        except Exception as e:  # torch raises DistStoreError, or RuntimeError on older versions
+            wait_for_keys(self.store, keys, timeout_s, check)
+        except TimeoutError as e:
             missing = [r for r, key in zip(self.ranks, keys) if not self._present(key)]
             if not missing:
                 raise

@@ -1,18 +1,21 @@
 """Per-group synchronisation state on the heap: the flags behind ``device_barrier`` and every collective.
 
 Each group of ranks owns an int32 array ``flags[ROWS, world_size]`` in a region reserved at the end of the
-heap. Row 0 serves ``device_barrier``; row ``1 + p`` serves program ``p`` of a collective kernel. On rank
-q's heap, ``flags[row, r]`` counts how many times rank r has signalled that row to q. Counts only grow, so
-no flag is ever reset and a second call can never read the first call's flag (DESIGN.md section 4).
+heap: one of ``slots(world_size)`` such arrays. Row 0 serves ``device_barrier``; row ``1 + p`` serves program
+``p`` of a collective kernel. On rank q's heap, ``flags[row, r]`` counts how many times rank r has signalled that
+row to q. Counts only grow, so no flag is ever reset and a second call can never read the first call's flag
+(DESIGN.md section 4); they wrap, and every comparison is wrap-safe (``iris/device/sync.py``).
 
-The group's array sits at an offset computed from the group's member bit mask, so every member finds it
-at the same offset without an extra collective and without allocating on the heap on first use (which
-only the members would do, leaving the heaps of members and non-members out of step). That costs
-``2**world_size`` arrays: 2 MiB at 8 ranks. Past ``MAX_SUBGROUP_WORLD`` ranks only the whole world is a
-group.
+Slot 0 is the whole world's. Any other group's slot is agreed by its members at the group's first use: each
+publishes the slots it already uses (through the store, so pairs and groups without a process group of their own
+work too) and all take the lowest one free on every member. Only members read or write a group's flags, and
+they all hold the group's array at the same offset, which is what translation needs; non-members take no part,
+so a group used on some ranks only leaves every heap's allocations as they were. A group of any size works; the
+region is bounded: ``slots`` arrays, enough for every pair (``send``/``recv``) with the world plus
+``SUBGROUP_SLOTS`` larger groups, 10 MiB at 72 ranks and 0.6 MiB at 8.
 
-When a peer fails (``iris/host/watchdog.py``), its column of every row on our heap is set to ``POISON``, so
-every wait for it completes, and from then on the table refuses to hand out sync state: every collective,
+When a peer fails (``iris/host/watchdog.py``), its column of every row on our heap advances by ``POISON_STEP``,
+so every wait for it completes, and from then on the table refuses to hand out sync state: every collective,
 ``device_barrier`` and host barrier raises ``PeerError``.
 """
 
@@ -27,13 +30,22 @@ from iris.host.watchdog import PeerError
 # of the GPUs we run on (132 on an H100/H200), so a persistent fused kernel can take every SM.
 MAX_COMM_PROGRAMS = 256
 ROWS = 1 + MAX_COMM_PROGRAMS
-MAX_SUBGROUP_WORLD = 8
-POISON = 1 << 30  # above any count a run reaches, with room for a failed peer's late increments
+SUBGROUP_SLOTS = 64  # groups other than the world and the pairs that one rank can be a member of at once
+# A failed peer's counts advance by this much: past every target a waiter can hold (a barrier keeps it within a
+# few counts of the count it polls), yet less than 2**31 ahead, so the wrap-safe compare sees it as reached.
+POISON_STEP = 1 << 30
+# For counters zeroed at every call (the ops' copy-queue counts, compared wrap-safe by the stream's GEQ wait):
+# far above any count one call reaches, raising them all past their targets.
+POISON = 1 << 30
+
+
+def slots(world_size):
+    """Group arrays in the region: the world, one per pair a rank is in, and ``SUBGROUP_SLOTS`` more."""
+    return 1 if world_size == 1 else world_size + SUBGROUP_SLOTS
 
 
 def region_bytes(world_size):
-    subsets = 1 if world_size > MAX_SUBGROUP_WORLD else 1 << world_size
-    return subsets * ROWS * world_size * 4
+    return slots(world_size) * ROWS * world_size * 4
 
 
 @dataclass
@@ -49,20 +61,24 @@ class GroupSync:
 
 
 class GroupTable:
-    def __init__(self, region, world_size, rank, device):
+    def __init__(self, region, world_size, rank, device, agree=None):
+        """``agree(ranks, value, check)``: every rank of ``ranks`` passes ``value`` and gets the list of them,
+        calling ``check`` while it waits (``StoreExchange``); needed for groups other than the world."""
         self.region = region.view(torch.int32).zero_()
         self.world_size = world_size
         self.rank = rank
         self.device = device
+        self.agree = agree
         self.failure = None  # set by the watchdog: why peers can no longer be waited for
         self._groups = {}
+        self._used = {0}  # slots of the groups this rank belongs to
         self._peer_flags = []  # (int32 tensor [group size, n], group ranks): kernels' own per-peer flag rows
-        self._poison_stream = self._poison_values = None
+        self._poison_stream = self._host_copy = None
         if device.type == "cuda":
             # Made now, not when a peer fails: creating a stream while a kernel of ours spins blocked for
             # good on H200s shared by two rank processes (simulation), and so may a pinned allocation.
             self._poison_stream = torch.cuda.Stream(device)
-            self._grow_poison_values(self.region.numel() // world_size)
+            self._grow_host_copy(self.region.numel())
 
     def check(self, caller):
         """Raise ``PeerError`` once a peer has failed: a call that waits for peers would wait forever."""
@@ -70,56 +86,81 @@ class GroupTable:
             raise PeerError(f"{caller}: {self.failure}")
 
     def get(self, ranks, caller):
-        """The sync state of the group of ``ranks`` (this rank must be one of them). First use allocates a
-        small device tensor, so call once outside a CUDA graph capture before capturing. Raises
-        ``PeerError`` once a peer has failed."""
+        """The sync state of the group of ``ranks`` (ascending; this rank must be one of them). Collective over
+        ``ranks`` at a group's first use, which agrees on its slot and allocates a small device tensor: call
+        once outside a CUDA graph capture before capturing. Raises ``PeerError`` once a peer has failed."""
         self.check(caller)
         key = tuple(ranks)
         state = self._groups.get(key)
         if state is None:
-            if self.world_size > MAX_SUBGROUP_WORLD:
-                if len(ranks) != self.world_size:
-                    raise ValueError(f"{caller}: groups smaller than the world are supported up to "
-                                     f"{MAX_SUBGROUP_WORLD} ranks, this run has {self.world_size}")
-                slot = 0
-            else:
-                slot = sum(1 << r for r in ranks)
+            slot = 0 if len(ranks) == self.world_size else self._agree_slot(list(ranks), caller)
             size = ROWS * self.world_size
             flags = self.region[slot * size:(slot + 1) * size].view(ROWS, self.world_size)
             members = torch.tensor(ranks, dtype=torch.int32, device=self.device)
             state = self._groups[key] = GroupSync(list(ranks), ranks.index(self.rank), flags, members)
         return state
 
+    def _agree_slot(self, ranks, caller):
+        """The lowest slot that no member of ``ranks`` uses yet: every member computes it from the same lists."""
+        if self.agree is None:
+            raise ValueError(f"{caller}: this table has no exchange, so it only serves the whole world, not {ranks}")
+        used = set().union(*self.agree(ranks, sorted(self._used), lambda: self.check(caller)))
+        slot = next((s for s in range(1, slots(self.world_size)) if s not in used), None)
+        if slot is None:
+            raise ValueError(f"{caller}: the group {ranks} needs sync flags, but a member already belongs to "
+                             f"{len(used)} groups, the most the heap's sync region holds ({slots(self.world_size)}: "
+                             f"the world, a pair with each peer and {SUBGROUP_SLOTS} others); use fewer groups")
+        self._used.add(slot)
+        return slot
+
     def register_peer_flags(self, flags, ranks):
         """Have ``poison`` release waits on ``flags`` too: an int32 [len(ranks), n] heap tensor whose row i
         only group member ``ranks[i]`` advances (the fused ops' per-tile and per-block flags)."""
         self._peer_flags.append((flags, list(ranks)))
-        if self._poison_values is not None:
-            self._grow_poison_values(flags.shape[1])
+        if self._host_copy is not None:
+            self._grow_host_copy(flags.shape[1])
 
-    def _grow_poison_values(self, count):
-        """Pinned host source of ``count`` or more ``POISON`` words for ``poison``'s copies."""
-        if self._poison_values is None or self._poison_values.numel() < count:
-            self._poison_values = torch.full((count,), POISON, dtype=torch.int32, pin_memory=True)
+    def unregister_peer_flags(self, flags):
+        """Stop releasing waits on ``flags``: their bytes may be handed out again."""
+        self._peer_flags = [(f, r) for f, r in self._peer_flags if f is not flags]
+
+    def _grow_host_copy(self, count):
+        """Pinned host buffer of ``count`` or more int32 words for ``poison``'s round trip."""
+        if self._host_copy is None or self._host_copy.numel() < count:
+            self._host_copy = torch.empty((count,), dtype=torch.int32, pin_memory=True)
 
     def poison(self, peer):
         """Complete every wait for ``peer`` on this rank: its column of every row of every group's flags, and
-        its row of every registered flag array, become ``POISON``. Only ``peer`` writes them, so no live
-        rank's signal is lost. Called from the watchdog thread."""
-        rows = self.region.view(-1, self.world_size)  # [subsets * ROWS, world_size]
-        targets = [rows[:, peer:peer + 1]] + [flags[ranks.index(peer)].view(1, -1)
-                                              for flags, ranks in self._peer_flags if peer in ranks]
+        its row of every registered flag array, advance by ``POISON_STEP`` (int32, wrapping): past every target
+        a waiter holds, whatever the count. Only ``peer`` writes them, so no live rank's signal is lost; one
+        that the dead peer's last kernel still lands adds one more count, which keeps them reached. Called from
+        the watchdog thread."""
+        rows = self.region.view(-1, self.world_size)  # [slots * ROWS, world_size]
+        # (array, the peer's column or row, whether a column)
+        targets = [(rows, peer, True)] + [(flags, ranks.index(peer), False) for flags, ranks in self._peer_flags
+                                          if peer in ranks]
         if self.device.type == "cpu":
-            for target in targets:
-                target.fill_(POISON)
+            for array, index, column in targets:
+                (array[:, index] if column else array[index]).add_(POISON_STEP)
             return
-        # A kernel spinning on the compute stream must not delay the write, nor may a kernel that needs SMs
-        # do it: strided host-to-device copies (a copy engine, beside the spinning kernel) from pinned memory
-        # on a stream of the table's own, both made at start.
+        # A kernel spinning on the compute stream must not delay the writes, nor may a kernel that needs SMs do
+        # them: device-to-host copies of the whole array, the step added on the host, and a strided host-to-device
+        # copy of the peer's words back (copy engines, beside the spinning kernel), on a stream of the table's own
+        # with a pinned buffer, both made at start.
         torch.cuda.set_device(self.device)
         stream = self._poison_stream
-        for target in targets:  # [height, width] int32 views with a row pitch
-            height, width = target.shape
-            cuda_driver.copy_2d(target.data_ptr(), target.stride(0) * 4, self._poison_values.data_ptr(), width * 4,
-                                width * 4, height, stream.cuda_stream, from_host=True)
+        for array, index, column in targets:
+            host = self._host_copy[:array.numel()].view(array.shape)
+            with torch.cuda.stream(stream):
+                host.copy_(array, non_blocking=True)  # contiguous: one copy-engine transfer
+            stream.synchronize()
+            if column:  # the peer's column: [slots * ROWS, 1] with a row pitch
+                host[:, index] += POISON_STEP
+                target, source, height, width = array[:, index], host[:, index], array.shape[0], 4
+            else:  # the peer's row
+                host[index] += POISON_STEP
+                target, source, height, width = array[index], host[index], 1, array.shape[1] * 4
+            pitch = array.stride(0) * 4
+            cuda_driver.copy_2d(target.data_ptr(), pitch, source.data_ptr(), pitch, width, height,
+                                stream.cuda_stream, from_host=True)
             stream.synchronize()

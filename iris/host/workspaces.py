@@ -124,8 +124,7 @@ class Workspaces:
     def _unregister(self, key):
         flags = self._registered.pop(key, None)
         if flags is not None:  # poisoning must not write into bytes that may be handed out again
-            table = self.ctx.groups
-            table._peer_flags = [(f, r) for f, r in table._peer_flags if f is not flags]
+            self.ctx.groups.unregister_peer_flags(flags)
 
     def _report_gone(self):
         while self._gone:  # finalizers only queue: the garbage collector may run them anywhere

@@ -168,7 +168,8 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         return common.add_bias(out, bias, caller)
     tma = config.tma and descriptors_fit(a, b, out)
     copy_engine = config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
-    programs = num_programs(ctx.get_device(), tiles, spare=common.copy_sms(ctx, copy_engine))
+    programs = num_programs(ctx.get_device(), tiles, spare=common.copy_sms(ctx, copy_engine),
+                            sms=ctx.get_agreed_cu_count())
     if copy_engine:
         chunks = triton.cdiv(m_local // block_m, config.group_m)
         arrived = ctx.workspaces.peer_flags("all_gather_matmul.arrived", sync.ranks, chunks)  # row i: member i's

@@ -72,7 +72,7 @@ def choose_fused(caller, config, ctx, tiles, needs=(), comm_bytes=0, flops=1):
     device = ctx.get_device()
     if device.type != "cuda":
         return True
-    if tiles < torch.cuda.get_device_properties(device).multi_processor_count:
+    if tiles < ctx.get_agreed_cu_count():  # the same answer on every rank
         return False
     return comm_bytes / LINK_BYTES_PER_S >= FUSE_ABOVE * flops / GEMM_FLOPS_PER_S
 

@@ -173,13 +173,16 @@ def _matmul_kernel(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
         store_tile(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, TMA)
 
 
-def num_programs(device, tiles, spare=0):
+def num_programs(device, tiles, spare=0, sms=None):
     """Persistent grid: one program per SM at most (every program resident, so in-kernel waits are safe), and
-    ``spare`` SMs left free for work the kernel waits on that needs one (``iris.ops.common.copy_sms``)."""
+    ``spare`` SMs left free for work the kernel waits on that needs one (``iris.ops.common.copy_sms``). ``sms``:
+    the SM count to size from, ``ctx.get_agreed_cu_count()`` for a kernel whose ranks must launch the same grid
+    (default: this GPU's)."""
     if device.type == "cuda":
         import torch
 
-        return max(1, min(tiles, torch.cuda.get_device_properties(device).multi_processor_count - spare))
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if sms is None else sms
+        return max(1, min(tiles, sms - spare))
     return max(1, min(tiles, 4))
 
 

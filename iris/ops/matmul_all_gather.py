@@ -200,7 +200,8 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     tma = config.tma and descriptors_fit(a, b)
     engines = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
                and out.is_contiguous())
-    programs = min(num_programs(ctx.get_device(), tiles, spare=common.copy_sms(ctx, engines)), MAX_COMM_PROGRAMS)
+    programs = min(num_programs(ctx.get_device(), tiles, spare=common.copy_sms(ctx, engines),
+                                sms=ctx.get_agreed_cu_count()), MAX_COMM_PROGRAMS)
     full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
     # The tile order finishes the bands one after another; the copy engines carry those done before the last wave.
     band_cols, engine_bands = common.bands(config, M, n_local, block_m, block_n, out.element_size())

@@ -251,7 +251,8 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     # all_reduce through the copy engines needs out's rows contiguous (each band of them is one 2-D copy)
     copy_engine = (config.uses_copy_engine(ctx.get_device().type, sync.size, shared_gpu=ctx.shares_gpu)
                    and (not all_reduce or out.stride(1) == 1))
-    programs = min(num_programs(ctx.get_device(), own_tiles, spare=common.copy_sms(ctx, copy_engine)),
+    programs = min(num_programs(ctx.get_device(), own_tiles, spare=common.copy_sms(ctx, copy_engine),
+                                sms=ctx.get_agreed_cu_count()),
                    MAX_COMM_PROGRAMS)
     # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
     # unit late; all_reduce tile by tile, flags raised at once. Through the copy engines the kernel takes every
