@@ -45,13 +45,16 @@ def enable_interpreter():
 
 
 def fix_interpreter():
-    """Two bugs of Triton 3.6's interpreter that the cpu backend runs into, mended in place, and one habit:
+    """Bugs and gaps of Triton 3.6's interpreter that the cpu backend runs into, mended in place, and one habit:
 
     - it turns a scalar into a Python int with ``int(array)`` on a one-element 1-D numpy array, which numpy
       2.4 refuses ("only 0-dimensional arrays can be converted"), so any loop with a runtime bound
       (``for b in range(pid, n_blocks, n_programs)``) fails: index the element instead;
     - it keeps bfloat16 as raw uint16 bits and ``tl.dot`` multiplies those integers (a 16 x 16 bf16 dot is
       off by a factor of 1e9): widen the bits to float32 first, which holds every bf16 value exactly;
+    - its atomics refuse what GPUs run ("Unsupported data type"): ``atomic_xchg`` on fp32/fp64 (exchange the
+      same bits as int32/int64) and ``atomic_add`` on bf16 (a compare-and-swap loop per lane on the 16-bit
+      word, the sum rounded to nearest even as the GPU's ``atom.add.noftz.bf16`` does);
     - it wraps whatever a kernel raises in ``InterpreterError(repr(e))``, once per nested device function:
       let ``iris.PeerError`` (raised into a spinning kernel by the watchdog) out as itself, so that
       ``except iris.PeerError`` works as on GPUs."""
@@ -87,6 +90,7 @@ def fix_interpreter():
         interpreter._patch_lang_tensor = patched
 
     builder = interpreter.InterpreterBuilder
+    _fix_interpreter_atomics(builder, interpreter)
     create_dot = builder.create_dot
     if getattr(create_dot, "_iris_fixed", False):
         return
@@ -102,6 +106,58 @@ def fix_interpreter():
 
     dot._iris_fixed = True
     builder.create_dot = dot
+
+
+def _bf16_add(native, ptrs, vals, mask, sem):
+    """``*ptr += val`` on bf16 words, lane by lane, each a compare-and-swap loop (atomic against other processes
+    too: the CAS is a real 16-bit atomic on the shared page); returns the old bits."""
+    import numpy as np
+
+    shape = ptrs.shape
+    ptrs, vals = np.atleast_1d(ptrs).reshape(-1), np.broadcast_to(vals, shape).reshape(-1)
+    mask = np.broadcast_to(mask, shape).reshape(-1)
+    old = np.zeros(ptrs.shape, np.uint16)
+    for i in np.flatnonzero(mask):
+        addend = (np.uint32(vals[i]) << 16).view(np.float32)
+        expected = np.zeros(1, np.uint16)  # a guess; a failed swap returns the value to retry from
+        while True:
+            total = ((expected.astype(np.uint32) << 16).view(np.float32) + addend).astype(np.float32)
+            bits = total.view(np.uint32)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+            rounded[np.isnan(total)] = 0x7FC0
+            seen = native.atomic_cas(ptrs[i:i + 1], expected, rounded, sem)
+            if seen[0] == expected[0]:
+                break
+            expected = seen.astype(np.uint16)
+        old[i] = expected[0]
+    return old.reshape(shape)
+
+
+def _fix_interpreter_atomics(builder, interpreter):
+    import numpy as np
+    import triton.language as tl
+
+    create_atomic_rmw = builder.create_atomic_rmw
+    if getattr(create_atomic_rmw, "_iris_fixed", False):
+        return
+    native = interpreter._interpreter
+    as_bits = {tl.float32: (np.int32, tl.int32), tl.float64: (np.int64, tl.int64)}
+
+    def atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+        op = self.ir_rmw_op_to_interpreter_rmw_op.get(rmwOp)
+        scalar = val.dtype.scalar
+        if op == native.RMW_OP.XCHG and scalar in as_bits:
+            np_bits, tl_bits = as_bits[scalar]
+            bits = interpreter.TensorHandle(val.data.view(np_bits), tl_bits)
+            old = create_atomic_rmw(self, rmwOp, ptr, bits, mask, sem, scope)
+            return interpreter.TensorHandle(old.data.view(val.data.dtype), scalar)
+        if op == native.RMW_OP.FADD and scalar == tl.bfloat16:
+            old = _bf16_add(native, ptr.data, val.data, mask.data, self.ir_sem_to_interpreter_sem[sem])
+            return interpreter.TensorHandle(old, scalar)
+        return create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope)
+
+    atomic_rmw._iris_fixed = True
+    builder.create_atomic_rmw = atomic_rmw
 
 
 def patch_interpreter_asserts():

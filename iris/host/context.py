@@ -66,7 +66,7 @@ class Iris(TensorFactory, RankLogger):
         on_cpu = self.backend == "cpu"
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
         if on_cpu:
-            self.device = torch.device("cpu")
+            self._device = torch.device("cpu")
             ensure_process_group("cpu")
         else:
             if not torch.cuda.is_available():
@@ -77,9 +77,10 @@ class Iris(TensorFactory, RankLogger):
                 device_id = int(os.environ.get("RANK", local_rank)) % gpus
             else:
                 device_id = local_rank % gpus
-            self.device = torch.device("cuda", device_id)
-            torch.cuda.set_device(self.device)
-            ensure_process_group(self.backend, self.device)
+            self._device = torch.device("cuda", device_id)
+            torch.cuda.set_device(self._device)
+            ensure_process_group(self.backend, self._device)
+        self.device = str(self._device)  # upstream Iris's string, "cuda:N" or "cpu"; get_device() gives the torch.device
 
         self.cur_rank = dist.get_rank()
         self.num_ranks = dist.get_world_size()
@@ -88,7 +89,7 @@ class Iris(TensorFactory, RankLogger):
         self._store = default_store()
         self._barriers = {}
 
-        sizes, places = zip(*all_gather_object((heap_size, (socket.gethostname(), self.device.index))))
+        sizes, places = zip(*all_gather_object((heap_size, (socket.gethostname(), self._device.index))))
         # more ranks than GPUs (simulation, or the cuda backend on too few GPUs): some ranks share a GPU
         self.shares_gpu = not on_cpu and len(set(places)) < self.num_ranks
         if len(set(sizes)) != 1:
@@ -101,12 +102,13 @@ class Iris(TensorFactory, RankLogger):
         else:
             memory = CudaIpcMemory(total, self.device, self.cur_rank, all_gather_object)
         self.heap = SymmetricHeap(memory, heap_size, reserved, self.cur_rank, self.num_ranks)
-        self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device)
+        self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self._device)
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
-        # [rank, bytes each base addresses, world_size, base_0, ...]: heap_bases is a view of the tail, so the
-        # two words before it (read by debug mode) are the extent and the world size.
-        self._device_context = torch.tensor([self.cur_rank, total, self.num_ranks] + self.heap.bases,
+        # [rank, world_size, bytes each base addresses, world_size, base_0, ...]: upstream Iris's [rank, world_size]
+        # first; heap_bases is a view of the tail, so the two words before it (read by debug mode) are the extent
+        # and the world size.
+        self._device_context = torch.tensor([self.cur_rank, self.num_ranks, total, self.num_ranks] + self.heap.bases,
                                             dtype=torch.int64, device=self.device)
         self.heap_bases = self._device_context[CONTEXT_HEADER.value:]
         self.barrier()
@@ -124,16 +126,16 @@ class Iris(TensorFactory, RankLogger):
 
     def get_device(self):
         """The ``torch.device`` that holds this rank's heap (``cpu`` on the cpu backend)."""
-        return self.device
+        return self._device
 
     def get_device_id(self):
         """The GPU index of this rank (several ranks share one in simulation mode); 0 on the cpu backend."""
-        return self.device.index if self.device.type == "cuda" else 0
+        return self._device.index if self._device.type == "cuda" else 0
 
     def get_cu_count(self):
         """Streaming multiprocessors of this rank's GPU (the CPU count on the cpu backend)."""
-        if self.device.type == "cuda":
-            return torch.cuda.get_device_properties(self.device).multi_processor_count
+        if self._device.type == "cuda":
+            return torch.cuda.get_device_properties(self._device).multi_processor_count
         return os.cpu_count()
 
     def get_heap_bases(self):
@@ -142,8 +144,8 @@ class Iris(TensorFactory, RankLogger):
         return self.heap_bases
 
     def get_device_context(self):
-        """int64 tensor for ``iris.DeviceContext.initialize`` (opaque; today ``[rank, heap bytes, world_size,
-        heap_base_0, ...]``)."""
+        """int64 tensor for ``iris.DeviceContext.initialize``: ``[rank, world_size, ...]`` as upstream Iris, then
+        (opaque) ``heap bytes, world_size, heap_base_0, ...``."""
         return self._device_context
 
     def get_copy_engine_ctx(self):
@@ -203,7 +205,7 @@ class Iris(TensorFactory, RankLogger):
         offset = self.heap.offset_of(tensor)
         # Preceded, like every bases table iris hands out, by [bytes addressable from each base, world_size].
         table = [tensor.numel() * tensor.element_size(), self.num_ranks] + [b + offset for b in self.heap.bases]
-        return tensor, torch.tensor(table, dtype=torch.int64, device=self.device)[2:]
+        return tensor, torch.tensor(table, dtype=torch.int64, device=self._device)[2:]
 
     # ------------------------------------------------------------------ synchronisation
     def _group_ranks(self, group, caller):
@@ -225,7 +227,7 @@ class Iris(TensorFactory, RankLogger):
         arrive after ``timeout_s`` (default ``IRIS_TIMEOUT_S`` or 300 s). Not graph-capturable; use
         ``device_barrier`` inside graphs. Raises ``iris.PeerError`` once a peer has failed."""
         self.groups.check("Iris.barrier")
-        device_synchronize(self.device, stream)
+        device_synchronize(self._device, stream)
         self._host_barrier(self._group_ranks(group, "Iris.barrier"), timeout_s)
 
     def _host_barrier(self, ranks=None, timeout_s=None):
@@ -272,7 +274,7 @@ class Iris(TensorFactory, RankLogger):
         if header[0][0] == "object":
             return header[0][1]
         _, shape, dtype = header[0]
-        device = self.device if dist.get_backend() == "nccl" else torch.device("cpu")
+        device = self._device if dist.get_backend() == "nccl" else torch.device("cpu")
         buffer = array.contiguous().to(device) if self.cur_rank == src else torch.empty(shape, dtype=dtype,
                                                                                          device=device)
         if math.prod(shape) > 0:
@@ -289,8 +291,8 @@ class Iris(TensorFactory, RankLogger):
             return
         self._closed = True
         try:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)  # the watchdog still runs: a wait for a dead peer ends
+            if self._device.type == "cuda":
+                torch.cuda.synchronize(self._device)  # the watchdog still runs: a wait for a dead peer ends
         finally:
             self.watchdog.close()
             self.heap.memory.close()
