@@ -35,9 +35,36 @@ def _compiled_class():
     # The compiler takes an aggregate whose fields are declared; its __init__ runs at compile time.
     from triton.language.core import _aggregate
 
-    namespace = {"__annotations__": {name: tl.constexpr for name in EVENT_NAMES.values()},
-                 "__init__": triton.constexpr_function(lambda self: _fill(self))}
-    return _aggregate(type("TraceEvent", (), namespace))
+    class TraceEvent:
+        __annotations__ = {name: tl.constexpr for name in EVENT_NAMES.values()}
+
+        @triton.constexpr_function
+        def __init__(self):  # spelled out: the compiler refuses calls to plain functions here (EVENT_NAMES above)
+            self.load = tl.constexpr(0)
+            self.store = tl.constexpr(1)
+            self.get = tl.constexpr(2)
+            self.put = tl.constexpr(3)
+            self.copy = tl.constexpr(4)
+            self.atomic_add = tl.constexpr(5)
+            self.atomic_sub = tl.constexpr(6)
+            self.atomic_cas = tl.constexpr(7)
+            self.atomic_xchg = tl.constexpr(8)
+            self.atomic_xor = tl.constexpr(9)
+            self.atomic_and = tl.constexpr(10)
+            self.atomic_or = tl.constexpr(11)
+            self.atomic_min = tl.constexpr(12)
+            self.atomic_max = tl.constexpr(13)
+            self.wg_fetch = tl.constexpr(14)
+            self.wg_gemm = tl.constexpr(15)
+            self.wg_gemm_wait = tl.constexpr(16)
+            self.wg_sdma = tl.constexpr(17)
+            self.fetch = tl.constexpr(1024)
+            self.compute = tl.constexpr(2048)
+            self.reduce = tl.constexpr(2049)
+            self.wait = tl.constexpr(3072)
+            self.barrier = tl.constexpr(3073)
+
+    return _aggregate(TraceEvent)
 
 
 TraceEvent = _interpreted_class() if os.environ.get("TRITON_INTERPRET") == "1" else _compiled_class()

@@ -196,5 +196,9 @@ if DEBUG:
 if BACKEND == "cpu":
     enable_interpreter()
     fix_interpreter()
+    if os.environ.get("IRIS_LAUNCH_LOG"):  # the CPU tier's record of what to compile for GPUs (launch_log.py)
+        from iris.host.launch_log import install
+
+        install(os.environ["IRIS_LAUNCH_LOG"])
     if DEBUG:
         patch_interpreter_asserts()
