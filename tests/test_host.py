@@ -128,6 +128,7 @@ def _logging_body():
     ctx.info("hidden")
     ctx.warning("warn")
     ctx.error("err")
+    iris.logger.info("own")  # a program's own record, not a context's: no rank to show
     iris.host.logging.logger.removeHandler(handler)
     iris.set_logger_level(iris.INFO)
     return stream.getvalue()
@@ -139,6 +140,10 @@ def test_logging_prefix_and_levels(pools):
         lines = text.strip().splitlines()
         assert f"[Iris] [{rank}/2] dbg" in lines and f"[Iris] [{rank}/2] warn" in lines
         assert f"[Iris] [{rank}/2] err" in lines and not any("hidden" in line for line in lines)
+        assert "[Iris] own" in lines  # iris.logger, upstream's name, with upstream's format
+    from iris.logging import IrisFormatter, logger  # upstream Iris's module path
+
+    assert logger is iris.logger and IrisFormatter is iris.host.logging._RankFormatter
 
 
 def _bad_input_body():
