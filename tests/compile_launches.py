@@ -8,6 +8,7 @@ ptxas, and prints ``RESULT`` and a JSON summary: how many compiled, and each fai
 import glob
 import importlib.util
 import json
+import multiprocessing
 import os
 import pickle
 import sys
@@ -47,38 +48,43 @@ def _kernel(filename, qualname):
     return fn
 
 
+def _compile(record):
+    """None, or what went wrong compiling one record."""
+    filename, qualname, signature, constexprs, attrs, options = record
+    where = f"{os.path.relpath(filename)}::{qualname}"
+    if signature is None:  # the log could not describe the launch
+        return f"{where}: not recorded: {constexprs}"
+    try:
+        if "<locals>" in qualname:
+            raise RuntimeError("a kernel defined inside a function cannot be imported; define it at module level")
+        source = triton.compiler.ASTSource(fn=_kernel(filename, qualname), signature=signature,
+                                           constexprs=constexprs, attrs=attrs)
+        triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    except Exception as e:
+        messages = []
+        while e is not None and len(messages) < 4:
+            lines = str(e).strip().splitlines() or [""]
+            errors = [line for line in lines if "error" in line.lower() and "Repro" not in line]
+            messages.append(f"{type(e).__name__}: {(errors or lines)[0].strip()}")
+            e = e.__cause__ or e.__context__
+        values = {list(signature)[k[0]]: v for k, v in constexprs.items()}
+        return f"{where} {signature} {values}: " + " <- ".join(messages)
+    return None
+
+
 def main(directory, roots):
     roots = [os.path.abspath(r) + os.sep for r in roots]
-    seen, compiled, failures = set(), 0, []
+    records = {}
+    for record in _records(directory):
+        if any(os.path.abspath(record[0]).startswith(r) for r in roots):
+            records.setdefault(repr(record), record)
     start = time.time()
-    for filename, qualname, signature, constexprs, attrs, options in _records(directory):
-        if not any(os.path.abspath(filename).startswith(r) for r in roots):
-            continue
-        where = f"{os.path.relpath(filename)}::{qualname}"
-        key = repr((filename, qualname, signature, constexprs, attrs, options))
-        if key in seen:
-            continue
-        seen.add(key)
-        if signature is None:  # the log could not describe the launch
-            failures.append(f"{where}: not recorded: {constexprs}")
-            continue
-        try:
-            if "<locals>" in qualname:
-                raise RuntimeError("a kernel defined inside a function cannot be imported; define it at module level")
-            source = triton.compiler.ASTSource(fn=_kernel(filename, qualname), signature=signature,
-                                               constexprs=constexprs, attrs=attrs)
-            triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-            compiled += 1
-        except Exception as e:
-            messages = []
-            while e is not None and len(messages) < 4:
-                lines = str(e).strip().splitlines() or [""]
-                errors = [line for line in lines if "error" in line.lower() and "Repro" not in line]
-                messages.append(f"{type(e).__name__}: {(errors or lines)[0].strip()}")
-                e = e.__cause__ or e.__context__
-            values = {list(signature)[k[0]]: v for k, v in constexprs.items()}
-            failures.append(f"{where} {signature} {values}: " + " <- ".join(messages))
-    print("RESULT" + json.dumps({"compiled": compiled, "failures": failures, "seconds": round(time.time() - start, 1)}))
+    # One process per core: each compile is single-threaded (ptxas included).
+    with multiprocessing.get_context("spawn").Pool(max(1, min(os.cpu_count() or 1, 8))) as pool:
+        outcomes = pool.map(_compile, list(records.values()), chunksize=4)
+    failures = [o for o in outcomes if o is not None]
+    print("RESULT" + json.dumps({"compiled": len(outcomes) - len(failures), "failures": failures,
+                                 "seconds": round(time.time() - start, 1)}))
 
 
 if __name__ == "__main__":
