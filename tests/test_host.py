@@ -128,7 +128,7 @@ def _logging_body():
     ctx.info("hidden")
     ctx.warning("warn")
     ctx.error("err")
-    iris.logger.info("own")  # a program's own record, not a context's: no rank to show
+    iris.logger.warning("own")  # a program's own record, not a context's: no rank to show
     iris.host.logging.logger.removeHandler(handler)
     iris.set_logger_level(iris.INFO)
     return stream.getvalue()
