@@ -188,3 +188,29 @@ def test_scalar_operands_take_the_pointer_type(pools):
     # check of the CPU tier, test_compile.py, compiles this kernel for sm_90)
     for flag, counter, olds in pools(2).run(_scalar_operand_body):
         assert flag == 7 and counter == 5 + (1 << 40) and olds == [0, 5]
+
+
+@triton.jit
+def _bf16_kernel(x, target, heap_bases, rank, peer, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    value = tl.full([BLOCK], 1, dtype=tl.bfloat16) + tl.load(x + offs) * 2.0 - 0.5  # bf16 constants and arithmetic
+    iris.atomic_add(target + offs, value, rank, peer, heap_bases, sem="relaxed", scope="sys")
+
+
+def _bf16_body():
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    x = rank_data(rank, BLOCK, torch.bfloat16, ctx.get_device())
+    target = ctx.full((BLOCK,), 3.0, dtype=torch.bfloat16)
+    ctx.barrier()
+    _bf16_kernel[(1,)](x, target, ctx.get_heap_bases(), rank, (rank + 1) % world, BLOCK=BLOCK)
+    ctx.barrier()
+    source = rank_data((rank - 1) % world, BLOCK, torch.bfloat16, ctx.get_device())
+    ref = torch.full((BLOCK,), 3.0, dtype=torch.bfloat16) + ((1 + source * 2.0) - 0.5)  # each step rounded to bf16
+    return torch.equal(target.cpu(), ref), (target.cpu() - ref).abs().max().item()
+
+
+def test_bf16_arithmetic_matches_torch(pools):
+    # the interpreter has no bf16 constants and adds bf16 bits as integers unless iris mends it (backend.py)
+    for same, worst in pools(2).run(_bf16_body):
+        assert same, worst

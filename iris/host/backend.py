@@ -54,7 +54,8 @@ def fix_interpreter():
       off by a factor of 1e9): widen the bits to float32 first, which holds every bf16 value exactly;
     - its atomics refuse what GPUs run ("Unsupported data type"): ``atomic_xchg`` on fp32/fp64 (exchange the
       same bits as int32/int64) and ``atomic_add`` on bf16 (a compare-and-swap loop per lane on the 16-bit
-      word, the sum rounded to nearest even as the GPU's ``atom.add.noftz.bf16`` does);
+      word, the sum rounded to nearest even as the GPU's ``atom.add.noftz.bf16`` does); and it has no bf16
+      constants and does bf16 arithmetic on the raw bits (computed in float32 and rounded back instead);
     - it wraps whatever a kernel raises in ``InterpreterError(repr(e))``, once per nested device function:
       let ``iris.PeerError`` (raised into a spinning kernel by the watchdog) out as itself, so that
       ``except iris.PeerError`` works as on GPUs."""
@@ -108,6 +109,23 @@ def fix_interpreter():
     builder.create_dot = dot
 
 
+def _bf16_to_fp32(bits):
+    import numpy as np
+
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def _fp32_to_bf16(values):
+    """bfloat16 bits of float32 ``values``, rounded to nearest even as the GPU converts (NaN stays NaN)."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.float32)
+    bits = values.view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    rounded[np.isnan(values)] = 0x7FC0
+    return rounded
+
+
 def _bf16_add(native, ptrs, vals, mask, sem):
     """``*ptr += val`` on bf16 words, lane by lane, each a compare-and-swap loop (atomic against other processes
     too: the CAS is a real 16-bit atomic on the shared page); returns the old bits."""
@@ -118,13 +136,10 @@ def _bf16_add(native, ptrs, vals, mask, sem):
     mask = np.broadcast_to(mask, shape).reshape(-1)
     old = np.zeros(ptrs.shape, np.uint16)
     for i in np.flatnonzero(mask):
-        addend = (np.uint32(vals[i]) << 16).view(np.float32)
+        addend = _bf16_to_fp32(vals[i:i + 1])
         expected = np.zeros(1, np.uint16)  # a guess; a failed swap returns the value to retry from
         while True:
-            total = ((expected.astype(np.uint32) << 16).view(np.float32) + addend).astype(np.float32)
-            bits = total.view(np.uint32)
-            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-            rounded[np.isnan(total)] = 0x7FC0
+            rounded = _fp32_to_bf16(_bf16_to_fp32(expected) + addend)
             seen = native.atomic_cas(ptrs[i:i + 1], expected, rounded, sem)
             if seen[0] == expected[0]:
                 break
@@ -158,6 +173,22 @@ def _fix_interpreter_atomics(builder, interpreter):
 
     atomic_rmw._iris_fixed = True
     builder.create_atomic_rmw = atomic_rmw
+
+    # bf16 constants and arithmetic: the interpreter has no get_bf16 (``tl.full(shape, 1, tl.bfloat16)`` fails), and
+    # its binary operations add the raw uint16 bits as integers; compute in float32 and round back.
+    binary_op = builder.binary_op
+
+    def bf16_binary_op(self, lhs, rhs, op):
+        if lhs.dtype.scalar != tl.bfloat16:
+            return binary_op(self, lhs, rhs, op)
+        out = op(_bf16_to_fp32(lhs.data), _bf16_to_fp32(rhs.data))
+        if out.dtype == np.bool_:
+            return interpreter.TensorHandle(out, tl.int1)
+        return interpreter.TensorHandle(_fp32_to_bf16(out), tl.bfloat16)
+
+    builder.binary_op = bf16_binary_op
+    builder.get_bf16 = lambda self, value: interpreter.TensorHandle(_fp32_to_bf16(np.array([value], np.float32)),
+                                                                    tl.bfloat16)
 
 
 def patch_interpreter_asserts():
