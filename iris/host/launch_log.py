@@ -51,6 +51,8 @@ def install(directory):
     from triton.runtime import interpreter
     from triton.runtime.jit import JITFunction
 
+    from iris.host.watchdog import PeerError
+
     run = interpreter.InterpretedFunction.run
     if getattr(run, "_iris_logged", False):
         return
@@ -66,6 +68,8 @@ def install(directory):
                       *_specialise(jit_fn, backend, args, kwargs))
             key = repr(record)
         except Exception as e:  # a launch the log cannot describe still runs; the compile check reports it
+            if isinstance(e, PeerError):  # raised into this thread by the watchdog: it belongs to the caller
+                raise
             record = (self.fn.__code__.co_filename, self.fn.__qualname__, None, f"{type(e).__name__}: {e}", None,
                       None)
             key = repr(record[:2])
