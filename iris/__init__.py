@@ -8,17 +8,19 @@ from iris.host import backend as _backend  # noqa: F401  (first: may set TRITON_
 from iris.bench.do_bench import do_bench
 from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
                          atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate)
+from iris.device.trace_events import TraceEvent
 from iris.host.context import Iris, iris
 from iris.host.distributed import RankTimeoutError
 from iris.host.launcher import RankError, RankPool, launch, run
-from iris.host.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
+from iris.host.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
 from iris.host.watchdog import PeerError
+from iris import tensor_creation
 
 __version__ = "0.1.0"
 
 __all__ = [
     "iris", "Iris", "DeviceContext", "translate", "load", "store", "get", "put", "copy", "atomic_add", "atomic_sub",
     "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "atomic_min", "atomic_max", "atomic_cas", "do_bench",
-    "launch", "run", "RankPool", "RankError", "RankTimeoutError", "PeerError", "set_logger_level", "DEBUG", "INFO",
-    "WARNING", "ERROR",
+    "launch", "run", "RankPool", "RankError", "RankTimeoutError", "PeerError", "set_logger_level", "logger", "DEBUG",
+    "INFO", "WARNING", "ERROR", "TraceEvent", "tensor_creation",
 ]

@@ -7,10 +7,24 @@ sizes larger on GPUs ("gpu": real sizes); tests read it through ``scale()``.
 """
 
 import os
+import tempfile
 
 import pytest
 
 import iris
+
+LAST = "test_compile.py::test_launched_kernels_compile_for_sm90"
+
+
+def pytest_configure(config):
+    """On the cpu backend, rank processes record every kernel specialisation they interpret
+    (``iris/host/launch_log.py``); ``LAST`` compiles them all for sm_90 after every other test."""
+    if not on_gpu() and "IRIS_LAUNCH_LOG" not in os.environ:
+        os.environ["IRIS_LAUNCH_LOG"] = tempfile.mkdtemp(prefix="iris-launches-")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.nodeid.endswith(LAST))  # stable: everything else keeps its order
 
 
 def on_gpu():

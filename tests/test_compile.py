@@ -5,6 +5,7 @@ and the PTX shows what we promise: translated accesses stay 16-byte vectors when
 Runs in a subprocess because the test process itself may be in interpreter mode (TRITON_INTERPRET=1).
 """
 
+import glob
 import json
 import os
 import subprocess
@@ -12,15 +13,21 @@ import sys
 
 import pytest
 
-PROBE = os.path.join(os.path.dirname(__file__), "compile_probe.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROBE = os.path.join(HERE, "compile_probe.py")
 
 
-def _probe(debug):
+def _compile_env(debug=False):
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEBUG", "IRIS_DEBUG")}
     env["IRIS_BACKEND"] = "cuda"  # compile only: no context is created, so no GPU is needed
     if debug:
         env["IRIS_DEBUG"] = "1"
-    proc = subprocess.run([sys.executable, PROBE], env=env, capture_output=True, text=True, timeout=600)
+    return env
+
+
+def _probe(debug):
+    proc = subprocess.run([sys.executable, PROBE], env=_compile_env(debug), capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.split("RESULT", 1)[1])
 
@@ -185,3 +192,20 @@ def test_barrier_signal_fences_once_then_adds_relaxed(compiled):
     assert [seq[i] for i in fences] == ["fence.acq_rel.sys"] and fences[0] < atoms[0], seq
     assert "bar.sync" in seq[:fences[0]], seq
 
+
+
+def test_launched_kernels_compile_for_sm90():
+    # Every kernel of tests/ and examples/ that the CPU tier ran in the interpreter, at the specialisation it ran
+    # (signature, constexprs, alignment, options), compiles for sm_90: the interpreter accepts programs that
+    # ptxas or the MLIR verifier refuse (a volatile load with a cache modifier; an atomic_cas whose Python-int
+    # cmp does not match an int64 pointer). conftest.py runs this test last, after the launches it checks.
+    directory = os.environ.get("IRIS_LAUNCH_LOG")
+    if not directory or not glob.glob(os.path.join(directory, "launches-*.pkl")):
+        pytest.skip("no kernel was interpreted in this session (the check follows the CPU tier's launches)")
+    script = os.path.join(HERE, "compile_launches.py")
+    proc = subprocess.run([sys.executable, script, directory, HERE, os.path.join(os.path.dirname(HERE), "examples")],
+                          env=_compile_env(), capture_output=True, text=True, timeout=1800, cwd=os.path.dirname(HERE))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.split("RESULT", 1)[1])
+    assert not result["failures"], "\n".join(result["failures"])
+    assert result["compiled"] > 0

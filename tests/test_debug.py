@@ -40,6 +40,7 @@ def _debug_body():
     bases = ctx.get_heap_bases()
     on_heap = ctx.arange(64, dtype=torch.int32)
     local = torch.zeros(64, dtype=torch.int32)
+    ctx.barrier()  # the peer's on_heap is filled before we read it
     results = {}
     # In bounds, with a mask that hides lanes past n: no complaint, right values.
     _peer_load_kernel[(1,)](on_heap, local, 50, bases, rank, peer, BLOCK=64)

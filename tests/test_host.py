@@ -80,8 +80,9 @@ def test_identity_and_tables(pools, world_size):
     for rank, r in enumerate(results):
         assert r["rank"] == rank and r["world"] == world_size and r["cu"] >= 1
         assert len(r["bases"]) == world_size and len(set(r["bases"])) == world_size
-        assert r["context"][:1] + r["context"][2:] == [rank, world_size] + r["bases"]
-        assert r["context"][1] >= 1 << 22  # the bytes each base addresses (debug mode reads it)
+        # [rank, world_size] first, as upstream Iris; then [extent, world_size] before the bases (debug mode reads them)
+        assert r["context"][:2] + r["context"][3:] == [rank, world_size, world_size] + r["bases"]
+        assert r["context"][2] >= 1 << 22  # the bytes each base addresses
         assert r["peer_bases"] == [b + r["offset"] for b in r["bases"]]
         assert r["peer_bases"][rank] == r["ptr"]
         assert r["offset"] == results[0]["offset"]
@@ -127,6 +128,7 @@ def _logging_body():
     ctx.info("hidden")
     ctx.warning("warn")
     ctx.error("err")
+    iris.logger.warning("own")  # a program's own record, not a context's: no rank to show
     iris.host.logging.logger.removeHandler(handler)
     iris.set_logger_level(iris.INFO)
     return stream.getvalue()
@@ -138,6 +140,10 @@ def test_logging_prefix_and_levels(pools):
         lines = text.strip().splitlines()
         assert f"[Iris] [{rank}/2] dbg" in lines and f"[Iris] [{rank}/2] warn" in lines
         assert f"[Iris] [{rank}/2] err" in lines and not any("hidden" in line for line in lines)
+        assert "[Iris] own" in lines  # iris.logger, upstream's name, with upstream's format
+    from iris.logging import IrisFormatter, logger  # upstream Iris's module path
+
+    assert logger is iris.logger and IrisFormatter is iris.host.logging._RankFormatter
 
 
 def _bad_input_body():
@@ -178,10 +184,84 @@ def test_bad_input_errors(pools):
     assert "my_op: peer=5 is outside [0, 2)" in r["rank"]
     assert "Iris.broadcast: src=-1 is outside" in r["src"]
     assert "Iris.randn: dtype torch.int32 is not a floating-point type" in r["randn_int"]
-    assert "Iris.zeros: device=meta" in r["device"]
+    assert "RuntimeError: Iris.zeros: device='meta'" in r["device"] and "device=None" in r["device"]
     assert "Iris.zeros: size must be integers" in r["size"]
     assert "Iris.barrier: group must be a torch.distributed ProcessGroup or None, got list" in r["group"]
     assert "new_group" in r["group"]
+
+
+def _upstream_forms_body():
+    """What upstream Iris's programs pass to the factories and read from the context."""
+    ctx = new_context()
+    dev = ctx.get_device()
+    other = "meta" if dev.type == "cpu" else "cpu"
+    out, checks = {}, {}
+    for name, make, expect in [
+        ("zeros", lambda o: ctx.zeros(2, 3, out=o), torch.zeros(2, 3)),
+        ("ones", lambda o: ctx.ones((2, 3), out=o), torch.ones(2, 3)),
+        ("full", lambda o: ctx.full((2, 3), 2.5, out=o), torch.full((2, 3), 2.5)),
+        ("empty", lambda o: ctx.empty(2, 3, out=o), None),
+        ("randn", lambda o: ctx.randn(2, 3, out=o), None),
+        ("rand", lambda o: ctx.rand(2, 3, out=o), None),
+        ("uniform", lambda o: ctx.uniform((2, 3), 4.0, 5.0, out=o), None),
+        ("linspace", lambda o: ctx.linspace(0.0, 5.0, 6, out=o), torch.linspace(0.0, 5.0, 6)),
+        ("arange", lambda o: ctx.arange(0.0, 6.0, out=o), torch.arange(0.0, 6.0)),
+    ]:
+        o = ctx.full((6,), -77.0)  # poisoned, on the heap
+        t = make(o)
+        checks[f"out/{name}"] = t.data_ptr() == o.data_ptr() and (expect is None or torch.equal(t.cpu(), expect))
+    o = ctx.full((6,), -77, dtype=torch.int64)
+    t = ctx.randint(3, 9, (2, 3), out=o)
+    checks["out/randint"] = t.data_ptr() == o.data_ptr() and bool(((t >= 3) & (t < 9)).all())
+    checks["arange_out_is_out"] = ctx.arange(6, out=o) is o and torch.equal(o.cpu(), torch.arange(6))
+    out["out_numel"] = error_message(ctx.zeros, 3, 3, out=ctx.empty(4))
+    out["out_dtype"] = error_message(ctx.zeros, 3, dtype=torch.float32, out=ctx.empty(3, dtype=torch.int32))
+    out["out_foreign"] = error_message(ctx.ones, 3, out=torch.zeros(3, device=dev))
+    checks["pin_memory"] = all(f(4, pin_memory=False).shape == (4,) and f(4, pin_memory=True).shape == (4,)
+                               for f in (ctx.empty, ctx.rand, ctx.randn))
+    last = ctx.empty(2, 3, 4, 5, memory_format=torch.channels_last)
+    like = ctx.zeros_like(last)
+    checks["memory_format"] = (last.is_contiguous(memory_format=torch.channels_last) and ctx.is_symmetric(last)
+                               and like.stride() == last.stride() and not like.any()
+                               and ctx.zeros_like(last, memory_format=torch.contiguous_format).is_contiguous())
+    checks["nested_size"] = all(t.shape == (2, 3, 4) for t in (ctx.zeros(((2, 3, 4),)), ctx.rand(((2, 3, 4),)),
+                                                                ctx.randint(5, ((2, 3, 4),)), ctx.empty([[2, 3, 4]])))
+    checks["scalar"] = ctx.zeros(()).shape == () and ctx.zeros(()).item() == 0
+    checks["steps"] = all(ctx.linspace(0, 1, s).shape == (5,) for s in ((5,), [5], ((5,),)))
+    z = ctx.linspace(0.0 + 0.0j, 1.0 + 1.0j, 5)
+    checks["complex"] = z.dtype == torch.complex64 and torch.equal(z.cpu(), torch.linspace(0j, 1 + 1j, 5))
+    out["arange_empty"] = error_message(ctx.arange, 5, 1)
+    out["arange_step"] = error_message(ctx.arange, 1, 5, 0)
+    out["randint_arity"] = error_message(ctx.randint, 10)
+    out["randint_many"] = error_message(ctx.randint, 0, 10, (2, 3), (4, 5))
+    out["device"] = error_message(ctx.zeros, 3, device=other)
+    checks["device_type_only"] = ctx.zeros(3, device=dev.type).device == dev  # "cuda": the rank's GPU
+    checks["device_str"] = (isinstance(ctx.device, str) and ctx.device == str(dev) and
+                            isinstance(ctx.get_device(), torch.device) and ctx.device.startswith(dev.type))
+    checks["zeros_on_device_str"] = str(ctx.zeros(2, device=ctx.device).device) == ctx.device
+    creation = iris.tensor_creation
+    checks["module"] = (creation.parse_size(((2, 3),)) == ((2, 3), 6) and creation.parse_size(((),)) == ((), 1)
+                        and creation.is_valid_device(None, dev) and not creation.is_valid_device(other, dev)
+                        and torch.equal(creation.full(ctx.heap, dev, (2,), 3).cpu(), torch.tensor([3, 3]))
+                        and ctx.is_symmetric(creation.zeros_like(ctx.heap, dev, last))
+                        and creation.apply_layout(last, torch.strided) is last)
+    out["layout"] = error_message(creation.apply_layout, last, torch.sparse_coo)
+    checks["names"] = (iris.logger is logging.getLogger("iris") and iris.TraceEvent().put == 3
+                       and iris.TraceEvent().barrier == 3073)
+    return checks, out
+
+
+def test_upstream_forms(pools):
+    for checks, out in pools(2).run(_upstream_forms_body):
+        assert all(checks.values()), [k for k, ok in checks.items() if not ok]
+        assert "RuntimeError: Iris.zeros: The output tensor has 4 elements, but 9 are required" in out["out_numel"]
+        assert "RuntimeError: Iris.zeros: The output tensor has dtype torch.int32, but torch.float32" in out["out_dtype"]
+        assert "RuntimeError: Iris.ones: The output tensor is not on the symmetric heap" in out["out_foreign"]
+        assert "ValueError: Iris.arange: the range [5, 1) is empty with step 1" in out["arange_empty"]
+        assert "ValueError: Iris.arange: step must be non-zero" in out["arange_step"]
+        assert "ValueError: Iris.randint" in out["randint_arity"] and "randint(low, high, size)" in out["randint_many"]
+        assert "RuntimeError: Iris.zeros: device=" in out["device"]
+        assert "ValueError: iris.tensor_creation: layout=torch.sparse_coo" in out["layout"]
 
 
 def test_unknown_backend_is_refused():

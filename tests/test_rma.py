@@ -21,8 +21,8 @@ def _rma_kernel(src, dst, n, heap_bases, rank, peer, third, OP: tl.constexpr, LO
     if OP == "load":  # dst (here) <- src (peer)
         value = iris.load(src + offs, rank, peer, heap_bases, mask=mask, cache_modifier=LOAD_CM, hint=HINT)
         tl.store(dst + offs, value, mask=mask)
-    elif OP == "load_volatile":
-        value = iris.load(src + offs, rank, peer, heap_bases, mask=mask, volatile=True)
+    elif OP == "load_volatile":  # volatile wins over a cache modifier (PTX has no ld.volatile.ca)
+        value = iris.load(src + offs, rank, peer, heap_bases, mask=mask, cache_modifier=LOAD_CM, volatile=True)
         tl.store(dst + offs, value, mask=mask)
     elif OP == "store":  # dst (peer) <- src (here)
         value = tl.load(src + offs, mask=mask)
@@ -50,7 +50,7 @@ def _source_of(op, rank, world_size):
 VARIANTS = [
     # (op, load cache modifier, store cache modifier, hint)
     ("load", None, None, None), ("load", ".cg", None, None), ("load", ".cv", None, 16),
-    ("load_volatile", None, None, None),
+    ("load_volatile", None, None, None), ("load_volatile", ".ca", None, None), ("load_volatile", ".cg", None, None),
     ("store", None, None, None), ("store", None, ".wt", None), ("store", None, ".cs", 16),
     ("get", None, None, None), ("get", ".cg", ".cs", 16),
     ("put", None, None, None), ("put", ".ca", ".wb", 16),

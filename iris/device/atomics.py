@@ -17,7 +17,9 @@ synchronise the program (``bar.sync``), and PTX release is cumulative over write
 way. Relaxed and acquire atomics pay nothing.
 
 Types follow Triton: 32- and 64-bit integers and floats everywhere, fp16/bf16 for ``atomic_add`` only;
-8- and 16-bit integers are refused at compile time with an error naming the operation and type.
+8- and 16-bit integers are refused at compile time with an error naming the operation and type. Operands are cast
+to the pointer's element type first, so ``atomic_cas(int64_ptr, 0, 1, ...)`` with Python ints compiles (Triton's
+``tl.atomic_cas`` does not cast, and the GPU verifier refuses an int32 ``cmp`` beside an int64 pointer).
 """
 
 import triton
@@ -33,12 +35,18 @@ def _order_program_writes(sem: tl.constexpr):
 
 
 @triton.jit
+def _operand(pointer, value):
+    """``value`` (a Python scalar or a tensor) as the element type ``pointer`` points to."""
+    return tl.cast(value, pointer.dtype.element_ty)
+
+
+@triton.jit
 def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
                scope: tl.constexpr = None, hint: tl.constexpr = None):
     """``*remote += val``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_add")
     _order_program_writes(sem)
-    return tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_add(remote, _operand(pointer, val), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
@@ -47,7 +55,7 @@ def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
     """``*remote -= val``; returns the old value (an add of ``-val``: the hardware has no subtract)."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_sub")
     _order_program_writes(sem)
-    return tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_add(remote, -_operand(pointer, val), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
@@ -56,7 +64,7 @@ def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl
     """``*remote = val``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_xchg")
     _order_program_writes(sem)
-    return tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_xchg(remote, _operand(pointer, val), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
@@ -65,7 +73,7 @@ def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
     """``*remote &= val``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_and")
     _order_program_writes(sem)
-    return tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_and(remote, _operand(pointer, val), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
@@ -74,7 +82,7 @@ def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.c
     """``*remote |= val``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_or")
     _order_program_writes(sem)
-    return tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_or(remote, _operand(pointer, val), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
@@ -83,7 +91,7 @@ def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
     """``*remote ^= val``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_xor")
     _order_program_writes(sem)
-    return tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_xor(remote, _operand(pointer, val), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
@@ -92,7 +100,7 @@ def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
     """``*remote = min(*remote, val)``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_min")
     _order_program_writes(sem)
-    return tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_min(remote, _operand(pointer, val), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
@@ -101,7 +109,7 @@ def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
     """``*remote = max(*remote, val)``; returns the old value."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_max")
     _order_program_writes(sem)
-    return tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_max(remote, _operand(pointer, val), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
@@ -110,4 +118,4 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem: tl.conste
     """If ``*remote == cmp`` then ``*remote = val``; returns the old value either way."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, None, "atomic_cas")
     _order_program_writes(sem)
-    return tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
+    return tl.atomic_cas(remote, _operand(pointer, cmp), _operand(pointer, val), sem=sem, scope=scope)

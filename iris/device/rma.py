@@ -12,7 +12,9 @@ acquire that flag before it loads; see ``examples/07_message_passing.py``.
 
 Cache modifiers are passed to Triton unchanged. On NVIDIA loads accept ``".ca"`` (cache in L1 and L2),
 ``".cg"`` (L2 only), ``".cv"`` (do not cache, fetch again); stores accept ``".wb"``, ``".cg"``, ``".cs"``
-(streaming) and ``".wt"``. ``None`` keeps the compiler's default.
+(streaming) and ``".wt"``. ``None`` keeps the compiler's default. A ``volatile=True`` load ignores its cache
+modifier: it reads memory every time whatever the modifier says, and PTX has no volatile load with a cache
+operator.
 """
 
 import triton
@@ -23,7 +25,9 @@ from iris.device.translate import translate
 
 @triton.jit
 def _ld(ptr, mask, other, cache_modifier: tl.constexpr, volatile: tl.constexpr):
-    if cache_modifier is None:
+    # volatile wins: ptxas refuses ld.volatile with a cache operator ("Modifier '.volatile' cannot be combined
+    # with modifier '.ca'"), and a volatile load bypasses the caches anyway
+    if cache_modifier is None or volatile:
         return tl.load(ptr, mask=mask, other=other, volatile=volatile)
     else:
         return tl.load(ptr, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
@@ -40,7 +44,8 @@ def _st(ptr, value, mask, cache_modifier: tl.constexpr):
 @triton.jit
 def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_modifier: tl.constexpr = None,
          volatile: tl.constexpr = False, hint: tl.constexpr = None):
-    """Read ``pointer`` from ``from_rank``'s heap into registers of the calling rank (``to_rank``)."""
+    """Read ``pointer`` from ``from_rank``'s heap into registers of the calling rank (``to_rank``). ``volatile``
+    wins over ``cache_modifier`` (a volatile load is never served from a cache, so the modifier is dropped)."""
     remote = translate(pointer, to_rank, from_rank, heap_bases, hint, mask, "load")
     return _ld(remote, mask, other, cache_modifier, volatile)
 

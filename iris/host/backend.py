@@ -45,13 +45,17 @@ def enable_interpreter():
 
 
 def fix_interpreter():
-    """Two bugs of Triton 3.6's interpreter that the cpu backend runs into, mended in place, and one habit:
+    """Bugs and gaps of Triton 3.6's interpreter that the cpu backend runs into, mended in place, and one habit:
 
     - it turns a scalar into a Python int with ``int(array)`` on a one-element 1-D numpy array, which numpy
       2.4 refuses ("only 0-dimensional arrays can be converted"), so any loop with a runtime bound
       (``for b in range(pid, n_blocks, n_programs)``) fails: index the element instead;
     - it keeps bfloat16 as raw uint16 bits and ``tl.dot`` multiplies those integers (a 16 x 16 bf16 dot is
       off by a factor of 1e9): widen the bits to float32 first, which holds every bf16 value exactly;
+    - its atomics refuse what GPUs run ("Unsupported data type"): ``atomic_xchg`` on fp32/fp64 (exchange the
+      same bits as int32/int64) and ``atomic_add`` on bf16 (a compare-and-swap loop per lane on the 16-bit
+      word, the sum rounded to nearest even as the GPU's ``atom.add.noftz.bf16`` does); and it has no bf16
+      constants and does bf16 arithmetic on the raw bits (computed in float32 and rounded back instead);
     - it wraps whatever a kernel raises in ``InterpreterError(repr(e))``, once per nested device function:
       let ``iris.PeerError`` (raised into a spinning kernel by the watchdog) out as itself, so that
       ``except iris.PeerError`` works as on GPUs."""
@@ -87,6 +91,7 @@ def fix_interpreter():
         interpreter._patch_lang_tensor = patched
 
     builder = interpreter.InterpreterBuilder
+    _fix_interpreter_atomics(builder, interpreter)
     create_dot = builder.create_dot
     if getattr(create_dot, "_iris_fixed", False):
         return
@@ -102,6 +107,88 @@ def fix_interpreter():
 
     dot._iris_fixed = True
     builder.create_dot = dot
+
+
+def _bf16_to_fp32(bits):
+    import numpy as np
+
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def _fp32_to_bf16(values):
+    """bfloat16 bits of float32 ``values``, rounded to nearest even as the GPU converts (NaN stays NaN)."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.float32)
+    bits = values.view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    rounded[np.isnan(values)] = 0x7FC0
+    return rounded
+
+
+def _bf16_add(native, ptrs, vals, mask, sem):
+    """``*ptr += val`` on bf16 words, lane by lane, each a compare-and-swap loop (atomic against other processes
+    too: the CAS is a real 16-bit atomic on the shared page); returns the old bits."""
+    import numpy as np
+
+    shape = ptrs.shape
+    ptrs, vals = np.atleast_1d(ptrs).reshape(-1), np.broadcast_to(vals, shape).reshape(-1)
+    mask = np.broadcast_to(mask, shape).reshape(-1)
+    old = np.zeros(ptrs.shape, np.uint16)
+    for i in np.flatnonzero(mask):
+        addend = _bf16_to_fp32(vals[i:i + 1])
+        expected = np.zeros(1, np.uint16)  # a guess; a failed swap returns the value to retry from
+        while True:
+            rounded = _fp32_to_bf16(_bf16_to_fp32(expected) + addend)
+            seen = native.atomic_cas(ptrs[i:i + 1], expected, rounded, sem)
+            if seen[0] == expected[0]:
+                break
+            expected = seen.astype(np.uint16)
+        old[i] = expected[0]
+    return old.reshape(shape)
+
+
+def _fix_interpreter_atomics(builder, interpreter):
+    import numpy as np
+    import triton.language as tl
+
+    create_atomic_rmw = builder.create_atomic_rmw
+    if getattr(create_atomic_rmw, "_iris_fixed", False):
+        return
+    native = interpreter._interpreter
+    as_bits = {tl.float32: (np.int32, tl.int32), tl.float64: (np.int64, tl.int64)}
+
+    def atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+        op = self.ir_rmw_op_to_interpreter_rmw_op.get(rmwOp)
+        scalar = val.dtype.scalar
+        if op == native.RMW_OP.XCHG and scalar in as_bits:
+            np_bits, tl_bits = as_bits[scalar]
+            bits = interpreter.TensorHandle(val.data.view(np_bits), tl_bits)
+            old = create_atomic_rmw(self, rmwOp, ptr, bits, mask, sem, scope)
+            return interpreter.TensorHandle(old.data.view(val.data.dtype), scalar)
+        if op == native.RMW_OP.FADD and scalar == tl.bfloat16:
+            old = _bf16_add(native, ptr.data, val.data, mask.data, self.ir_sem_to_interpreter_sem[sem])
+            return interpreter.TensorHandle(old, scalar)
+        return create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope)
+
+    atomic_rmw._iris_fixed = True
+    builder.create_atomic_rmw = atomic_rmw
+
+    # bf16 constants and arithmetic: the interpreter has no get_bf16 (``tl.full(shape, 1, tl.bfloat16)`` fails), and
+    # its binary operations add the raw uint16 bits as integers; compute in float32 and round back.
+    binary_op = builder.binary_op
+
+    def bf16_binary_op(self, lhs, rhs, op):
+        if lhs.dtype.scalar != tl.bfloat16:
+            return binary_op(self, lhs, rhs, op)
+        out = op(_bf16_to_fp32(lhs.data), _bf16_to_fp32(rhs.data))
+        if out.dtype == np.bool_:
+            return interpreter.TensorHandle(out, tl.int1)
+        return interpreter.TensorHandle(_fp32_to_bf16(out), tl.bfloat16)
+
+    builder.binary_op = bf16_binary_op
+    builder.get_bf16 = lambda self, value: interpreter.TensorHandle(_fp32_to_bf16(np.array([value], np.float32)),
+                                                                    tl.bfloat16)
 
 
 def patch_interpreter_asserts():
@@ -140,5 +227,9 @@ if DEBUG:
 if BACKEND == "cpu":
     enable_interpreter()
     fix_interpreter()
+    if os.environ.get("IRIS_LAUNCH_LOG"):  # the CPU tier's record of what to compile for GPUs (launch_log.py)
+        from iris.host.launch_log import install
+
+        install(os.environ["IRIS_LAUNCH_LOG"])
     if DEBUG:
         patch_interpreter_asserts()

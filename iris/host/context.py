@@ -70,7 +70,7 @@ class Iris(TensorFactory, RankLogger):
         on_cpu = self.backend == "cpu"
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
         if on_cpu:
-            self.device = torch.device("cpu")
+            self._device = torch.device("cpu")
             ensure_process_group("cpu")
         else:
             if not torch.cuda.is_available():
@@ -81,9 +81,10 @@ class Iris(TensorFactory, RankLogger):
                 device_id = int(os.environ.get("RANK", local_rank)) % gpus
             else:
                 device_id = local_rank % gpus
-            self.device = torch.device("cuda", device_id)
-            torch.cuda.set_device(self.device)
-            ensure_process_group(self.backend, self.device)
+            self._device = torch.device("cuda", device_id)
+            torch.cuda.set_device(self._device)
+            ensure_process_group(self.backend, self._device)
+        self.device = str(self._device)  # upstream Iris's string, "cuda:N" or "cpu"; get_device() is the torch.device
 
         self.cur_rank = dist.get_rank()
         self.num_ranks = dist.get_world_size()
@@ -92,7 +93,7 @@ class Iris(TensorFactory, RankLogger):
         self._store = default_store()
         self._barriers = {}
 
-        sizes, places, cu_counts = zip(*all_gather_object((heap_size, (socket.gethostname(), self.device.index),
+        sizes, places, cu_counts = zip(*all_gather_object((heap_size, (socket.gethostname(), self._device.index),
                                                            self.get_cu_count())))
         self._agreed_cu_count = min(cu_counts)  # grids launched on every rank are sized from it
         # more ranks than GPUs (simulation, or the cuda backend on too few GPUs): some ranks share a GPU
@@ -105,24 +106,25 @@ class Iris(TensorFactory, RankLogger):
         total = group_bytes + workspace_bytes + align_up(heap_size)
         self.allocator_type = allocator_type
         if allocator_type == "vmem":
-            memory = GrowableMemory(total, torch.device(self.device), self.cur_rank, self.num_ranks, all_gather_object)
+            memory = GrowableMemory(total, self._device, self.cur_rank, self.num_ranks, all_gather_object)
         elif on_cpu:
             memory = SharedMemory(total, self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier)
         else:
-            memory = CudaIpcMemory(total, self.device, self.cur_rank, all_gather_object)
+            memory = CudaIpcMemory(total, self._device, self.cur_rank, all_gather_object)
         self.heap = SymmetricHeap(memory, heap_size, group_bytes, workspace_bytes, self.cur_rank, self.num_ranks,
                                   all_gather_object)
-        self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self.device,
+        self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self._device,
                                  StoreExchange(self._store, self.cur_rank, self._serial, timeout_s))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
-        # [rank, bytes each base addresses, world_size, base_0, ...]: heap_bases is a view of the tail, so the
-        # two words before it (read by debug mode) are the extent and the world size.
-        self._device_context = torch.tensor([self.cur_rank, memory.size, self.num_ranks] + self.heap.bases,
-                                            dtype=torch.int64, device=self.device)
+        # [rank, world_size, bytes each base addresses, world_size, base_0, ...]: upstream Iris's [rank, world_size]
+        # first; heap_bases is a view of the tail, so the two words before it (read by debug mode) are the extent
+        # and the world size.
+        header = [self.cur_rank, self.num_ranks, memory.size, self.num_ranks]
+        self._device_context = torch.tensor(header + self.heap.bases, dtype=torch.int64, device=self._device)
         self.heap_bases = self._device_context[CONTEXT_HEADER.value:]
         # Growth keeps every base (the ranges are reserved up front) and widens the extent debug mode checks.
-        self.heap.on_grow(lambda capacity: self._device_context[1].fill_(capacity))
+        self.heap.on_grow(lambda capacity: self._device_context[2].fill_(capacity))
         self.barrier()
         self.watchdog.start()
         self.debug(f"heap of {heap_size} bytes on {self.device} ({self.backend} backend)")
@@ -138,16 +140,16 @@ class Iris(TensorFactory, RankLogger):
 
     def get_device(self):
         """The ``torch.device`` that holds this rank's heap (``cpu`` on the cpu backend)."""
-        return self.device
+        return self._device
 
     def get_device_id(self):
         """The GPU index of this rank (several ranks share one in simulation mode); 0 on the cpu backend."""
-        return self.device.index if self.device.type == "cuda" else 0
+        return self._device.index if self._device.type == "cuda" else 0
 
     def get_cu_count(self):
         """Streaming multiprocessors of this rank's GPU (the CPU count on the cpu backend)."""
-        if self.device.type == "cuda":
-            return torch.cuda.get_device_properties(self.device).multi_processor_count
+        if self._device.type == "cuda":
+            return torch.cuda.get_device_properties(self._device).multi_processor_count
         return os.cpu_count()
 
     def get_agreed_cu_count(self):
@@ -162,8 +164,8 @@ class Iris(TensorFactory, RankLogger):
         return self.heap_bases
 
     def get_device_context(self):
-        """int64 tensor for ``iris.DeviceContext.initialize`` (opaque; today ``[rank, heap bytes, world_size,
-        heap_base_0, ...]``)."""
+        """int64 tensor for ``iris.DeviceContext.initialize``: ``[rank, world_size, ...]`` as upstream Iris, then
+        (opaque) ``heap bytes, world_size, heap_base_0, ...``."""
         return self._device_context
 
     def get_copy_engine_ctx(self):
@@ -249,7 +251,7 @@ class Iris(TensorFactory, RankLogger):
         offset = self.heap.offset_of(tensor)
         # Preceded, like every bases table iris hands out, by [bytes addressable from each base, world_size].
         table = [tensor.numel() * tensor.element_size(), self.num_ranks] + [b + offset for b in self.heap.bases]
-        return tensor, torch.tensor(table, dtype=torch.int64, device=self.device)[2:]
+        return tensor, torch.tensor(table, dtype=torch.int64, device=self._device)[2:]
 
     # ------------------------------------------------------------------ synchronisation
     def _group_ranks(self, group, caller):
@@ -271,7 +273,7 @@ class Iris(TensorFactory, RankLogger):
         arrive after ``timeout_s`` (default ``IRIS_TIMEOUT_S`` or 300 s). Not graph-capturable; use
         ``device_barrier`` inside graphs. Raises ``iris.PeerError`` once a peer has failed."""
         self.groups.check("Iris.barrier")
-        device_synchronize(self.device, stream)
+        device_synchronize(self._device, stream)
         self._host_barrier(self._group_ranks(group, "Iris.barrier"), timeout_s)
 
     def _host_barrier(self, ranks=None, timeout_s=None):
@@ -328,7 +330,7 @@ class Iris(TensorFactory, RankLogger):
         if header[0][0] == "object":
             return header[0][1]
         _, shape, dtype = header[0]
-        device = self.device if dist.get_backend() == "nccl" else torch.device("cpu")
+        device = self._device if dist.get_backend() == "nccl" else torch.device("cpu")
         buffer = array.contiguous().to(device) if self.cur_rank == src else torch.empty(shape, dtype=dtype,
                                                                                          device=device)
         if math.prod(shape) > 0:
@@ -345,8 +347,8 @@ class Iris(TensorFactory, RankLogger):
             return
         self._closed = True
         try:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)  # the watchdog still runs: a wait for a dead peer ends
+            if self._device.type == "cuda":
+                torch.cuda.synchronize(self._device)  # the watchdog still runs: a wait for a dead peer ends
         finally:
             self.watchdog.close()
             self.heap.memory.close()

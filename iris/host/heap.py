@@ -101,12 +101,7 @@ class SymmetricHeap:
     def allocate(self, num_elements, dtype, alignment=1024, caller="heap.allocate"):
         """Collective. A 1-D tensor of ``num_elements`` ``dtype`` on the heap, starting on a multiple of
         ``alignment`` bytes (contents undefined): upstream Iris's raw heap access. Dropping every view of it
-        returns its bytes. A tuple as ``num_elements`` is a shape, and a string as ``alignment`` the caller to
-        name in errors (the form ``allocate(shape, dtype, caller)``)."""
-        if isinstance(alignment, str):
-            alignment, caller = ALIGNMENT, alignment
-        if isinstance(num_elements, (tuple, list, torch.Size)):
-            return self.allocate_tensor(tuple(num_elements), dtype, caller, alignment)
+        returns its bytes. The factories (``ctx.zeros`` and the rest) go through ``allocate_tensor``."""
         if not isinstance(num_elements, int) or isinstance(num_elements, bool):
             raise TypeError(f"{caller}: num_elements must be an int, got {num_elements!r}")
         return self.allocate_tensor((num_elements,), dtype, caller, alignment)

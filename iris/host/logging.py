@@ -11,10 +11,16 @@ logger = logging.getLogger("iris")
 
 
 class _RankFormatter(logging.Formatter):
+    """``[Iris] [rank/world] message`` for records a context logged; ``[Iris] message`` for the others (a program's
+    own ``iris.logger.info(...)``)."""
+
     def format(self, record):
-        rank = getattr(record, "iris_rank", "?")
-        world = getattr(record, "iris_num_ranks", "?")
-        return f"[Iris] [{rank}/{world}] {record.getMessage()}"
+        if not hasattr(record, "iris_rank"):
+            return f"[Iris] {record.getMessage()}"
+        return f"[Iris] [{record.iris_rank}/{getattr(record, 'iris_num_ranks', '?')}] {record.getMessage()}"
+
+
+IrisFormatter = _RankFormatter  # upstream Iris's name
 
 
 if not logger.handlers:

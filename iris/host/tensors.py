@@ -1,22 +1,18 @@
 """PyTorch-style tensor creation on the symmetric heap.
 
-Every factory does the same two steps: carve the tensor out of the heap (collective: all ranks call it
-with the same shape and dtype, so it lands at the same offset everywhere), then fill it with the ordinary
-torch operation in place. Random fills draw from torch's generator on each rank; seed each rank
-differently (``torch.manual_seed(seed + rank)``) when ranks need different data.
+Every factory is ``iris.tensor_creation.create`` with a fill: carve the tensor out of the heap (collective: all
+ranks call it with the same shape and dtype, so it lands at the same offset everywhere) or take ``out=``, then
+fill it with the ordinary torch operation in place. The keywords are torch's (``out``, ``dtype``, ``layout``,
+``device``, ``requires_grad``, ``pin_memory``, ``memory_format``, ``generator``); ``device`` must name the heap's
+device (``"cuda"`` without an index is the rank's GPU), and ``pin_memory`` has nothing to do: heap pages are device
+memory on GPUs and shared pages every rank maps on the cpu backend. Random fills draw from torch's generator on
+each rank; seed each rank differently (``torch.manual_seed(seed + rank)``) when ranks need different data.
 """
-
-import math
 
 import torch
 
-
-def _shape(size, caller):
-    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
-        size = tuple(size[0])
-    if not all(isinstance(d, int) and not isinstance(d, bool) for d in size):
-        raise TypeError(f"{caller}: size must be integers or one tuple of integers, got {size!r}")
-    return tuple(size)
+from iris import tensor_creation
+from iris.tensor_creation import create
 
 
 def _require_floating(dtype, caller):
@@ -25,98 +21,135 @@ def _require_floating(dtype, caller):
                          "one (torch.float32, torch.bfloat16, ...); use randint for integers")
 
 
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) or (
+        isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex())
+
+
+def _is_complex(value):
+    return isinstance(value, complex) or (isinstance(value, torch.Tensor) and value.is_complex())
+
+
+def _steps(steps, caller):
+    """``linspace``'s steps as an int: ``5``, ``(5,)``, ``[5]`` or ``((5,),)``."""
+    if isinstance(steps, (tuple, list, torch.Size)):
+        flat, _ = tensor_creation._shape((steps,), caller)
+        if len(flat) != 1:
+            raise TypeError(f"{caller}: steps must be one integer, got {steps!r}")
+        steps = flat[0]
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise TypeError(f"{caller}: steps must be a non-negative integer, got {steps!r}")
+    return steps
+
+
 class TensorFactory:
-    """Mixed into ``Iris``; needs ``self.heap`` and ``self.device``."""
+    """Mixed into ``Iris``; needs ``self.heap`` and ``self.get_device()``."""
 
-    def _create(self, name, shape, dtype, device, requires_grad, layout, fill):
-        caller = f"Iris.{name}"
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-        if layout is not torch.strided:
-            raise ValueError(f"{caller}: layout={layout} is not supported; the heap holds strided tensors only")
-        if device is not None and torch.device(device) != self.device:
-            raise ValueError(f"{caller}: device={device} but this rank's heap is on {self.device}; leave device "
-                             "unset")
-        tensor = self.heap.allocate(shape, dtype, caller)
-        fill(tensor)
-        return tensor.requires_grad_() if requires_grad else tensor
+    def _make(self, name, size, dtype, fill, **kwargs):
+        return create(self.heap, self.get_device(), f"Iris.{name}", size, dtype, fill, **kwargs)
 
-    def empty(self, *size, dtype=None, device=None, requires_grad=False, layout=torch.strided):
+    def empty(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False,
+              pin_memory=False, memory_format=torch.contiguous_format):
         """Collective. An uninitialised heap tensor."""
-        return self._create("empty", _shape(size, "Iris.empty"), dtype, device, requires_grad, layout,
-                            lambda t: None)
+        return self._make("empty", size, dtype, lambda t: None, out=out, layout=layout, device=device,
+                          requires_grad=requires_grad, memory_format=memory_format)
 
-    def zeros(self, *size, dtype=None, device=None, requires_grad=False, layout=torch.strided):
+    def zeros(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
         """Collective. A heap tensor of zeros."""
-        return self._create("zeros", _shape(size, "Iris.zeros"), dtype, device, requires_grad, layout,
-                            lambda t: t.zero_())
+        return self._make("zeros", size, dtype, torch.Tensor.zero_, out=out, layout=layout, device=device,
+                          requires_grad=requires_grad)
 
-    def ones(self, *size, dtype=None, device=None, requires_grad=False, layout=torch.strided):
+    def ones(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
         """Collective. A heap tensor of ones."""
-        return self._create("ones", _shape(size, "Iris.ones"), dtype, device, requires_grad, layout,
-                            lambda t: t.fill_(1))
+        return self._make("ones", size, dtype, lambda t: t.fill_(1), out=out, layout=layout, device=device,
+                          requires_grad=requires_grad)
 
-    def full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False, layout=torch.strided):
+    def full(self, size, fill_value, *, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
         """Collective. A heap tensor filled with ``fill_value``; the dtype is inferred from it as torch.full does."""
-        if dtype is None:
-            dtype = torch.full((), fill_value).dtype
-        return self._create("full", _shape((size,), "Iris.full"), dtype, device, requires_grad, layout,
-                            lambda t: t.fill_(fill_value))
+        return tensor_creation.full(self.heap, self.get_device(), size, fill_value, out=out, dtype=dtype,
+                                    layout=layout, device=device, requires_grad=requires_grad, caller="Iris.full")
 
-    def zeros_like(self, input, *, dtype=None, device=None, requires_grad=False, layout=torch.strided):
-        """Collective. A heap tensor of zeros with ``input``'s shape (and dtype unless given)."""
-        dtype = input.dtype if dtype is None else dtype
-        return self.zeros(input.shape, dtype=dtype, device=device, requires_grad=requires_grad, layout=layout)
+    def zeros_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
+                   memory_format=torch.preserve_format):
+        """Collective. A heap tensor of zeros with ``input``'s shape, dtype (unless given) and memory layout."""
+        return tensor_creation.zeros_like(self.heap, self.get_device(), input, dtype=dtype, layout=layout,
+                                          device=device, requires_grad=requires_grad, memory_format=memory_format,
+                                          caller="Iris.zeros_like")
 
-    def randn(self, *size, generator=None, dtype=None, device=None, requires_grad=False, layout=torch.strided):
+    def randn(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
+              requires_grad=False, pin_memory=False):
         """Collective. Normal(0, 1) values."""
         def fill(t):
             _require_floating(t.dtype, "Iris.randn")
             t.normal_(generator=generator)
 
-        return self._create("randn", _shape(size, "Iris.randn"), dtype, device, requires_grad, layout, fill)
+        return self._make("randn", size, dtype, fill, out=out, layout=layout, device=device,
+                          requires_grad=requires_grad)
 
-    def rand(self, *size, generator=None, dtype=None, device=None, requires_grad=False, layout=torch.strided):
+    def rand(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
+             requires_grad=False, pin_memory=False):
         """Collective. Uniform values in [0, 1)."""
-        return self.uniform(_shape(size, "Iris.rand"), 0.0, 1.0, generator=generator, dtype=dtype, device=device,
-                            requires_grad=requires_grad, layout=layout)
+        return self._uniform("rand", size, 0.0, 1.0, generator, out=out, dtype=dtype, layout=layout, device=device,
+                             requires_grad=requires_grad)
 
-    def uniform(self, size, low=0.0, high=1.0, *, generator=None, dtype=None, device=None, requires_grad=False,
-                layout=torch.strided):
+    def uniform(self, size, low=0.0, high=1.0, *, generator=None, out=None, dtype=None, layout=torch.strided,
+                device=None, requires_grad=False):
         """Collective. Uniform values in [low, high)."""
+        return self._uniform("uniform", (size,), low, high, generator, out=out, dtype=dtype, layout=layout,
+                             device=device, requires_grad=requires_grad)
+
+    def _uniform(self, name, size, low, high, generator, dtype, **kwargs):
         def fill(t):
-            _require_floating(t.dtype, "Iris.uniform")
+            _require_floating(t.dtype, f"Iris.{name}")
             t.uniform_(low, high, generator=generator)
 
-        return self._create("uniform", _shape((size,), "Iris.uniform"), dtype, device, requires_grad, layout, fill)
+        return self._make(name, size, dtype, fill, **kwargs)
 
-    def randint(self, *args, size=None, generator=None, dtype=torch.int64, device=None, requires_grad=False,
-                layout=torch.strided):
+    def randint(self, *args, size=None, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
+                requires_grad=False):
         """Collective. Integers in [low, high): ``randint(high, size)`` or ``randint(low, high, size)``."""
-        if size is None and args:
+        if size is None and len(args) in (2, 3):
             args, size = args[:-1], args[-1]
         if size is None or len(args) not in (1, 2):
-            raise TypeError("Iris.randint: call it as randint(high, size) or randint(low, high, size)")
+            raise ValueError(f"Iris.randint: got {len(args) + (size is not None)} positional arguments; call it as "
+                             "randint(high, size) or randint(low, high, size)")
         low, high = (0, args[0]) if len(args) == 1 else args
-        return self._create("randint", _shape((size,), "Iris.randint"), dtype, device, requires_grad, layout,
-                            lambda t: t.random_(low, high, generator=generator))
+        if not high > low:
+            raise RuntimeError(f"Iris.randint: low={low} must be less than high={high} (values are drawn from "
+                               "[low, high))")
+        if dtype is None and out is None:
+            dtype = torch.int64
+        return self._make("randint", (size,), dtype, lambda t: t.random_(low, high, generator=generator), out=out,
+                          layout=layout, device=device, requires_grad=requires_grad)
 
-    def arange(self, start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False,
-               layout=torch.strided):
+    def arange(self, start=0, end=None, step=1, *, out=None, dtype=None, layout=torch.strided, device=None,
+               requires_grad=False):
         """Collective. ``arange(end)`` or ``arange(start, end, step)``, dtype inferred as torch.arange does."""
         if end is None:
             start, end = 0, start
         if step == 0:
-            raise ValueError("Iris.arange: step must be nonzero")
+            raise ValueError("Iris.arange: step must be non-zero")
+        if (end - start) * step < 0:
+            raise ValueError(f"Iris.arange: the range [{start}, {end}) is empty with step {step}; give end on the "
+                             "side of start that step moves towards")
         if dtype is None:
-            dtype = torch.int64 if all(isinstance(v, int) for v in (start, end, step)) else torch.get_default_dtype()
-        numel = max(math.ceil((end - start) / step), 0)
-        return self._create("arange", (numel,), dtype, device, requires_grad, layout,
-                            lambda t: torch.arange(start, end, step, out=t))
+            dtype = out.dtype if isinstance(out, torch.Tensor) else (
+                torch.int64 if all(_is_int(v) for v in (start, end, step)) else torch.get_default_dtype())
+        numel = torch.arange(start, end, step, device="meta", dtype=dtype).numel()  # torch's own count
+        return self._make("arange", (numel,), dtype, lambda t: torch.arange(start, end, step, out=t), out=out,
+                          layout=layout, device=device, requires_grad=requires_grad)
 
-    def linspace(self, start, end, steps, *, dtype=None, device=None, requires_grad=False, layout=torch.strided):
-        """Collective. ``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
-        return self._create("linspace", (steps,), dtype, device, requires_grad, layout,
-                            lambda t: torch.linspace(start, end, steps, out=t))
+    def linspace(self, start, end, steps, *, out=None, dtype=None, layout=torch.strided, device=None,
+                 requires_grad=False):
+        """Collective. ``steps`` evenly spaced values from ``start`` to ``end`` inclusive; complex when either end
+        is (dtype inferred as torch.linspace does)."""
+        steps = _steps(steps, "Iris.linspace")
+        if dtype is None and out is None:
+            default = torch.get_default_dtype()
+            dtype = ({torch.float64: torch.complex128}.get(default, torch.complex64)
+                     if _is_complex(start) or _is_complex(end) else default)
+        return self._make("linspace", (steps,), dtype, lambda t: torch.linspace(start, end, steps, out=t), out=out,
+                          layout=layout, device=device, requires_grad=requires_grad)
 
     def as_symmetric(self, tensor):
         """Collective. A heap copy of ``tensor`` (same shape, dtype and values). It copies, on every allocator:
