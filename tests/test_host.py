@@ -118,7 +118,7 @@ def test_broadcast_kinds(pools):
 def _logging_body():
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(iris.host.logging._RankFormatter())
+    handler.setFormatter(iris.host.logging.RankFormatter())
     iris.host.logging.logger.addHandler(handler)
     ctx = new_context()
     iris.set_logger_level(iris.DEBUG)
@@ -211,3 +211,4 @@ def _mismatched_heap_body():
 def test_heap_size_must_match_across_ranks(pools):
     for message in pools(2).run(_mismatched_heap_body):
         assert "iris.iris: ranks asked for different heap sizes [65536, 131072]" in message
+

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from iris.bench.do_bench import do_bench
+from iris.host.timing import do_bench
 from iris.bench.report import SCHEMA, environment, format_bytes
 from iris.host.distributed import all_gather_object
 

@@ -8,6 +8,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from iris.host import private
+
 DEFAULT_TIMEOUT_S = float(os.environ.get("IRIS_TIMEOUT_S", 300))
 
 
@@ -106,7 +108,7 @@ class StoreBarrier:
 
 
 def default_store():
-    return dist.distributed_c10d._get_default_store()
+    return private.default_store()
 
 
 def device_synchronize(device, stream=None):

@@ -6,6 +6,7 @@ import contextlib
 import torch
 import triton
 
+from iris.host import private
 from iris.host.copy_engine import peer_view
 from iris.host.groups import POISON
 from iris.ops.config import OpsConfig
@@ -173,8 +174,7 @@ def copy_sms(ctx, copy_engine):
 def ensure_allocator():
     """Kernels that build tensor descriptors on the device need Triton's global-memory allocator for them;
     install one over torch's caching allocator unless the user set their own."""
-    from triton.runtime import _allocation
-
+    _allocation = private.triton_allocation()
     if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
