@@ -96,7 +96,7 @@ def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RE
     across kernel boundaries: at a kernel's start (what earlier kernels wrote, which the stream completed
     before this kernel began) and after a kernel's last read of peers' memory (a later kernel may overwrite
     what we read: our loads returned before we signalled). On 2 x H200 the one-shot all_reduce, whose two
-    barriers are both of these, went from 7.5 to 3.9 us at 8 KiB with them relaxed."""
+    barriers are both of these, takes 3.9 us at 8 KiB with them relaxed and 7.5 us with them fenced."""
     signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED)
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
     epoch = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")

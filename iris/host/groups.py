@@ -3,7 +3,7 @@
 Each group of ranks owns an int32 array ``flags[ROWS, world_size]`` in a region reserved at the end of the
 heap. Row 0 serves ``device_barrier``; row ``1 + p`` serves program ``p`` of a collective kernel. On rank
 q's heap, ``flags[row, r]`` counts how many times rank r has signalled that row to q. Counts only grow, so
-no flag is ever reset and a second call can never read the first call's flag (DESIGN.md section 4).
+no flag is ever reset and a second call can never read the first call's flag (docs/design.md section 3).
 
 The group's array sits at an offset computed from the group's member bit mask, so every member finds it
 at the same offset without an extra collective and without allocating on the heap on first use (which

@@ -9,8 +9,6 @@ the API, the installed version and the versions iris is tested with (``TESTED``:
   mapped heap, for the copy queue's views), with the public array interfaces as the fallback.
 - ``default_store``: ``torch.distributed.distributed_c10d._get_default_store`` (the rendezvous store of the
   default process group, for host barriers and the watchdog's exchange).
-- ``triton_allocation``: ``triton.runtime._allocation`` (whether a global-memory allocator for device-built
-  tensor descriptors is installed).
 - ``triton_interpreter``: ``triton.runtime.interpreter``, whose classes the cpu backend mends in place
   (``iris/host/backend.py``); the mended names are checked here first.
 """
@@ -39,7 +37,7 @@ def _tested(package):
 
 def _missing(api, package, version, what):
     return RuntimeError(f"iris: {what} needs {package}'s private {api}, which {package} {version} does not have; "
-                        f"iris is tested with {_tested(package)} (pip install 'iris-triton' picks a tested pair)")
+                        f"iris is tested with {_tested(package)}; install a {package} in that range")
 
 
 def check_versions(torch_version=None, triton_version=None):
@@ -78,19 +76,6 @@ def default_store():
         raise _missing("torch.distributed.distributed_c10d._get_default_store", "torch", torch.__version__,
                        "the host barrier")
     return get()
-
-
-def triton_allocation():
-    """``triton.runtime._allocation``, checked for the two names iris reads."""
-    import triton
-
-    try:
-        from triton.runtime import _allocation
-    except ImportError:
-        _allocation = None
-    if _allocation is None or not all(hasattr(_allocation, n) for n in ("_allocator", "NullAllocator")):
-        raise _missing("triton.runtime._allocation", "triton", triton.__version__, "device-built tensor descriptors")
-    return _allocation
 
 
 def triton_interpreter():
