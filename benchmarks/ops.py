@@ -4,10 +4,10 @@ symmetric-memory ops where they exist, and each half alone (the speed of light i
     python benchmarks/ops.py --out results/2xH200/ops                    # the shapes, bf16
     python benchmarks/ops.py --out /tmp/ops --quick                      # tiny shapes (cpu backend)
 
-Shapes are the global problem M x N x K; each rank holds its share as DESIGN.md section 6 says. Providers:
+Shapes are the global problem M x N x K; each rank holds its share as docs/design.md section 5 says. Providers:
 ``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit``,
-``iris_fused_unflat`` and ``iris_fused_tma_store``: matmul_all_gather's fused kernel without ``split_tail``,
-without ``flatten`` and with ``tma_store``; ``iris_fused_ce`` and ``iris_fused_sm``: every fused op's with
+``iris_fused_unflat``: matmul_all_gather's fused kernel without ``split_tail`` and without ``flatten``;
+``iris_fused_ce`` and ``iris_fused_sm``: every fused op's with
 and without ``copy_engine``, ``iris_fused_ce_unflat`` with it but without ``flatten``;
 ``iris_fused_lag<L>``: the fused reduce ops with each tile's own unit L tiles behind its peer units, flags
 raised at once; ``iris_fused_defer<L>``: the same with each flag raised a unit late, ``reduce_defer``;
@@ -35,7 +35,7 @@ from iris.ops.gemm import matmul
 
 OPS = ("matmul_all_gather", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce")
 SHAPES = ((8192, 3584, 14336), (8192, 4608, 36864), (4096, 8192, 8192), (128, 8192, 8192))
-PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_unflat", "iris_fused_tma_store",
+PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_unflat",
              "iris_fused_ce", "iris_fused_sm", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only",
              "iris_gemm")
 
@@ -61,7 +61,6 @@ def option_variants(providers=()):
     return {**lags, **tiles, **groups, **stages,
             "iris_fused_unsplit": (("matmul_all_gather",), OpsConfig(variant="fused", split_tail=False)),
             "iris_fused_unflat": (("matmul_all_gather",), OpsConfig(variant="fused", flatten=False)),
-            "iris_fused_tma_store": (("matmul_all_gather",), OpsConfig(variant="fused", tma_store=True)),
             "iris_fused_ce": (every_op, OpsConfig(variant="fused", copy_engine=True)),
             "iris_fused_ce_unflat": (every_op, OpsConfig(variant="fused", copy_engine=True, flatten=False)),
             "iris_fused_sm": (every_op, OpsConfig(variant="fused", copy_engine=False))}
@@ -144,7 +143,7 @@ def make_sweep(ctx, shapes, dtype, timing, ops=OPS, providers=PROVIDERS):
         # this rank's GEMM: C_r [M, N / W] for matmul_all_gather, the full [M, N] (partial or gathered) otherwise
         local_c = torch.empty(M, b.shape[1], dtype=dtype, device=dev)
         # all_gather_matmul's gathered A, drawn like the operands: a GEMM over the zeros of a fresh allocation ran
-        # 12% faster on an H200 than over random values (docs/perf-notes.md, tenth pass)
+        # 12% faster on an H200 than over random values (docs/perf-notes.md, "A GEMM over zeros")
         a_full = torch.randn(M, K, dtype=dtype, device=dev).mul_(0.1) if gathered_a else a
         if provider == "iris_gemm":
             return Point(fns=[lambda: matmul(local_c, a_full, b, OpsConfig())], **common)

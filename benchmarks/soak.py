@@ -23,6 +23,8 @@ from iris.ccl import CollectiveConfig
 from iris.ccl import reference as ref
 from iris.host.distributed import all_gather_object
 
+iris.set_logger_level(iris.INFO)  # the ranks print their progress and the verdict
+
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64)
 CHECK_EVERY = 100  # calls between exchanges of the ranks' verdicts

@@ -16,6 +16,8 @@ import iris
 from iris.bench import micro, report
 from iris.bench.suite import default_world_size
 
+iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as [Iris] [rank/world] ...
+
 
 def main(nbytes, quick):
     timing = micro.QUICK.timing if quick else micro.FULL.timing

@@ -21,6 +21,8 @@ import triton.language as tl
 from iris.ops import OpsConfig, reference
 from iris.ops.gemm import matmul
 
+iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as [Iris] [rank/world] ...
+
 SEED = 1234
 
 

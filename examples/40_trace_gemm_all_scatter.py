@@ -19,6 +19,8 @@ import iris
 from iris.bench.report import plot_trace
 from iris.ops import OpsConfig, reference
 
+iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as [Iris] [rank/world] ...
+
 SEED = 1234
 
 

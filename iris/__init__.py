@@ -5,7 +5,7 @@ the cpu backend it switches Triton to its interpreter, so import iris before any
 """
 
 from iris.host import backend as _backend  # noqa: F401  (first: may set TRITON_INTERPRET)
-from iris.bench.do_bench import do_bench
+from iris.host.timing import do_bench
 from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
                          atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate)
 from iris.device.trace_events import TraceEvent
@@ -15,6 +15,9 @@ from iris.host.launcher import RankError, RankPool, launch, run
 from iris.host.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
 from iris.host.watchdog import PeerError
 from iris import tensor_creation
+from iris.host import private as _private
+
+_private.warn_untested()  # a warning, once, if torch or triton is outside the tested versions
 
 __version__ = "0.1.0"
 

@@ -142,7 +142,7 @@ sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i
 split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "stream": "i32",  # split_tail's workspace
              "band_counts": "*i32", "band_cols": "i32", "engine_tiles": "i32"}  # and the copy engines' bands
 fused = {"GROUP_SIZE": 2, **tiles}
-traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "TMA_STORE": False, "COPY_ENGINE": False, "FLATTEN": False,
+traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "COPY_ENGINE": False, "FLATTEN": False,
           "WARPS": 8}
 # As Triton's launcher specialises row-major operands: unit column strides become constants.
 unit = {"stride_ak": 1, "stride_bn": 1, "stride_on": 1}
@@ -241,7 +241,7 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
         (_matmul_kernel, {**dense, "a": a, "b": b, "c": c}, {**tiles, "TMA": True, "FLATTEN": True}),
         (_matmul_all_gather_kernel, {"a": a, "b": b, "out": f"*{ty}", "M": "i32", "N_local": "i32", "K": "i32",
                                      **strides, **sync_sig, "trace": "*i64", **split_sig},
-         {**unit, **fused, "VEC": 16, "TRACE": False, "TMA": True, "TMA_STORE": False, "COPY_ENGINE": False,
+         {**unit, **fused, "VEC": 16, "TRACE": False, "TMA": True, "COPY_ENGINE": False,
           "FLATTEN": config.flatten, "WARPS": config.num_warps}),
         (_matmul_reduce_kernel, {**reduce_sig, "a": a, "b": b, "out": f"*{ty}", "staging": f"*{ty}",
                                  "outbox": f"*{ty}"}, {**reduce_meta, **fused, "WARPS": config.num_warps}),
@@ -256,14 +256,6 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
             engines = {**meta, "COPY_ENGINE": True}
             kernel = compile_sm90(fn, {**sig, **{k: "constexpr" for k in engines}}, engines, sizes, **options)
             out[f"shared/{fn.__name__}_copy_engine/{ty}"] = kernel.metadata.shared
-        if "TMA_STORE" in meta:  # and with the tiles leaving through TMA stores (a staging tile more)
-            meta = {**meta, "TMA_STORE": True}
-            kernel = compile_sm90(fn, {**sig, **{k: "constexpr" for k in meta}}, meta, sizes, **options)
-            out[f"shared/{fn.__name__}_tma_store/{ty}"] = kernel.metadata.shared
-            if ty == "bf16":
-                ptx_text = kernel.asm["ptx"]
-                out["tma_store/_matmul_all_gather_kernel"] = [
-                    "cp.async.bulk.tensor.2d.global.shared" in ptx_text, "cp.async.bulk.wait_group 0;" in ptx_text]
 # The group barrier's signal: bar.sync, one system-scope fence, then relaxed adds (one per member).
 from iris.device.sync import _device_barrier_kernel  # noqa: E402
 

@@ -119,7 +119,7 @@ def test_broadcast_kinds(pools):
 def _logging_body():
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(iris.host.logging._RankFormatter())
+    handler.setFormatter(iris.host.logging.RankFormatter())
     iris.host.logging.logger.addHandler(handler)
     ctx = new_context()
     iris.set_logger_level(iris.DEBUG)
@@ -143,7 +143,7 @@ def test_logging_prefix_and_levels(pools):
         assert "[Iris] own" in lines  # iris.logger, upstream's name, with upstream's format
     from iris.logging import IrisFormatter, logger  # upstream Iris's module path
 
-    assert logger is iris.logger and IrisFormatter is iris.host.logging._RankFormatter
+    assert logger is iris.logger and IrisFormatter is iris.host.logging.RankFormatter
 
 
 def _bad_input_body():
@@ -291,3 +291,4 @@ def _mismatched_heap_body():
 def test_heap_size_must_match_across_ranks(pools):
     for message in pools(2).run(_mismatched_heap_body):
         assert "iris.iris: ranks asked for different heap sizes [65536, 131072]" in message
+

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from conftest import on_gpu, world_sizes
-from iris.ops import OpsConfig, common
+from iris.ops import OpsConfig, common, copy_schedule
 from iris.ops import reference as ref_ops
 from iris.ops.gemm import first_unit, stream_program, stream_share
 from iris.ops.reduce_ops import _unit
@@ -61,7 +61,6 @@ def _ops_body(dtype):
     # (asked for the copy engines, a problem of one wave leaves every tile to the SMs, the last wave's way; the
     # copy engines' bands are checked in _split_tail_body)
     for name, chosen in (("fused", config("fused")), ("bulk", config("bulk")),
-                         ("fused, TMA stores", config("fused", tma_store=True)),
                          ("fused, copy engine asked", config("fused", copy_engine=True))):
         out.fill_(float("nan"))
         ctx.barrier()
@@ -151,7 +150,7 @@ def test_fused_ops(pools, world_size, dtype):
 
 def _spare_sm_body():
     """The SM every fused op leaves its copy queue where ranks share a GPU (the driver's same-GPU copies need one:
-    ``common.copy_sms``), none without the queue: each op's ``spare`` argument to its grid, recorded with the
+    ``copy_schedule.copy_sms``), none without the queue: each op's ``spare`` argument to its grid, recorded with the
     context marked as sharing a GPU by hand (the cpu backend's ranks never do; its grid ignores ``spare``), and
     each result checked."""
     import importlib
@@ -313,14 +312,13 @@ def _split_tail_body(programs=None, engines_only=False):
         fails.append(None if (full, stream) == (10, 5) else f"5 programs: {(full, stream)}, not (10, 5)")
     module.num_programs = lambda device, tiles, spare=0: min(tiles, programs - spare)
     try:
-        # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then split with
-        # the tiles leaving through TMA stores, then through the copy engines (band counts and flags reused), the
-        # last time over two tile columns in bands of one (band_bytes=1) and two tile rows
+        # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then through the
+        # copy engines (band counts and flags reused), the last time over two tile columns in bands of one
+        # (band_bytes=1) and two tile rows
         wide = ctx.empty(M, 2 * world * block_n, dtype=dtype)
-        cases = ((20, True, False, False, 1), (21, True, False, False, 1), (22, False, False, False, 1),
-                 (23, True, True, False, 1), (24, True, False, True, 1), (25, True, False, True, 1),
-                 (26, True, False, True, 2))
-        for salt, split_on, tma_store, copy_engine, columns in cases:
+        cases = ((20, True, False, 1), (21, True, False, 1), (22, False, False, 1), (24, True, True, 1),
+                 (25, True, True, 1), (26, True, True, 2))
+        for salt, split_on, copy_engine, columns in cases:
             if engines_only and not copy_engine:
                 continue
             a = operand(0, (M, K), dtype, salt)
@@ -330,10 +328,10 @@ def _split_tail_body(programs=None, engines_only=False):
             ctx.barrier()
             narrow = dict(band_bytes=1, group_m=2) if columns == 2 else {}
             ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
-                                      config=OpsConfig(variant="fused", split_tail=split_on, tma_store=tma_store,
-                                                       copy_engine=copy_engine, **narrow))
+                                      config=OpsConfig(variant="fused", split_tail=split_on, copy_engine=copy_engine,
+                                                       **narrow))
             ctx.barrier()
-            fails.append(mismatch(f"matmul_all_gather split_tail={split_on} tma_store={tma_store} "
+            fails.append(mismatch(f"matmul_all_gather split_tail={split_on} "
                                   f"copy_engine={copy_engine} ({salt}, {stream} of {programs} programs in the last "
                                   "wave)", out,
                                   ref_ops.matmul_all_gather(a, b_cols)))
@@ -461,7 +459,7 @@ def test_copy_engines_by_default_on_gpus_in_pairs_only():
     assert OpsConfig(copy_engine=True).uses_copy_engine("cpu", 4) is True
     assert OpsConfig(copy_engine=False).uses_copy_engine("cuda", 2) is False
     # asked for where ranks share a GPU, the copies are the driver's kernels: the fused grid leaves them an SM
-    assert [common.copy_sms(SimpleNamespace(shares_gpu=shared), engines)
+    assert [copy_schedule.copy_sms(SimpleNamespace(shares_gpu=shared), engines)
             for shared in (False, True) for engines in (False, True)] == [0, 0, 0, 1]
 
 
@@ -471,7 +469,7 @@ def _graph_replay_body(replays, dtype):
     replay repeats the values captured); on the cpu backend called each time. The result is snapshotted on the
     op's stream right after it, before any host barrier. Every op has more tiles than the GPU has SMs, so that its
     grid is as large as it gets: where ranks share a GPU the copies are the driver's kernels, which need the SM the
-    grid leaves them (``common.copy_sms``)."""
+    grid leaves them (``copy_schedule.copy_sms``)."""
     import importlib
 
     module = importlib.import_module("iris.ops.matmul_all_gather")

@@ -2,7 +2,7 @@
 every rank, one result schema) and the report writers. The communication microbenchmarks live in
 ``iris.bench.micro`` (kernels in ``iris.bench.kernels``) and run as one command from ``iris.bench.suite``."""
 
-from iris.bench.do_bench import do_bench
+from iris.host.timing import do_bench
 from iris.bench.harness import Point, Sweep, Timing, measure, run_sweep
 from iris.bench.report import MEASURED, SCHEMA, format_table, plot_curves, plot_heatmap, write_results
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from iris.bench.do_bench import do_bench
+from iris.host.timing import do_bench
 from iris.bench.report import SCHEMA, environment, format_bytes
 from iris.host.distributed import all_gather_object
 
@@ -378,8 +378,8 @@ def _row(ctx, sweep, provider, params, point, stats, env):
 
 
 def spin_up(device, seconds=1.0):
-    """Keep the GPU busy with GEMMs for ``seconds`` before the first measurement: the first point of an earlier
-    run was 19% slower than the same kernel measured later, the clocks still ramping."""
+    """Keep the GPU busy with GEMMs for ``seconds`` before the first measurement: without it the first
+    point timed reads up to 19% slower than the same kernel timed later, the clocks still ramping."""
     x = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
     end = time.monotonic() + seconds
     while time.monotonic() < end:

@@ -61,7 +61,8 @@ def fix_interpreter():
       ``except iris.PeerError`` works as on GPUs."""
     import numpy as np
     import triton.language as tl
-    from triton.runtime import interpreter
+    from iris.host.private import triton_interpreter
+    interpreter = triton_interpreter()
 
     run_grid = interpreter.GridExecutor.__call__
     if not getattr(run_grid, "_iris_fixed", False):
@@ -197,7 +198,8 @@ def patch_interpreter_asserts():
     import dataclasses
 
     import numpy as np
-    from triton.runtime import interpreter
+    from iris.host.private import triton_interpreter
+    interpreter = triton_interpreter()
 
     builder = interpreter.InterpreterBuilder
     if getattr(builder, "_iris_asserts", False):

@@ -17,7 +17,7 @@ import weakref
 
 import torch
 
-from iris.host import cuda_driver
+from iris.host import cuda_driver, private
 from iris.host.distributed import DEFAULT_TIMEOUT_S, RankTimeoutError
 
 _HOST_BASES = weakref.WeakKeyDictionary()  # Iris -> heap bases as Python ints (fixed for a context's life)
@@ -45,9 +45,8 @@ def peer_view(ctx, tensor, peer):
     address = peer_address(ctx, tensor, peer)
     nbytes = tensor.numel() * tensor.element_size()
     device = ctx.get_device()
-    construct = getattr(torch._C, "_construct_storage_from_data_pointer", None)
-    if construct is not None:
-        storage = construct(address, device, nbytes)
+    storage = private.construct_storage(address, device, nbytes)
+    if storage is not None:
         return torch.empty(0, dtype=tensor.dtype, device=device).set_(storage, 0, tensor.shape, tensor.stride())
     return _view_from_interface(address, tensor, device)
 

@@ -123,7 +123,7 @@ def stream_write(stream, address, value):
 
 # ---------------------------------------------------------------- virtual memory (allocator_type="vmem")
 # Physical chunks made with cuMemCreate, mapped into address ranges reserved once, exported to the node's other
-# ranks as POSIX file descriptors. Never cuMulticastCreate: NVLink multicast stays off (DESIGN.md section 4).
+# ranks as POSIX file descriptors. Never cuMulticastCreate: NVLink multicast stays off (docs/design.md section 3).
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1

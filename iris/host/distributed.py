@@ -10,6 +10,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from iris.host import private
+
 DEFAULT_TIMEOUT_S = float(os.environ.get("IRIS_TIMEOUT_S", 300))
 # Host waits on the store poll it (``store.check``, one round trip), first every 0.5 ms, backing off to every
 # CHECK_INTERVAL_S, and ask between polls whether a peer has failed (``check``): with the watchdog's 0.2 s poll, a
@@ -153,7 +155,7 @@ class StoreBarrier:
 
 
 def default_store():
-    return dist.distributed_c10d._get_default_store()
+    return private.default_store()
 
 
 def device_synchronize(device, stream=None):

@@ -1,4 +1,7 @@
-"""Rank-aware logging: every record reads ``[Iris] [rank/world] message``."""
+"""Rank-aware logging under the ``iris`` logger, as the standard library advises for a library: a
+``NullHandler`` and nothing else at import, propagation left on, so the application's logging configuration
+decides what is shown. ``iris.set_logger_level`` (or ``add_rank_handler``) adds a handler that prints
+``[Iris] [rank/world] message``; ``RankFormatter`` gives the same prefix to a handler of the application's."""
 
 import logging
 
@@ -10,7 +13,7 @@ ERROR = logging.ERROR
 logger = logging.getLogger("iris")
 
 
-class _RankFormatter(logging.Formatter):
+class RankFormatter(logging.Formatter):
     """``[Iris] [rank/world] message`` for records a context logged; ``[Iris] message`` for the others (a program's
     own ``iris.logger.info(...)``)."""
 
@@ -20,20 +23,31 @@ class _RankFormatter(logging.Formatter):
         return f"[Iris] [{record.iris_rank}/{getattr(record, 'iris_num_ranks', '?')}] {record.getMessage()}"
 
 
-IrisFormatter = _RankFormatter  # upstream Iris's name
+IrisFormatter = RankFormatter  # upstream Iris's name
 
 
-if not logger.handlers:
-    _handler = logging.StreamHandler()
-    _handler.setFormatter(_RankFormatter())
-    logger.addHandler(_handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
+logger.addHandler(logging.NullHandler())  # the library's own: records go nowhere until someone asks for them
+_handler = None  # the rank-prefixed stderr handler, added by ``set_logger_level`` / ``add_rank_handler``
+
+
+def add_rank_handler(stream=None):
+    """Print the ``iris`` logger's records as ``[Iris] [rank/world] message`` on ``stream`` (stderr by default).
+    Once: a second call returns the handler already added. ``set_logger_level`` calls it, so that asking for a
+    level is enough to see the messages; an application that configures logging itself need not call either
+    (the records also reach the root logger's handlers)."""
+    global _handler
+    if _handler is None:
+        _handler = logging.StreamHandler(stream)
+        _handler.setFormatter(RankFormatter())
+        logger.addHandler(_handler)
+    return _handler
 
 
 def set_logger_level(level):
-    """Set the level of the ``iris`` logger (``iris.DEBUG``, ``iris.INFO``, ``iris.WARNING``, ``iris.ERROR``)."""
+    """Set the level of the ``iris`` logger (``iris.DEBUG``, ``iris.INFO``, ``iris.WARNING``, ``iris.ERROR``) and
+    print its records with the rank prefix (``add_rank_handler``)."""
     logger.setLevel(level)
+    add_rank_handler()
 
 
 class RankLogger:

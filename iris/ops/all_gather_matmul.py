@@ -33,9 +33,9 @@ from iris.ccl.device import peer_at, program_row
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, fence_async_proxy, finish_call, group_barrier, next_tile, wait_until
-from iris.host.copy_engine import peer_view
 from iris.ops import common
-from iris.ops.gemm import descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
+from iris.ops.copy_schedule import CopySchedule, copy_sms
+from iris.ops.gemm import corner, descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
 
 COPY_K = 128  # columns per step of a communication program's copy: [BLOCK_M, COPY_K] per store
 
@@ -54,16 +54,18 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready,
         # ---- communication: our A, row block by row block, into every peer's gathered A
         # peers' previous call no longer reads their gathered A
         group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE)
+        rows = tl.arange(0, BLOCK_M)
         for blk in range(pid, blocks, COMM_PROGRAMS):
-            rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+            src = corner(a_rows, blk * BLOCK_M, 0, stride_am, 1)  # the block's first row, here and on the peers
+            dst = corner(gathered_rows, group_index * M_local + blk * BLOCK_M, 0, K, 1)
             for step in range(1, GROUP_SIZE):
                 peer = peer_at(members, group_index, step, GROUP_SIZE)
                 for k0 in range(0, K, COPY_K):
                     cols = k0 + tl.arange(0, COPY_K)
                     mask = cols[None, :] < K
-                    piece = tl.load(a_rows + rows[:, None] * stride_am + cols[None, :], mask=mask)
-                    dst = gathered_rows + (group_index * M_local + rows)[:, None] * K + cols[None, :]
-                    store(dst, piece, rank, peer, heap_bases, mask=mask, hint=(1, VEC))
+                    piece = tl.load(src + rows[:, None] * stride_am + cols[None, :], mask=mask)  # [BLOCK_M, COPY_K]
+                    store(dst + rows[:, None] * K + cols[None, :], piece, rank, peer, heap_bases, mask=mask,
+                          hint=(1, VEC))
                 atomic_xchg(ready + group_index * blocks + blk, epoch, rank, peer, heap_bases, sem="release",
                             scope="sys")
     # ---- GEMM, in every program (the communication programs join once their blocks are sent): output tiles
@@ -96,7 +98,7 @@ def _tiles(src, src_rows, src_stride, src_block, b, out, out_block, lo, hi, base
     """This program's tiles among tiles ``lo`` .. ``hi`` of one rank's row blocks (grouped order), dealt round
     robin as if numbered from ``base`` on, so that consecutive calls continue one deal: A rows from ``src``
     (row block ``src_block`` + pid_m), output rows at row block ``out_block`` + pid_m. The plain GEMM keeps its
-    own loop: through this one it ran 4-5% slower on 8192x3584x14336 (docs/perf-notes.md, eighth pass)."""
+    own loop: through this one it ran 4-5% slower on 8192x3584x14336 (docs/perf-notes.md, "One tile loop")."""
     programs = tl.num_programs(0)
     first = lo + (tl.program_id(0) - (base + lo) % programs + programs) % programs
     for t in tl.range(first, hi, programs, flatten=FLATTEN):
@@ -168,14 +170,14 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         return common.add_bias(out, bias, caller)
     tma = config.tma and descriptors_fit(a, b, out)
     copy_engine = config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
-    programs = num_programs(ctx.get_device(), tiles, spare=common.copy_sms(ctx, copy_engine),
-                            sms=ctx.get_agreed_cu_count())
+    programs = num_programs(ctx.get_device(), tiles, spare=copy_sms(ctx, copy_engine), sms=ctx.get_agreed_cu_count())
     if copy_engine:
         chunks = triton.cdiv(m_local // block_m, config.group_m)
         arrived = ctx.workspaces.peer_flags("all_gather_matmul.arrived", sync.ranks, chunks)  # row i: member i's
         go = ctx.workspaces.get("all_gather_matmul.go", sync.ranks, (1,), torch.int32, zero=True)
-        _send_rows(ctx, sync, a, gathered, arrived, go, config.group_m * block_m, caller)
-        with common.launching_counted(ctx, go, caller):
+        schedule = CopySchedule(ctx, sync, caller)
+        _send_rows(schedule, a, gathered, arrived, go, config.group_m * block_m)
+        with schedule.launch(go):
             _all_gather_matmul_engines_kernel[(programs,)](
                 operand(a, (block_m, block_k), tma), operand(gathered, (block_m, block_k), tma),
                 operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), arrived, go, m_local, N,
@@ -183,8 +185,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
                 ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma,
                 FLATTEN=config.flatten, num_warps=config.num_warps, num_stages=config.stages())
-        ctx.copy_queue.join([], caller)
-        arrived.zero_()  # every peer's copies have landed (the kernel waited for them): ready for the next call
+        schedule.join(consumed=[arrived])  # every peer's copies have landed: the kernel waited for each chunk
         return common.add_bias(out, bias, caller)
     ready = ctx.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
     call = ctx.workspaces.get("all_gather_matmul.call", sync.ranks, (3,), torch.int32, zero=True)
@@ -200,18 +201,16 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     return common.add_bias(out, bias, caller)
 
 
-def _send_rows(ctx, sync, a, gathered, arrived, go, chunk_rows, caller):
+def _send_rows(schedule, a, gathered, arrived, go, chunk_rows):
     """The copy engines' part, queued before the kernel: once the kernel's opening barrier has raised ``go``
     (every peer is in this call, its gathered A free), each chunk of ``chunk_rows`` rows of our A goes to our slot
     of every peer's gathered A, and then its flag on that peer (set to 1, cleared by the peer after its kernel)."""
-    queue, m_local = ctx.copy_queue, a.shape[0]
-    queue.fork()
-    queue.consume(go, 1, caller)
+    sync, m_local = schedule.sync, a.shape[0]
+    schedule.after(go, 1)
     slot = slice(sync.index * m_local, (sync.index + 1) * m_local)
-    peers = [(peer_view(ctx, gathered, r)[slot], peer_view(ctx, arrived, r)[sync.index])
-             for r in sync.ranks if r != ctx.cur_rank]
+    peers = [(schedule.peer(gathered, r)[slot], schedule.peer(arrived, r)[sync.index]) for r in schedule.peers]
     for chunk, start in enumerate(range(0, m_local, chunk_rows)):
         rows = slice(start, min(m_local, start + chunk_rows))
         for peer_gathered, peer_arrived in peers:
-            queue.copy(peer_gathered[rows], a[rows])
-            queue.write(peer_arrived[chunk:chunk + 1], 1)
+            schedule.copy(peer_gathered[rows], a[rows])
+            schedule.signal(peer_arrived[chunk:chunk + 1])

@@ -1,13 +1,8 @@
 """Host-side checks shared by the fused ops (their workspaces are ``ctx.workspaces``, iris/host/workspaces.py)."""
 
-import collections
-import contextlib
-
 import torch
 import triton
 
-from iris.host.copy_engine import peer_view
-from iris.host.groups import POISON
 from iris.ops.config import OpsConfig
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -75,86 +70,6 @@ def choose_fused(caller, config, ctx, tiles, needs=(), comm_bytes=0, flops=1):
     if tiles < ctx.get_agreed_cu_count():  # the same answer on every rank
         return False
     return comm_bytes / LINK_BYTES_PER_S >= FUSE_ABOVE * flops / GEMM_FLOPS_PER_S
-
-
-Band = collections.namedtuple("Band", "first tiles rows cols")  # first tile in the grouped order, count, slices
-
-
-def bands(config, M, N, block_m, block_n, element_size):
-    """(band_cols, [Band]): the copy engines' units of an [M, N] output (or a rank's row block of one), in the
-    grouped tile order, which finishes each band's tiles one after another (``iris.ops.gemm.band_of`` numbers
-    them on the device): ``group_m`` tile rows by ``band_cols`` tile columns, as many columns as keep a band
-    within ``config.band_bytes`` (one at least), so that a band leaves soon after its tiles are done.
-    ``rows`` and ``cols`` are element slices."""
-    num_pid_m, num_pid_n = triton.cdiv(M, block_m), triton.cdiv(N, block_n)
-    band_cols = max(1, min(num_pid_n, config.band_bytes // (config.group_m * block_m * block_n * element_size)))
-    found, first = [], 0
-    for m in range(0, num_pid_m, config.group_m):
-        rows = slice(m * block_m, min(M, (m + config.group_m) * block_m))
-        for n in range(0, num_pid_n, band_cols):
-            tiles = (min(num_pid_m, m + config.group_m) - m) * (min(num_pid_n, n + band_cols) - n)
-            found.append(Band(first, tiles, rows, slice(n * block_n, min(N, (n + band_cols) * block_n))))
-            first += tiles
-    return band_cols, found
-
-
-def bands_before(bands, tile):
-    """The ``bands`` whose tiles all come before ``tile`` in the grouped order: with ``tile`` the first of the
-    walk's last wave, those the copy engines carry; the last wave's tiles all finish at the end, when the programs
-    have nothing left to do, and their stores from the SMs cross the link sooner (~370 GB/s against ~240 for the
-    copy engines with both directions busy) and without the streams' waits."""
-    return [band for band in bands if band.first + band.tiles <= tile]
-
-
-def send_bands(ctx, sync, out, bands, counts, sent, warps, caller, row_offset=0, col_offset=0):
-    """Queue on the copy queue (``iris/host/copy_engine.py``, forked by the caller, before the kernel that counts):
-    each of ``bands`` of ``out`` (offset by ``row_offset``, ``col_offset``) goes into every peer's ``out`` once the
-    kernel has counted all its tiles on ``counts`` (once per warp), then a flag on each peer, row ``sync.index`` of
-    ``sent`` (set to 1, cleared by the peer once seen), says that its ``out`` holds them. Nothing if no bands."""
-    if not bands:
-        return
-    queue = ctx.copy_queue
-    peers = [r for r in sync.ranks if r != ctx.cur_rank]
-    peer_outs = [peer_view(ctx, out, r) for r in peers]
-    for i, band in enumerate(bands):
-        queue.consume(counts[i:i + 1], band.tiles * warps, caller)
-        rows = slice(row_offset + band.rows.start, row_offset + band.rows.stop)
-        cols = slice(col_offset + band.cols.start, col_offset + band.cols.stop)
-        for peer_out in peer_outs:
-            queue.copy(peer_out[rows, cols], out[rows, cols])
-    for peer in peers:
-        queue.write(peer_view(ctx, sent, peer)[sync.index], 1)
-
-
-def copy_sms(ctx, copy_engine):
-    """SMs a fused kernel that waits on its copy queue leaves free: one where ranks share a GPU, none otherwise.
-    Between GPUs the queue's copies run on the copy engines; between two ranks of one GPU they are copies within
-    that GPU, which the driver runs as kernels of its own: each waits for room on an SM, so a grid that fills
-    every SM and spins on flags raised after such copies never ends (``scripts/shared_gpu_copy_probe.py``, and
-    matmul_all_reduce at 132 programs on one H200: docs/perf-notes.md, eleventh pass)."""
-    return 1 if copy_engine and ctx.shares_gpu else 0
-
-
-def ensure_allocator():
-    """Kernels that build tensor descriptors on the device need Triton's global-memory allocator for them;
-    install one over torch's caching allocator unless the user set their own."""
-    from triton.runtime import _allocation
-
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-
-
-@contextlib.contextmanager
-def launching_counted(ctx, counts, caller):
-    """Around the launch of a kernel whose ``counts`` the copy queue waits for (``iris/host/copy_engine.py``): if
-    the launch fails, raise every count past its target so that the side stream, and the peers waiting for its
-    flags, do not block for good, and let the queue finish before the error goes on."""
-    try:
-        yield
-    except BaseException:
-        counts.fill_(POISON)
-        ctx.copy_queue.join([], caller)
-        raise
 
 
 def comm_programs(config, programs):

@@ -26,15 +26,12 @@ class OpsConfig:
     ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data.
     ``split_tail``: when the last wave of output tiles would leave half the programs or more idle, share its
     tiles' K steps evenly among the programs (stream-K; matmul_all_gather); partial sums meet in a workspace.
-    ``tma_store`` (matmul_all_gather, fused; off until measured faster): hand each finished tile to the
-    tensor-memory engine, one bulk copy per rank, instead of storing it from registers, so the program starts
-    its next tile while the copies run; needs ``out`` rows 16-byte aligned (else the plain stores run).
     ``copy_engine`` (every fused op): store each output tile (each partial tile for a peer's row block) locally,
     and let the copy engines carry each finished band of ``group_m`` tile rows to the peers (a side stream waits
     for the band's count: ``iris/host/copy_engine.py``), so no SM time goes to the link; all_gather_matmul's
     engines carry its A rows instead. matmul_reduce_scatter and matmul_all_reduce then take every peer unit first
-    (the lag is all tiles). matmul_all_gather needs a contiguous ``out`` (else the tiles leave as ``tma_store``
-    says), matmul_all_reduce one with contiguous rows; for both the last wave of tiles still leaves from the SMs,
+    (the lag is all tiles). matmul_all_gather needs a contiguous ``out`` (else the SMs store every tile),
+    matmul_all_reduce one with contiguous rows; for both the last wave of tiles still leaves from the SMs,
     which have nothing else left to do by then. ``None`` is the measured choice
     (``uses_copy_engine``): on GPUs in groups of 2, except in traced calls and on ranks sharing a GPU.
     ``band_bytes``: the copy engines' unit, a band of ``group_m`` tile rows, is also cut into as many whole tile
@@ -58,7 +55,6 @@ class OpsConfig:
     flatten: bool = True
     comm_sms: int = 16
     split_tail: bool = True
-    tma_store: bool = False
     copy_engine: bool | None = None
     band_bytes: int = 4 << 20
     reduce_lag: int | None = None
@@ -101,7 +97,7 @@ class OpsConfig:
         measured there); not in a traced call, whose device trace records a tile's scatter only when the SMs
         do it; and not when ranks share a GPU (more ranks than GPUs: ``Iris.shares_gpu``), where a copy between
         two ranks is a copy within one GPU, which the driver runs on the SMs, not on a copy engine, so nothing is
-        gained (asked for there, the fused kernel leaves an SM free for those copies: ``common.copy_sms``)."""
+        gained (asked for there, the fused kernel leaves an SM free for those copies: ``copy_schedule.copy_sms``)."""
         if self.copy_engine is not None:
             return self.copy_engine
         return device_type == "cuda" and group_size == 2 and not traced and not shared_gpu

@@ -42,8 +42,16 @@ def first_unit(p, programs, lo):
 def band_of(pid_m, pid_n, num_pid_n, GROUP_M: tl.constexpr, band_cols):
     """The copy engines' band holding tile (pid_m, pid_n): ``GROUP_M`` tile rows by ``band_cols`` tile columns,
     numbered in the grouped tile order, which finishes one band's tiles one after another
-    (``iris.ops.common.bands`` lists them on the host)."""
+    (``iris.ops.copy_schedule.output_bands`` lists them on the host)."""
     return (pid_m // GROUP_M) * tl.cdiv(num_pid_n, band_cols) + pid_n // band_cols
+
+
+@triton.jit
+def corner(base, row, col, stride_row, stride_col):
+    """``base + row * stride_row + col * stride_col`` in 64-bit arithmetic: the first element of a tile. A matrix
+    can pass 2^31 elements (a 3.6 GB int8 all_gather over three ranks does), so a tile's offset is taken in 64 bits
+    once per tile; the offsets inside a tile (a block of rows times a stride) stay 32-bit, per element."""
+    return base + tl.cast(row, tl.int64) * stride_row + tl.cast(col, tl.int64) * stride_col
 
 
 @triton.jit
@@ -64,9 +72,11 @@ def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, p
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     if POINTER_A:
-        a_ptrs = a + offs_m[:, None] * stride_am + (k_first * BLOCK_K + offs_k)[None, :] * stride_ak  # [BM, BK]
+        a_ptrs = corner(a, pid_m * BLOCK_M, k_first * BLOCK_K, stride_am, stride_ak) + \
+            tl.arange(0, BLOCK_M)[:, None] * stride_am + offs_k[None, :] * stride_ak  # [BM, BK]
     if not TMA:
-        b_ptrs = b + (k_first * BLOCK_K + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn  # [BK, BN]
+        b_ptrs = corner(b, k_first * BLOCK_K, pid_n * BLOCK_N, stride_bk, stride_bn) + \
+            offs_k[:, None] * stride_bk + tl.arange(0, BLOCK_N)[None, :] * stride_bn  # [BK, BN]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(k_first, k_stop):
         k_left = K - k * BLOCK_K
@@ -156,8 +166,9 @@ def store_tile(c, tile, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.co
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tl.store(c + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, tile.to(c.dtype.element_ty),
-                 mask=mask)
+        ptrs = corner(c, pid_m * BLOCK_M, pid_n * BLOCK_N, stride_cm, stride_cn) + \
+            tl.arange(0, BLOCK_M)[:, None] * stride_cm + tl.arange(0, BLOCK_N)[None, :] * stride_cn
+        tl.store(ptrs, tile.to(c.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -175,9 +186,9 @@ def _matmul_kernel(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
 
 def num_programs(device, tiles, spare=0, sms=None):
     """Persistent grid: one program per SM at most (every program resident, so in-kernel waits are safe), and
-    ``spare`` SMs left free for work the kernel waits on that needs one (``iris.ops.common.copy_sms``). ``sms``:
-    the SM count to size from, ``ctx.get_agreed_cu_count()`` for a kernel whose ranks must launch the same grid
-    (default: this GPU's)."""
+    ``spare`` SMs left free for work the kernel waits on that needs one (``iris.ops.copy_schedule.copy_sms``).
+    ``sms``: the SM count to size from, ``ctx.get_agreed_cu_count()`` for a kernel whose ranks must launch the
+    same grid (default: this GPU's)."""
     if device.type == "cuda":
         import torch
 

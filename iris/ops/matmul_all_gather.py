@@ -20,60 +20,48 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.ccl.device import peer_at, program_row, store_to_group
-from iris.device.sync import count_published, group_barrier, wait_async_stores
-from iris.device.translate import translate
+from iris.ccl.device import program_row, store_to_group
+from iris.device.sync import count_published, group_barrier
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
-from iris.ops.gemm import (add_partials, band_of, descriptors_fit, first_unit, leave_partial, mainloop, num_programs,
-                           operand, split_tail, stream_program, stream_share, tile_coords)
+from iris.ops.copy_schedule import CopySchedule, bands_before, copy_sms, output_bands
+from iris.ops.gemm import (add_partials, band_of, corner, descriptors_fit, first_unit, leave_partial, mainloop,
+                           num_programs, operand, split_tail, stream_program, stream_share, tile_coords)
 
 
 @triton.jit
 def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
                   trace, t_send, band_counts, band_cols, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr,
-                  TMA_STORE: tl.constexpr, BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
-    """The finished tile lands in our column block of every rank's ``out``: from registers or through the TMA
-    engine into each rank's, or (``BY_ENGINE``) into ours alone, counted (once per warp) on its band
-    (``band_of``), which the copy engines carry to the peers once the count is full."""
-    tile_out = acc.to(out.dtype.element_ty)
+                  BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
+    """The finished tile lands in our column block of every rank's ``out``: from registers into each rank's, or
+    (``BY_ENGINE``) into ours alone, counted (once per warp) on its band (``band_of``), which the copy engines
+    carry to the peers once the count is full."""
+    tile_out = acc.to(out.dtype.element_ty)  # [BLOCK_M, BLOCK_N]
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (pid_m * BLOCK_M + rows[:, None] < M) & (pid_n * BLOCK_N + cols[None, :] < N_local)
+    ptrs = corner(out, pid_m * BLOCK_M, group_index * N_local + pid_n * BLOCK_N, stride_om, stride_on) + \
+        rows[:, None] * stride_om + cols[None, :] * stride_on
     if BY_ENGINE:
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
-        tl.store(out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on,
-                 tile_out, mask=mask)
+        tl.store(ptrs, tile_out, mask=mask)
         count_published(band_counts + band_of(pid_m, pid_n, tl.cdiv(N_local, BLOCK_N), GROUP_M, band_cols), WARPS)
-    elif TMA_STORE:
-        # through the tensor-memory engine, which copies the tile while this program goes on to its next one;
-        # each descriptor ends at our column block's right edge, so a partial tile is clipped there
-        for i in tl.static_range(GROUP_SIZE):
-            peer_out = translate(out, rank, peer_at(members, group_index, i, GROUP_SIZE), heap_bases, None, None,
-                                 "matmul_all_gather tma store")
-            dest = tl.make_tensor_descriptor(peer_out, shape=[M, (group_index + 1) * N_local],
-                                             strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
-            dest.store([pid_m * BLOCK_M, group_index * N_local + pid_n * BLOCK_N], tile_out)
     else:
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N_local)
-        ptrs = out + offs_m[:, None] * stride_om + (group_index * N_local + offs_n)[None, :] * stride_on
         store_to_group(ptrs, tile_out, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
                        hint=(1, VEC))
-    if TRACE and not BY_ENGINE:  # (a traced call takes the SM stores unless told otherwise)
-        # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
-        tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
-        record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * tile_bytes, t_send, rank)
+        if TRACE:  # (a traced call takes the SM stores unless told otherwise)
+            # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
+            tile_bytes = BLOCK_M * BLOCK_N * out.dtype.element_ty.primitive_bitwidth // 8
+            record(trace, OP_SCATTER_TILE, -1, GROUP_SIZE * tile_bytes, t_send, rank)
 
 
 @triton.jit
 def _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                 heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr, TMA_STORE: tl.constexpr,
-                BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
+                VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr, BY_ENGINE: tl.constexpr,
+                WARPS: tl.constexpr):
     """One output tile of A @ B_local, its whole K loop, then its scatter."""
     if TRACE:
         t_gemm = now(trace)
@@ -86,7 +74,7 @@ def _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk,
         t_send = now(trace)
     _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
                   trace, t_send, band_counts, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE,
-                  TMA_STORE, BY_ENGINE, WARPS)
+                  BY_ENGINE, WARPS)
 
 
 @triton.jit
@@ -94,7 +82,7 @@ def _stream_k(first_tile, n_tiles, stream, a, b, out, M, N_local, K, stride_am, 
               stride_om, stride_on, heap_bases, members, rank, group_index, trace, partials, part_flags, band_counts,
               GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
-              TMA_STORE: tl.constexpr, WARPS: tl.constexpr):
+              WARPS: tl.constexpr):
     """Tiles ``first_tile`` .. + ``n_tiles``, stream-K: our even share (of ``stream`` programs) of their K steps,
     tile after tile. A share that ends inside a tile leaves that part as a partial (in slot p),
     computed first; each tile whose last step is ours is finished here, with the partials of the programs before
@@ -127,7 +115,7 @@ def _stream_k(first_tile, n_tiles, stream, a, b, out, M, N_local, K, stride_am, 
             t_send = now(trace)
         _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
                       group_index, trace, t_send, band_counts, 1, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE,
-                      TMA_STORE, False, WARPS)
+                      False, WARPS)
 
 
 @triton.jit
@@ -137,8 +125,7 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                               GROUP_SIZE: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                               GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
-                              TMA_STORE: tl.constexpr, COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr,
-                              WARPS: tl.constexpr):
+                              COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr, WARPS: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -155,19 +142,17 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
         for tile in tl.range(p, engine_tiles, programs, flatten=FLATTEN):
             _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                         stride_on, heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE,
-                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, True, WARPS)
+                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, True, WARPS)
         first = first_unit(p, programs, engine_tiles)
     for tile in tl.range(first, full, programs, flatten=FLATTEN):
         _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                     heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N,
-                    BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, False, WARPS)
+                    BLOCK_K, GROUP_M, VEC, TRACE, TMA, False, WARPS)
     # ---- the last wave, stream-K (split_tail)
     if full < tiles:
         _stream_k(full, tiles - full, stream, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_om, stride_on, heap_bases, members, rank, group_index, trace, partials, part_flags,
-                  band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, TMA_STORE, WARPS)
-    if TMA_STORE:
-        wait_async_stores()  # our tiles are written in every rank's out before the barrier publishes them
+                  band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, WARPS)
     # every rank's tiles stored from its SMs have landed in our out (those the copy engines carry, the host's
     # streams wait for)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
@@ -200,41 +185,38 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     tma = config.tma and descriptors_fit(a, b)
     engines = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
                and out.is_contiguous())
-    programs = min(num_programs(ctx.get_device(), tiles, spare=common.copy_sms(ctx, engines),
-                                sms=ctx.get_agreed_cu_count()), MAX_COMM_PROGRAMS)
+    programs = min(num_programs(ctx.get_device(), tiles, spare=copy_sms(ctx, engines), sms=ctx.get_agreed_cu_count()),
+                   MAX_COMM_PROGRAMS)
     full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
     # The tile order finishes the bands one after another; the copy engines carry those done before the last wave.
-    band_cols, engine_bands = common.bands(config, M, n_local, block_m, block_n, out.element_size())
-    engine_bands = common.bands_before(engine_bands, min(full, (tiles - 1) // programs * programs))
+    band_cols, engine_bands = output_bands(config, M, n_local, block_m, block_n, out.element_size())
+    engine_bands = bands_before(engine_bands, min(full, (tiles - 1) // programs * programs))
     copy_engine = engines and len(engine_bands) > 0
-    tma_store = config.tma_store and not copy_engine and descriptors_fit(out)
-    if tma_store and out.is_cuda:
-        common.ensure_allocator()  # the kernel builds its descriptors over peers' out on the device
     slots = max(1, stream)  # a partial per program of the stream-K last wave
     partials = ctx.workspaces.get("matmul_all_gather.partials", sync.ranks, (slots, block_m, block_n),
-                                      torch.float32)
+                                  torch.float32)
     part_flags = ctx.workspaces.get("matmul_all_gather.part_flags", sync.ranks, (slots,), torch.int32,
-                                        zero=True)
+                                    zero=True)
     band_counts = ctx.workspaces.get("matmul_all_gather.band_counts", sync.ranks, (len(engine_bands),),
                                          torch.int32, zero=True) if copy_engine else part_flags
+    schedule = None
     if copy_engine:
         # made (zeroed) before the kernel, whose opening barrier keeps peers from raising them before that
         sent = ctx.workspaces.peer_flags("matmul_all_gather.sent", sync.ranks, 1)  # row i: member i's block
-        ctx.copy_queue.fork()
-        common.send_bands(ctx, sync, out, engine_bands, band_counts, sent, config.num_warps, caller,
-                          col_offset=sync.index * n_local)  # our column block
-    with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
+        schedule = CopySchedule(ctx, sync, caller)
+        schedule.send_bands(out, engine_bands, band_counts, sent, config.num_warps,
+                            col_offset=sync.index * n_local)  # our column block
+    with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_all_gather_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
             a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases,
             sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags,
             full, stream, band_counts, band_cols, sum(band.tiles for band in engine_bands), GROUP_SIZE=sync.size,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
-            VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, TMA_STORE=tma_store,
-            COPY_ENGINE=copy_engine,
+            VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, COPY_ENGINE=copy_engine,
             FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
             WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
-    if copy_engine:
-        ctx.copy_queue.join([sent[i] for i, r in enumerate(sync.ranks) if r != ctx.cur_rank], caller)
+    if schedule:
+        schedule.join(arrived=sent)
     return common.add_bias(out, bias, caller)
 

@@ -39,10 +39,10 @@ from iris.ccl.device import program_row, store_to_group
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, count_published, finish_call, group_barrier, wait_until
-from iris.host.copy_engine import peer_view
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
-from iris.ops.gemm import (band_of, descriptors_fit, first_unit, mainloop, num_programs, operand, store_tile,
+from iris.ops.copy_schedule import CopySchedule, bands_before, copy_sms, output_bands
+from iris.ops.gemm import (band_of, corner, descriptors_fit, first_unit, mainloop, num_programs, operand, store_tile,
                            tile_coords)
 
 ONE_SHOT_MAX_BYTES = CollectiveConfig().one_shot_max_bytes  # below it all_reduce writes an out anywhere
@@ -86,12 +86,11 @@ def _own_unit(acc, t, pid_m, pid_n, out, staging, tile_flags, epoch, tiles, M_lo
                        "matmul_reduce band")
         else:
             wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index), "matmul_reduce")
-        slot = staging + src_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+        slot = corner(staging, src_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
         acc += tl.load(slot + offs, mask=n_mask, other=0.0).to(tl.float32)
     if ALL_REDUCE:  # rows group_index * M_local + ... of every rank's out
-        offs_m = group_index * M_local + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        ptrs = out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+        ptrs = corner(out, group_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, stride_om, stride_on) + \
+            tl.arange(0, BLOCK_M)[:, None] * stride_om + tl.arange(0, BLOCK_N)[None, :] * stride_on
         if TO_ENGINES:  # ours only; the copy engines take the band to the peers
             tl.store(ptrs, acc.to(out.dtype.element_ty), mask=n_mask)
             count_published(band_counts + (GROUP_SIZE - 1) * bands + band, WARPS)
@@ -166,7 +165,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
             block_index = (group_index + step) % GROUP_SIZE
             acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
                            pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
-            slot = outbox + block_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+            slot = corner(outbox, block_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
             tl.store(slot + offs, acc.to(outbox.dtype.element_ty),
                      mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N)
             count_published(band_counts + (step - 1) * bands + band_of(pid_m, pid_n, num_pid_n, GROUP_M, band_cols),
@@ -200,7 +199,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
             if step < GROUP_SIZE:
                 # ---- a peer's row block: push the partial to the owner's staging slot for us, stamp its flag
                 dest = tl.load(members + block_index)
-                slot = staging + group_index * M_local * N + pid_m * BLOCK_M * N + pid_n * BLOCK_N
+                slot = corner(staging, group_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
                 store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases,
                       mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N, hint=(1, STAGE_VEC))
                 if DEFER:
@@ -251,7 +250,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     # all_reduce through the copy engines needs out's rows contiguous (each band of them is one 2-D copy)
     copy_engine = (config.uses_copy_engine(ctx.get_device().type, sync.size, shared_gpu=ctx.shares_gpu)
                    and (not all_reduce or out.stride(1) == 1))
-    programs = min(num_programs(ctx.get_device(), own_tiles, spare=common.copy_sms(ctx, copy_engine),
+    programs = min(num_programs(ctx.get_device(), own_tiles, spare=copy_sms(ctx, copy_engine),
                                 sms=ctx.get_agreed_cu_count()),
                    MAX_COMM_PROGRAMS)
     # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
@@ -269,29 +268,30 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             programs = max(p for p in range(1, programs + 1) if own_tiles % p == 0)
         else:
             programs = 1
-    band_cols, bands = common.bands(config, m_local, N, block_m, block_n, out.element_size())  # of a row block
-    out_bands, sent = [], []  # all_reduce: bands of our reduced rows that the copy engines take to the peers' out
+    band_cols, row_bands = output_bands(config, m_local, N, block_m, block_n, out.element_size())  # of a row block
+    out_bands, sent, schedule = [], None, None  # out_bands: all_reduce's bands of our reduced rows for the peers
     if copy_engine:
         # slot d holds our partial of rank d's row block (ours unused), laid out as the owner's staging slot
         outbox = ctx.workspaces.get(caller + ".outbox", sync.ranks, (sync.size, m_local, N), a.dtype)
         # counts: (W - 1) rows of partial bands, then one of our reduced bands
-        band_counts = ctx.workspaces.get(caller + ".band_counts", sync.ranks, (sync.size * len(bands),),
-                                             torch.int32, zero=True)
-        band_flags = ctx.workspaces.peer_flags(caller + ".band_flags", sync.ranks, len(bands))
+        band_counts = ctx.workspaces.get(caller + ".band_counts", sync.ranks, (sync.size * len(row_bands),),
+                                         torch.int32, zero=True)
+        band_flags = ctx.workspaces.peer_flags(caller + ".band_flags", sync.ranks, len(row_bands))
         if all_reduce:
             # our units come after every peer unit, tile by tile; the bands finished before the walk's last wave
             # go by the copy engines, the last wave's tiles from the SMs (which have nothing left to do by then)
             last_wave = (sync.size * own_tiles - 1) // programs * programs - (sync.size - 1) * own_tiles
-            out_bands = common.bands_before(bands, last_wave)
+            out_bands = bands_before(row_bands, last_wave)
             if out_bands:
                 sent = ctx.workspaces.peer_flags(caller + ".sent", sync.ranks, 1)  # row i: member i's bands
-        _send_partials(ctx, sync, staging, outbox, bands, band_counts, band_flags, config.num_warps, caller)
+        schedule = CopySchedule(ctx, sync, caller)
+        _send_partials(schedule, staging, outbox, row_bands, band_counts, band_flags, config.num_warps)
         # then our reduced rows (row block sync.index of out)
-        common.send_bands(ctx, sync, out, out_bands, band_counts[(sync.size - 1) * len(bands):], sent,
-                          config.num_warps, caller, row_offset=sync.index * m_local)
+        schedule.send_bands(out, out_bands, band_counts[(sync.size - 1) * len(row_bands):], sent, config.num_warps,
+                            row_offset=sync.index * m_local)
     else:
         outbox, band_counts, band_flags = staging, tile_flags, tile_flags
-    with common.launching_counted(ctx, band_counts, caller) if copy_engine else contextlib.nullcontext():
+    with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_reduce_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
             lag, m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
@@ -301,33 +301,28 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=defer,
             COPY_ENGINE=copy_engine, FLATTEN=config.flatten, WARPS=config.num_warps, num_warps=config.num_warps,
             num_stages=config.stages())
-    if copy_engine:
-        # every band flag on our heap was set, and seen by the kernel: cleared for the next call (a flag is consumed,
-        # not stamped with a call number, which a replayed CUDA graph would repeat: CopyQueue.join)
-        band_flags.zero_()
+    if schedule:
         # our outbox is free again once the side stream has copied it; all_reduce's out is whole once every peer's
-        # side stream has copied its bands here
-        ctx.copy_queue.join([sent[i] for i, r in enumerate(sync.ranks) if r != ctx.cur_rank] if out_bands else [],
-                            caller)
+        # side stream has copied its bands here; the band flags on our heap, all seen by the kernel, are cleared
+        schedule.join(arrived=sent, consumed=[band_flags])
     return out
 
 
-def _send_partials(ctx, sync, staging, outbox, bands, band_counts, band_flags, warps, caller):
+def _send_partials(schedule, staging, outbox, bands, band_counts, band_flags, warps):
     """The copy engines' part of the fused reduce-scatter, queued before the kernel that counts the bands: our
     partials of each peer's row block, band by band as the kernel counts them (once per tile and warp), go from
     our outbox into our staging slot on that peer, and then the band's flag there, set to 1, lets the peer's
     kernel add them."""
-    queue = ctx.copy_queue
-    queue.fork()
+    sync = schedule.sync
     for step in range(1, sync.size):
         index = (sync.index + step) % sync.size
-        their_staging = peer_view(ctx, staging, sync.ranks[index])[sync.index]
-        their_flags = peer_view(ctx, band_flags, sync.ranks[index])[sync.index]
+        their_staging = schedule.peer(staging, sync.ranks[index])[sync.index]
+        their_flags = schedule.peer(band_flags, sync.ranks[index])[sync.index]
         for i, band in enumerate(bands):
             slot = (step - 1) * len(bands) + i
-            queue.consume(band_counts[slot:slot + 1], band.tiles * warps, caller)
-            queue.copy(their_staging[band.rows, band.cols], outbox[index][band.rows, band.cols])
-            queue.write(their_flags[i:i + 1], 1)
+            schedule.after(band_counts[slot:slot + 1], band.tiles * warps)
+            schedule.copy(their_staging[band.rows, band.cols], outbox[index][band.rows, band.cols])
+            schedule.signal(their_flags[i:i + 1])
 
 
 def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):

@@ -1,4 +1,5 @@
-"""``iris.do_bench``: time a function on this rank, with optional barrier and preamble around each call."""
+"""``iris.do_bench``: time a function on this rank, with optional barrier and preamble around each call. The
+benchmark harness (``iris.bench``) builds on it; nothing in the library imports the harness."""
 
 import statistics
 import time

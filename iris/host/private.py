@@ -1,0 +1,89 @@
+"""The private torch and Triton APIs iris depends on, in one place, each behind a check with a clear error.
+
+Nothing else in iris touches a private name of torch or Triton; it calls the functions here. Private APIs can
+change in any release, so each accessor checks that the name is there and otherwise raises an error that names
+the API, the installed version and the versions iris is tested with (``TESTED``: the ends of the range in
+``pyproject.toml``, which ``.ci/run`` tests on the cpu backend, and the GPU tier's torch).
+
+- ``construct_storage``: ``torch._C._construct_storage_from_data_pointer`` (a non-owning storage over a peer's
+  mapped heap, for the copy queue's views), with the public array interfaces as the fallback.
+- ``default_store``: ``torch.distributed.distributed_c10d._get_default_store`` (the rendezvous store of the
+  default process group, for host barriers and the watchdog's exchange).
+- ``triton_interpreter``: ``triton.runtime.interpreter``, whose classes the cpu backend mends in place
+  (``iris/host/backend.py``); the mended names are checked here first.
+"""
+
+import warnings
+
+import torch
+
+# (oldest, newest) major.minor tested: torch 2.11 by the GPU tier, 2.13 and 2.14 by .ci/run; triton 3.6 by both,
+# 3.8 (what torch 2.14 requires) by .ci/run
+TESTED = {"torch": ((2, 11), (2, 14)), "triton": ((3, 6), (3, 8))}
+
+# what the cpu backend patches in triton.runtime.interpreter (iris/host/backend.py)
+_INTERPRETER_NAMES = ("GridExecutor", "InterpreterError", "InterpreterBuilder", "TensorHandle")
+
+
+def _major_minor(version):
+    parts = version.split("+")[0].split(".")
+    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+
+
+def _tested(package):
+    (lo_major, lo_minor), (hi_major, hi_minor) = TESTED[package]
+    return f"{package} {lo_major}.{lo_minor} to {hi_major}.{hi_minor}"
+
+
+def _missing(api, package, version, what):
+    return RuntimeError(f"iris: {what} needs {package}'s private {api}, which {package} {version} does not have; "
+                        f"iris is tested with {_tested(package)}; install a {package} in that range")
+
+
+def check_versions(torch_version=None, triton_version=None):
+    """The installed torch and triton outside ``TESTED``, as a list of lines (empty when both are inside)."""
+    import triton
+
+    found = []
+    for package, version in (("torch", torch_version or torch.__version__),
+                             ("triton", triton_version or triton.__version__)):
+        low, high = TESTED[package]
+        if not low <= _major_minor(version) <= high:
+            found.append(f"{package} {version} is outside the tested {_tested(package)}")
+    return found
+
+
+def warn_untested():
+    """One warning (not an error: the public APIs iris uses may still work) when torch or triton is untested."""
+    problems = check_versions()
+    if problems:
+        warnings.warn("iris: " + "; ".join(problems) + "; report what fails", RuntimeWarning, stacklevel=3)
+
+
+def construct_storage(address, device, nbytes):
+    """A non-owning storage of ``nbytes`` at ``address`` on ``device``, or None when this torch cannot build one
+    (the caller then goes through the public array interfaces)."""
+    construct = getattr(torch._C, "_construct_storage_from_data_pointer", None)
+    return None if construct is None else construct(address, device, nbytes)
+
+
+def default_store():
+    """The store of the default process group (``torch.distributed`` must be initialised)."""
+    import torch.distributed as dist
+
+    get = getattr(dist.distributed_c10d, "_get_default_store", None)
+    if get is None:
+        raise _missing("torch.distributed.distributed_c10d._get_default_store", "torch", torch.__version__,
+                       "the host barrier")
+    return get()
+
+
+def triton_interpreter():
+    """``triton.runtime.interpreter``, checked for the classes the cpu backend mends."""
+    import triton
+    from triton.runtime import interpreter
+
+    lacking = [name for name in _INTERPRETER_NAMES if not hasattr(interpreter, name)]
+    if lacking:
+        raise _missing(f"triton.runtime.interpreter.{lacking[0]}", "triton", triton.__version__, "the cpu backend")
+    return interpreter

@@ -1,0 +1,48 @@
+"""What a user gets from installing and importing iris: the logging and layering a library owes its
+application, and the checks around the private torch / Triton APIs (``iris/host/private.py``)."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import iris  # noqa: F401  (before triton)
+from iris.host import private
+
+
+def test_import_leaves_logging_and_the_bench_harness_alone():
+    """``import iris`` installs no handler but a NullHandler, keeps propagation on and does not load iris.bench;
+    ``set_logger_level`` then adds the one rank-prefixed handler."""
+    code = ("import logging, sys, iris; log = logging.getLogger('iris'); "
+            "print(log.propagate, sorted(type(h).__name__ for h in log.handlers), 'iris.bench' in sys.modules); "
+            "iris.set_logger_level(iris.INFO); iris.set_logger_level(iris.DEBUG); "
+            "print(sorted(type(h).__name__ for h in log.handlers), iris.do_bench.__module__)")
+    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert lines[0] == "True ['NullHandler'] False"
+    assert lines[1] == "['NullHandler', 'StreamHandler'] iris.host.timing"
+
+
+def test_version_check_names_what_is_untested():
+    assert private.check_versions("2.13.0+cpu", "3.6.0") == []
+    assert private.check_versions("2.14.1", "3.8.0") == []
+    found = private.check_versions("2.10.0", "3.9.1")
+    assert found == ["torch 2.10.0 is outside the tested torch 2.11 to 2.14",
+                     "triton 3.9.1 is outside the tested triton 3.6 to 3.8"]
+
+
+def test_private_apis_are_reachable_here():
+    """Each accessor finds its API in the installed versions (CI runs this at both ends of the tested range)."""
+    assert private.triton_interpreter().GridExecutor is not None
+    data = torch.arange(4, dtype=torch.int32)
+    storage = private.construct_storage(data.data_ptr(), data.device, 16)
+    assert storage is not None and storage.data_ptr() == data.data_ptr()
+
+
+def test_missing_private_api_is_a_clear_error(monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.delattr(dist.distributed_c10d, "_get_default_store")
+    with pytest.raises(RuntimeError, match=r"_get_default_store, which torch .* does not have; iris is tested with "
+                                           r"torch 2.11 to 2.14"):
+        private.default_store()
