@@ -19,6 +19,8 @@ import torch.distributed as dist
 
 import iris
 
+iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as [Iris] [rank/world] ...
+
 DTYPE = torch.bfloat16
 
 

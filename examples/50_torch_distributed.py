@@ -16,6 +16,8 @@ import torch.distributed._functional_collectives as fc
 import iris
 import iris.distributed  # registers the "iris" backend
 
+iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as [Iris] [rank/world] ...
+
 
 def main(n=1000):
     group = dist.new_group(backend="iris")  # every rank; the backend creates its iris context on first use

@@ -16,6 +16,8 @@ import torch
 import iris  # before triton: on the cpu backend this switches Triton to its interpreter
 from iris.models import IrisComm, LlamaConfig, NoComm, TensorParallelLlama, TorchDistComm
 
+iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as [Iris] [rank/world] ...
+
 SEED = 1234
 
 
