@@ -310,7 +310,7 @@ def _split_tail_body(programs=None, engines_only=False):
     fails = [None if stream > 0 else f"no stream-K wave: {row_tiles} tiles over {programs} programs"]
     if programs == 5:
         fails.append(None if (full, stream) == (10, 5) else f"5 programs: {(full, stream)}, not (10, 5)")
-    module.num_programs = lambda device, tiles, spare=0: min(tiles, programs - spare)
+    module.num_programs = lambda device, tiles, spare=0, sms=None: min(tiles, programs - spare)
     try:
         # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then through the
         # copy engines (band counts and flags reused), the last time over two tile columns in bands of one
