@@ -205,7 +205,7 @@ def _bf16_body():
     ctx.barrier()
     _bf16_kernel[(1,)](x, target, ctx.get_heap_bases(), rank, (rank + 1) % world, BLOCK=BLOCK)
     ctx.barrier()
-    source = rank_data((rank - 1) % world, BLOCK, torch.bfloat16, ctx.get_device())
+    source = rank_data((rank - 1) % world, BLOCK, torch.bfloat16, ctx.get_device()).cpu()
     ref = torch.full((BLOCK,), 3.0, dtype=torch.bfloat16) + ((1 + source * 2.0) - 0.5)  # each step rounded to bf16
     return torch.equal(target.cpu(), ref), (target.cpu() - ref).abs().max().item()
 

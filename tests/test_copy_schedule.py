@@ -50,7 +50,7 @@ def test_bands_land_after_their_counts_and_flags_are_cleared(pools):
     world = 3
     for rank, (got, left_counts, left_flags, failed) in enumerate(pools(world).run(_exchange_body)):
         ref = torch.stack([torch.arange(64, dtype=torch.float32) + 100 * r for r in range(world)])
-        assert torch.equal(got, ref), f"rank {rank}: {got}"
+        assert torch.equal(got.cpu(), ref), f"rank {rank}: {got}"
         assert left_counts == [0, 0], f"rank {rank}: counts left at {left_counts} (the side stream clears them)"
         assert left_flags == [0] * world, f"rank {rank}: arrived flags left at {left_flags} (join clears them)"
         assert failed == "launch failed"

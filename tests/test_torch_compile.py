@@ -22,7 +22,7 @@ def data(rank, shape, dtype, device, salt=0):
 
 
 def close(fails, name, tri, ref, tolerance=None):
-    tri = tri.cpu()
+    tri, ref = tri.cpu(), ref.cpu()
     if tri.shape != ref.shape:
         fails.append(f"{name}: shape {tuple(tri.shape)} != {tuple(ref.shape)}")
     elif tolerance is None:
@@ -111,7 +111,7 @@ def test_errors(pools):
         assert "torch.ops.iris.reduce_scatter: dim 0 of shape (3, 2) must split into 2" in found["rows"], found["rows"]
 
 
-def _reduce_overhead_body(replays):
+def _reduce_overhead_body(replays, ops):
     """mode="reduce-overhead": inductor captures the ops in a CUDA graph and replays it with fresh inputs."""
     import iris.compile
 
@@ -120,7 +120,8 @@ def _reduce_overhead_body(replays):
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
 
     def step(x, a, b):
-        return torch.ops.iris.all_reduce(x) * 2, torch.ops.iris.matmul_all_reduce(a, b)
+        reduced = torch.ops.iris.all_reduce(x) * 2 if "all_reduce" in ops else x
+        return reduced, torch.ops.iris.matmul_all_reduce(a, b) if "matmul_all_reduce" in ops else a
 
     run = torch.compile(step, fullgraph=True, mode="reduce-overhead")
     fails = []
@@ -130,13 +131,17 @@ def _reduce_overhead_body(replays):
         b = [data(r, (K // world, N), torch.bfloat16, dev, 30 + i) / 8 for r in range(world)]
         reduced, product = run(x[rank], a[rank], b[rank])
         torch.cuda.synchronize()
-        close(fails, f"all_reduce call {i}", reduced, ref_ops.all_reduce(x) * 2)
-        close(fails, f"matmul_all_reduce call {i}", product, fused_ref.matmul_all_reduce(a, b), 2e-2)
+        if "all_reduce" in ops:
+            close(fails, f"all_reduce call {i}", reduced, ref_ops.all_reduce(x) * 2)
+        if "matmul_all_reduce" in ops:
+            close(fails, f"matmul_all_reduce call {i}", product, fused_ref.matmul_all_reduce(a, b), 2e-2)
         ctx.barrier()
     return fails
 
 
 @pytest.mark.skipif(not on_gpu(), reason="CUDA graphs need a GPU (GPU tier)")
-def test_reduce_overhead_replays(pools):
-    for rank, fails in enumerate(pools(2).run(_reduce_overhead_body, 6)):
+@pytest.mark.parametrize("ops", [("all_reduce",), ("matmul_all_reduce",), ("all_reduce", "matmul_all_reduce")],
+                         ids="+".join)
+def test_reduce_overhead_replays(pools, ops):
+    for rank, fails in enumerate(pools(2).run(_reduce_overhead_body, 6, ops)):
         assert not fails, f"rank {rank}: " + "; ".join(fails)

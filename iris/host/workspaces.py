@@ -83,6 +83,16 @@ class Workspaces:
             self._registered[key] = flags
         return flags
 
+    def views(self, name):
+        """The last view handed out of ``name``'s buffer in each group (zeroed views: flags and counters), as the
+        calls left them."""
+        found = []
+        for key, (shape, dtype) in self._shapes.items():
+            if key[0] == name and key in self.buffers:
+                nbytes = torch.Size(shape).numel() * dtype.itemsize
+                found.append(self.buffers[key][:nbytes].view(dtype).view(shape))
+        return found
+
     def release(self, group):
         """Free every workspace of ``group`` (a ``ProcessGroup``, or its ranks; None: the world). Local; the
         members' next call with the group makes its workspaces again. Call it on every member once no call
