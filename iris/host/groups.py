@@ -79,6 +79,9 @@ class GroupTable:
             # good on H200s shared by two rank processes (simulation), and so may a pinned allocation.
             self._poison_stream = torch.cuda.Stream(device)
             self._grow_host_copy(self.region.numel())
+        # The world's state now, outside any CUDA graph pool: a first collective inside torch.compile's
+        # "reduce-overhead" warm-up would otherwise leave its members tensor alive in the graph's pool.
+        self.get(list(range(world_size)), "iris.iris")
 
     def check(self, caller):
         """Raise ``PeerError`` once a peer has failed: a call that waits for peers would wait forever."""
