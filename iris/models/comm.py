@@ -74,7 +74,17 @@ class TorchDistComm(NoComm):
         return y
 
 
-class SymmMemComm(NoComm):
+class _SequenceParallelPrefill(NoComm):
+    """A provider whose prefill runs sequence-parallel (fused all-gather / reduce-scatter GEMMs) from
+    ``prefill_min_rows`` rows that split evenly over the ranks."""
+
+    prefill_min_rows = PREFILL_MIN_ROWS
+
+    def sequence_parallel(self, rows):
+        return rows >= self.prefill_min_rows and rows % self.world_size == 0
+
+
+class SymmMemComm(_SequenceParallelPrefill):
     """PyTorch symmetric memory (``torch.ops.symm_mem``): ``one_shot_all_reduce`` for decode, the fused
     all-gather-matmul and matmul-reduce-scatter for prefill. CUDA only."""
 
@@ -110,9 +120,6 @@ class SymmMemComm(NoComm):
                 warnings.simplefilter("ignore", FutureWarning)
                 symm_mem.enable_symm_mem_for_group(self.group_name)
         self._buffers = {}
-
-    def sequence_parallel(self, rows):
-        return rows >= self.prefill_min_rows and rows % self.world_size == 0
 
     def column(self, h, w, sp):
         if not sp:
@@ -150,7 +157,7 @@ class SymmMemComm(NoComm):
         return self._buffers[key]
 
 
-class IrisComm(NoComm):
+class IrisComm(_SequenceParallelPrefill):
     """iris: for decode, the partial product lands on the symmetric heap and ``ccl.all_reduce_rmsnorm`` sums it,
     adds the residual and normalises in one kernel (``fused_norm=False``: ``ccl.all_reduce``, then torch's add
     and norm); for prefill, ``ops.all_gather_matmul`` and ``ops.matmul_reduce_scatter``. Graph-capturable
@@ -163,9 +170,6 @@ class IrisComm(NoComm):
         ranks = ctx.group_sync(group, "IrisComm").ranks
         super().__init__(ranks.index(ctx.get_rank()), len(ranks))
         self._buffers = {}
-
-    def sequence_parallel(self, rows):
-        return rows >= self.prefill_min_rows and rows % self.world_size == 0
 
     def column(self, h, w, sp):
         if not sp:
