@@ -156,6 +156,10 @@ class SymmetricHeap:
         dropped (an all-gather of the dropped offsets). Allocation calls it on its own; call it (after
         ``gc.collect()`` if tensors sit in reference cycles) to see the freed bytes in ``memory_stats`` now."""
         riders = dict(self._riders)
+        if self.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+            # A peer's kernel queued before the agreement may still write into bytes it frees; once every rank's
+            # stream is drained here and every rank has passed the all-gather, none is in flight.
+            torch.cuda.current_stream(self.device).synchronize()
         agreed, extras = self._frees.agree(self._exchange, {name: local() for name, (local, _) in riders.items()})
         for name, (_, apply) in riders.items():
             apply([extra.get(name) for extra in extras])
