@@ -46,3 +46,12 @@ def test_missing_private_api_is_a_clear_error(monkeypatch):
     with pytest.raises(RuntimeError, match=r"_get_default_store, which torch .* does not have; iris is tested with "
                                            r"torch 2.11 to 2.14"):
         private.default_store()
+
+
+def test_upstream_module_path_and_factory():
+    # upstream code does `from iris.iris import DeviceContext` and calls `iris.iris(heap_size)`: both must hold
+    import iris
+    from iris.iris import DeviceContext, Iris
+
+    assert DeviceContext is iris.DeviceContext and Iris is iris.Iris
+    assert callable(iris.iris) and iris.iris is iris.host.context.iris
