@@ -9,8 +9,8 @@ stride over the rows:
     barrier (inputs ready) | for each of our rows: sum every rank's row in fp32, + residual -> residual_out,
                            | normalise the fp32 sum in registers -> out | barrier (inputs free)
 
-A row lives in one program's registers, so the sum of squares needs no second pass and no cross-program
-step: the norm costs what the residual and weight loads cost. Program p synchronises only with program p of
+A row lives in one program's registers, so the sum of squares is taken from them: the inputs are read once,
+no program waits for another of its rank, and the norm costs what the residual and weight loads cost. Program p synchronises only with program p of
 the other ranks, as in the one-shot ``all_reduce`` (the same relaxed barriers, the same rows of the group's
 flags), so no program waits for another program of its own rank.
 """
