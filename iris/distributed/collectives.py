@@ -70,6 +70,14 @@ class GroupCollectives:
         kernels take them as they are, and nothing is staged."""
         return all(self.ctx.is_symmetric(t) for t in tensors)
 
+    def staged_chunks(self, flat):
+        """(start, part, staged) for each chunk of the 1-D ``flat``: ``staged`` is the staging buffer viewed with
+        ``part``'s dtype and length; what it holds is the caller's to fill or read."""
+        chunk = self.chunk(flat.dtype)
+        for start in range(0, flat.numel(), chunk):
+            part = flat[start:start + chunk]
+            yield start, part, self.staging.view(flat.dtype, part.numel())
+
     def chunk(self, dtype, per_element_slots=1):
         """Elements per chunk when a chunk takes ``per_element_slots`` buffer elements per element."""
         chunk = self.staging.elements(dtype) // per_element_slots
@@ -100,10 +108,8 @@ class GroupCollectives:
             self.ctx.ccl.all_reduce(out, tensor, op=op, group=self.group)
             return
         flat, flat_out = tensor.view(-1), out.view(-1)
-        chunk = self.chunk(flat.dtype)
-        for start in range(0, flat.numel(), chunk):
-            part, part_out = flat[start:start + chunk], flat_out[start:start + chunk]
-            staged = self.staging.view(flat.dtype, part.numel())
+        for start, part, staged in self.staged_chunks(flat):
+            part_out = flat_out[start:start + part.numel()]
             staged.copy_(part)
             if part.numel() <= one_shot_max:  # peers read the staged copy; the reduction lands in out directly
                 self.ctx.ccl.all_reduce(part_out, staged, op=op, group=self.group, config=ONE_SHOT)
@@ -219,10 +225,7 @@ class GroupCollectives:
         if self.on_heap(tensor):
             self.ctx.ccl.broadcast(flat, src=src, group=self.group)
             return
-        chunk = self.chunk(flat.dtype)
-        for start in range(0, flat.numel(), chunk):
-            part = flat[start:start + chunk]
-            staged = self.staging.view(flat.dtype, part.numel())
+        for _, part, staged in self.staged_chunks(flat):
             if self.index == root:
                 staged.copy_(part)
             self.ctx.ccl.broadcast(staged, src=src, group=self.group)
@@ -236,10 +239,7 @@ class GroupCollectives:
         self.reducible(caller, tensor.dtype)
         dst = self.global_rank(root, caller, "root")
         flat = tensor.view(-1)
-        chunk = self.chunk(flat.dtype)
-        for start in range(0, flat.numel(), chunk):
-            part = flat[start:start + chunk]
-            staged = self.staging.view(flat.dtype, part.numel())
+        for _, part, staged in self.staged_chunks(flat):
             staged.copy_(part)
             self.ctx.ccl.reduce(part, staged, dst=dst, op=op, group=self.group)
 
@@ -248,10 +248,7 @@ class GroupCollectives:
         self.check(caller, tensor)
         dst = self.global_rank(peer, caller, "dst")
         flat = movable(tensor)
-        chunk = self.chunk(flat.dtype)
-        for start in range(0, flat.numel(), chunk):
-            part = flat[start:start + chunk]
-            staged = self.staging.view(flat.dtype, part.numel())
+        for _, part, staged in self.staged_chunks(flat):
             staged.copy_(part)
             self.ctx.ccl.send(staged, dst)
 
@@ -259,10 +256,7 @@ class GroupCollectives:
         self.check(caller, tensor)
         src = self.global_rank(peer, caller, "src")
         flat = movable(tensor)
-        chunk = self.chunk(flat.dtype)
-        for start in range(0, flat.numel(), chunk):
-            part = flat[start:start + chunk]
-            staged = self.staging.view(flat.dtype, part.numel())
+        for _, part, staged in self.staged_chunks(flat):
             self.ctx.ccl.recv(staged, src)
             part.copy_(staged)
 
