@@ -1,6 +1,7 @@
 """Host and device barriers, message passing with release/acquire flags, timeouts, resource release."""
 
 import glob
+import re
 import time
 
 import pytest
@@ -190,6 +191,11 @@ def test_device_barrier_in_cuda_graph(pools):
     assert all(not b for b in results), results
 
 
+# A heap or status segment's mapping (``iris-<token>-r<rank>``, ``iris-<token>-status``) or a growable heap's
+# chunk (``memfd:iris-heap``); not any path that merely contains "iris-", such as a virtual environment's.
+SEGMENT_MAPPING = re.compile(r"/iris-[0-9a-f]{32}-(r[0-9]+|status)\b|memfd:iris-heap")
+
+
 def _lifecycle_body(cycles):
     """Create and destroy contexts; the heap memory, every mapping and every watchdog thread must come back
     each time."""
@@ -206,8 +212,8 @@ def _lifecycle_body(cycles):
         gc.collect()
         if torch.cuda.is_available():
             used.append(torch.cuda.memory_allocated())
-    with open("/proc/self/maps") as maps:  # shared-memory heaps still mapped (their files are unlinked)
-        mapped = sum("/iris-" in line for line in maps)
+    with open("/proc/self/maps") as maps:  # heap and status segments still mapped (their files are unlinked)
+        mapped = sum(bool(SEGMENT_MAPPING.search(line)) for line in maps)
     watchdogs = [t.name for t in threading.enumerate() if t.name.startswith("iris-watchdog")]
     return used, mapped, watchdogs
 
