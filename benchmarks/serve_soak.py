@@ -32,9 +32,10 @@ CHECK_EVERY = 10  # steps between exchanges of the ranks' verdicts
 
 
 def _values(step, rank, salt, shape, device):
-    """Small integers (exact in fp32 sums) for ``rank``'s input ``salt`` of ``step``: any rank can remake them."""
-    gen = torch.Generator().manual_seed((step * 1_000_003 + rank) * 31 + salt)
-    values = torch.randint(-8, 9, shape, generator=gen).to(torch.float32)
+    """Small integers (exact in fp32 sums) for ``rank``'s input ``salt`` of ``step``: any rank can remake them on
+    its own device (a seeded generator there), so the float64 references are computed where the results are."""
+    gen = torch.Generator(device).manual_seed((step * 1_000_003 + rank) * 31 + salt)
+    values = torch.randint(-8, 9, shape, generator=gen, device=device).to(torch.float32)
     values[values == 0] = 1
     return values.to(device)
 
@@ -69,8 +70,8 @@ def main(steps, max_tokens, seed, out_dir, minutes=None, hidden=None, allocator=
         summed = heap(ctx.empty(tokens, hidden))
         summed.fill_(-77.0)
         ctx.ccl.all_reduce(summed, act)
-        expect = sum(_values(step, r, 0, (tokens, hidden), "cpu").double() for r in range(world))
-        if not torch.equal(summed.double().cpu(), expect):
+        expect = sum(_values(step, r, 0, (tokens, hidden), dev).double() for r in range(world))
+        if not torch.equal(summed.double(), expect):
             wrong.append(f"step {step}: all_reduce of {tokens} tokens")
         # ---- subgroup all_gather and push reduce_scatter (members only; heap allocation is collective: everyone)
         gathered = heap(ctx.empty(len(members) * tokens, hidden))
@@ -79,13 +80,13 @@ def main(steps, max_tokens, seed, out_dir, minutes=None, hidden=None, allocator=
             mine = _values(step, rank, 1, (tokens, hidden), dev)
             gathered.fill_(-77.0)
             ctx.ccl.all_gather(gathered, mine, group=sub)
-            expect = torch.cat([_values(step, r, 1, (tokens, hidden), "cpu") for r in members]).double()
-            if not torch.equal(gathered.double().cpu(), expect):
+            expect = torch.cat([_values(step, r, 1, (tokens, hidden), dev) for r in members]).double()
+            if not torch.equal(gathered.double(), expect):
                 wrong.append(f"step {step}: subgroup all_gather of {tokens} tokens")
             scattered = torch.full((tokens, hidden), -77.0, device=dev)
             ctx.ccl.reduce_scatter(scattered, gathered, group=sub, config=push)
-            expect = size * torch.cat([_values(step, r, 1, (tokens, hidden), "cpu") for r in members]).double()
-            if not torch.equal(scattered.double().cpu(), expect[index * tokens:(index + 1) * tokens]):
+            expect = size * torch.cat([_values(step, r, 1, (tokens, hidden), dev) for r in members]).double()
+            if not torch.equal(scattered.double(), expect[index * tokens:(index + 1) * tokens]):
                 wrong.append(f"step {step}: subgroup push reduce_scatter of {tokens} tokens")
         # ---- fused matmul_all_reduce: out = sum over ranks of act_r[:, K/W slice] @ w_r
         k_local, m = 16, -(-tokens // world) * world  # the op splits M over the ranks: padded to a multiple
@@ -95,9 +96,9 @@ def main(steps, max_tokens, seed, out_dir, minutes=None, hidden=None, allocator=
         out = heap(ctx.empty(m, 16))
         out.fill_(-77.0)
         ctx.ops.matmul_all_reduce(out, a, w)
-        expect = sum(_values(step, r, 2, (m, k_local), "cpu").double()
-                     @ _values(step, r, 3, (k_local, 16), "cpu").double() for r in range(world))
-        if not torch.allclose(out.double().cpu(), expect, rtol=1e-5, atol=1e-3):
+        expect = sum(_values(step, r, 2, (m, k_local), dev).double()
+                     @ _values(step, r, 3, (k_local, 16), dev).double() for r in range(world))
+        if not torch.allclose(out.double(), expect, rtol=1e-5, atol=1e-3):
             wrong.append(f"step {step}: matmul_all_reduce of {tokens} tokens")
         largest_live = max(largest_live, sum(live) + ctx.workspaces.bytes()["heap"])
         del act, summed, gathered, a, out, live
