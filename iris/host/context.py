@@ -115,6 +115,7 @@ class Iris(TensorFactory, RankLogger):
                                   all_gather_object)
         self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self._device,
                                  StoreExchange(self._store, self.cur_rank, self._serial, timeout_s))
+        self.groups.on_agreed(self._watch_group)  # a subgroup's slot comes back when its ProcessGroups go
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
         # [rank, world_size, bytes each base addresses, world_size, base_0, ...]: upstream Iris's [rank, world_size]
@@ -238,7 +239,8 @@ class Iris(TensorFactory, RankLogger):
 
     def empty_cache(self):
         """Collective over every rank. Collect this rank's garbage (tensors in reference cycles) and return to
-        the heap every tensor all ranks have dropped; ``memory_stats`` then shows what is live."""
+        the heap every tensor all ranks have dropped, and the workspaces and sync flags of every group whose
+        ProcessGroups every member has dropped; ``memory_stats`` then shows what is live."""
         import gc
 
         gc.collect()
@@ -292,6 +294,9 @@ class Iris(TensorFactory, RankLogger):
         groups = getattr(self, "groups", None)  # None during context creation
         if groups is not None:
             groups.check(caller)
+
+    def _watch_group(self, ranks):
+        self.workspaces.watch(ranks)
 
     def group_sync(self, group, caller):
         """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises

@@ -14,10 +14,11 @@ shape. Where the memory comes from keeps every rank's heap in step:
 
 Flag arrays are zeroed whenever they are made or handed out at a new shape, before the kernel whose opening
 barrier keeps peers from writing them, so no waiter can read a stamp of an earlier call or layout as new.
-A subgroup's workspaces are freed with its last ``ProcessGroup`` of those ranks: once every member's collector
-has taken its ProcessGroups, at the heap's next agreement (``iris/host/heap.py``), so all members free them at
-the same point of their calls (freeing where the collector runs would let one member make a workspace again,
-and wait for an agreement, while another still had it). ``release(group)`` frees them now, on each member.
+A subgroup's workspaces, and its sync flags' slot (``iris/host/groups.py``), are freed with its last
+``ProcessGroup`` of those ranks: once every member's collector has taken its ProcessGroups, at the heap's next
+agreement (``iris/host/heap.py``), so all members free them at the same point of their calls (freeing where the
+collector runs would let one member make a workspace again, and wait for an agreement, while another still had
+it). ``release(group)`` frees them now, on each member.
 """
 
 import collections
@@ -94,9 +95,10 @@ class Workspaces:
         return found
 
     def release(self, group):
-        """Free every workspace of ``group`` (a ``ProcessGroup``, or its ranks; None: the world). Local; the
-        members' next call with the group makes its workspaces again. Call it on every member once no call
-        with the group is in flight."""
+        """Free every workspace of ``group`` (a ``ProcessGroup``, or its ranks; None: the world), and a subgroup's
+        sync flags. Local; the members' next call with the group makes them again. Call it on every member at
+        the same point of their calls, once no call with the group is in flight on any member (after
+        ``ctx.barrier(group=group)``)."""
         if group is None or isinstance(group, (list, tuple)):
             ranks = tuple(range(self.ctx.num_ranks)) if group is None else tuple(sorted(group))
         else:
@@ -104,6 +106,7 @@ class Workspaces:
         for key in [k for k in self.buffers if k[1] == ranks]:
             self._drop(key)
             self._shapes.pop(key, None)
+        self.ctx.groups.release(ranks)
 
     def bytes(self):
         """Bytes held by workspaces, whole-world ones (heap) and subgroup ones (workspace area)."""
@@ -120,7 +123,7 @@ class Workspaces:
         else:
             offset = self._agree_offset(key, size)
             self._offsets[key] = offset
-            self._watch(key[1])
+            self.watch(key[1])
             buffer = self.ctx.heap.view(offset, size)
         self.buffers[key] = buffer
         return buffer
@@ -149,12 +152,15 @@ class Workspaces:
                 self._gone_here.discard(ranks)
                 self.release(list(ranks))
 
-    def _watch(self, ranks):
-        """Queue ``ranks`` for release once every ProcessGroup of exactly those ranks is collected."""
+    def watch(self, ranks):
+        """Queue ``ranks`` for release once every ProcessGroup of exactly those ranks is collected (nothing to
+        watch where none exists: pairs of ``send``/``recv``, whose slots are set aside for them)."""
         if ranks in self._watched:
             return
         groups = [g for g, members in dist.distributed_c10d._world.pg_group_ranks.items()
                   if tuple(sorted(members)) == ranks]
+        if not groups:
+            return
         self._watched[ranks] = len(groups)
         for group in groups:
             weakref.finalize(group, self._group_gone, ranks)
