@@ -4,6 +4,7 @@ import functools
 import math
 import os
 import socket
+import weakref
 
 import numpy as np
 import torch
@@ -115,7 +116,10 @@ class Iris(TensorFactory, RankLogger):
                                   all_gather_object)
         self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self._device,
                                  StoreExchange(self._store, self.cur_rank, self._serial, timeout_s))
-        self.groups.on_agreed(self._watch_group)  # a subgroup's slot comes back when its ProcessGroups go
+        # A subgroup's slot comes back when its ProcessGroups go. Through a weak reference: the watchdog thread
+        # holds the table, and a strong one would keep the context (and its heap mappings) from being collected.
+        context = weakref.ref(self)
+        self.groups.on_agreed(lambda ranks: context()._watch_group(ranks))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
         # [rank, world_size, bytes each base addresses, world_size, base_0, ...]: upstream Iris's [rank, world_size]

@@ -163,7 +163,9 @@ class Workspaces:
             return
         self._watched[ranks] = len(groups)
         for group in groups:
-            weakref.finalize(group, self._group_gone, ranks)
+            # through a weak reference: a ProcessGroup that outlives the context (torch keeps every group it made
+            # until destroy_process_group) must not keep the context, and its heap mappings, alive
+            weakref.finalize(group, _group_gone, weakref.ref(self), ranks)
 
     def _group_gone(self, ranks):
         self._watched[ranks] -= 1
@@ -190,3 +192,9 @@ class Workspaces:
                 f"(ctx.workspaces.release(group))")
         self._area.take(offset, size)
         return offset
+
+
+def _group_gone(workspaces, ranks):
+    workspaces = workspaces()
+    if workspaces is not None:
+        workspaces._group_gone(ranks)
