@@ -235,7 +235,8 @@ class Iris(TensorFactory, RankLogger):
         """This rank's heap in the spirit of ``torch.cuda.memory_stats``: ``allocated_bytes.all.current`` /
         ``.peak`` (bytes in live tensors and whole-world workspaces, including tensors dropped here but not yet
         on every rank), ``reserved_bytes.all.current`` / ``.peak`` (bytes mapped: the heap's size, which grows
-        with ``allocator_type="vmem"``), counts of allocations, frees, agreements and growths, and
+        with ``allocator_type="vmem"``), counts of allocations, frees, agreements and growths, ``held_by_graphs``
+        (allocations made during CUDA graph captures whose graphs live: not reused, dropped or not), and
         ``workspace_bytes`` (whole-world ones on the heap, subgroup ones in the workspace area). Local, cheap."""
         stats = self.heap.memory_stats()
         stats["workspace_bytes"] = self.workspaces.bytes()
@@ -248,7 +249,7 @@ class Iris(TensorFactory, RankLogger):
         import gc
 
         gc.collect()
-        self.heap.reclaim()
+        self.heap.reclaim("Iris.empty_cache")
 
     def allocate_symmetric(self, *size, dtype=None):
         """Collective. An uninitialised heap tensor and int64[world_size] ``peer_bases`` on the device:

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 import triton
 
+from iris.host import capture
 from iris.host.allocator import OffsetAllocator, best_fit, common_free
 from iris.host.heap import format_bytes
 
@@ -117,8 +118,17 @@ class Workspaces:
     # ------------------------------------------------------------------ internals
     def _make(self, key, nbytes):
         size = max(MIN_BYTES, triton.next_power_of_2(nbytes))
+        world = list(key[1]) == list(range(self.ctx.num_ranks))
+        graph = capture.current(self.ctx.get_device())
+        if graph is not None:
+            if not world:  # the members' agreement on an offset is not recorded by a capture
+                raise RuntimeError(
+                    f"Iris.workspaces: the group {list(key[1])} needs its {key[0]!r} workspace made or grown to {size} "
+                    "bytes during a CUDA graph capture; run the call once at this size (or larger) before capturing")
+            if key in self.buffers:  # kernels captured before the growth keep using the old buffer on replay
+                self.ctx.heap.hold(self.buffers[key], graph)
         self._drop(key)
-        if list(key[1]) == list(range(self.ctx.num_ranks)):
+        if world:
             buffer = self.ctx.heap.allocate_tensor((size,), torch.uint8, f"workspace {key[0]}")
         else:
             offset = self._agree_offset(key, size)
