@@ -221,6 +221,41 @@ def test_allocation_during_graph_capture_holds_captured_bytes(pools):
         assert (while_alive, one_gone, all_gone) == results[0][4:], "offsets differ between ranks"
 
 
+def _capture_workspace_body():
+    """A whole-world workspace that grows during a capture keeps its old bytes until the graph is gone (kernels
+    captured before the growth use them); a subgroup's cannot be made during one (its members' agreement on an
+    offset is not recorded)."""
+    from iris.host import capture
+
+    ctx = new_context(heap_size=1 << 20)
+    rank, world = ctx.get_rank(), list(range(ctx.get_num_ranks()))
+    old = ctx.heap.offset_of(ctx.workspaces.get("probe", world, (256,), torch.uint8))
+    graph, local, error = capture.GraphLife(), capture.current, ""
+    capture.current = lambda device: graph
+    try:
+        ctx.workspaces.get("probe", world, (4096,), torch.uint8)  # grows
+        held = ctx.memory_stats()["held_by_graphs"]
+        try:
+            ctx.workspaces.get("probe", [rank], (64,), torch.uint8)
+        except RuntimeError as e:
+            error = str(e)
+    finally:
+        capture.current = local
+    ctx.empty_cache()
+    while_alive = ctx.heap.offset_of(ctx.empty(256, dtype=torch.uint8))  # best fit: the old buffer's hole, if free
+    graph.alive = False
+    ctx.empty_cache()
+    after = ctx.heap.offset_of(ctx.empty(256, dtype=torch.uint8))
+    return old, held, error, while_alive, after
+
+
+def test_workspace_growth_during_graph_capture(pools):
+    for old, held, error, while_alive, after in pools(2).run(_capture_workspace_body):
+        assert held == 2, held  # the new buffer and the old one
+        assert "CUDA graph capture" in error and "before capturing" in error, error
+        assert while_alive != old and after == old, (old, while_alive, after)
+
+
 def _graph_alloc_body():
     """A heap tensor allocated inside ``torch.cuda.graph`` and used by a captured all_reduce: after the capture it
     is dropped, yet no allocation takes its bytes while the graph lives (replays would overwrite it), and
