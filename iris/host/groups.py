@@ -127,8 +127,9 @@ class GroupTable:
             raise ValueError(f"{caller}: the group {ranks} needs sync flags, but a member already belongs to "
                              f"{len(used)} groups, the most the heap's sync region holds ({self.slots}: the world, "
                              f"a pair with each peer and {self.slots - self.world_size} others); use fewer groups at "
-                             "once: a dropped group's flags come back once every member has dropped its ProcessGroups "
-                             "and called ctx.empty_cache() (or allocated on the heap long enough to reach an agreement)")
+                             "once: a dropped group's flags come back once every member has dropped its "
+                             "ProcessGroups and called ctx.empty_cache() (or allocated on the heap long enough to "
+                             "reach an agreement)")
         self._used.add(slot)
         return slot
 
