@@ -116,6 +116,46 @@ def _moves_right_data(block, num_warps, programs_per_sm):
     return bad
 
 
+# Counts just below the int32 wrap: 2**31 - 1 is the largest int32; the next round's value wraps to -2**31.
+NEAR_WRAP = (1 << 31) - 2
+
+
+def _ping_pong_near_wrap_body(rounds):
+    """One round trip per call, the flags and epochs preset just below the wrap; rank 1 (pong) answers late, so a
+    ping whose wait compared across the wrap as reached returns before the answer and finds its flag stale."""
+    import time
+
+    from iris.bench import peer
+
+    ctx = iris.iris(1 << 20)
+    rank, device, bases = ctx.get_rank(), ctx.get_device(), ctx.get_heap_bases()
+    flag = ctx.zeros(64, dtype=torch.int32)[:1]
+    epoch = torch.zeros(1, dtype=torch.int32, device=device)
+    status = torch.zeros(1, dtype=torch.int32, device=device)
+    flag.fill_(NEAR_WRAP)
+    epoch.fill_(NEAR_WRAP)
+    ctx.barrier()  # every rank has preset its flag before the first ping lands in it
+    seen = []
+    for _ in range(rounds):
+        if rank == 1:
+            time.sleep(0.5)
+        kernels.ping_pong(flag, peer.peer_address(ctx, flag, 1 - rank), epoch, status, 1, rank, 1 - rank, bases,
+                          rank == 0, False, False)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seen.append(int(flag[0]))
+        ctx.barrier()
+    ctx.close()
+    return seen, int(status[0])
+
+
+def test_ping_pong_waits_across_the_wrap(pools):
+    expect = [torch.tensor(NEAR_WRAP + i + 1, dtype=torch.int64).to(torch.int32).item() for i in range(3)]
+    assert expect[1] == -(1 << 31)  # the second round's value wraps
+    for rank, (seen, status) in enumerate(pools(2).run(_ping_pong_near_wrap_body, 3)):
+        assert seen == expect and status == 0, (rank, seen, status)
+
+
 def _harness_rows():
     ctx = iris.iris(1 << 20)
     rank = ctx.get_rank()

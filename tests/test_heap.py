@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import iris
+from conftest import on_gpu
 from iris.device.context import CONTEXT_HEADER  # the extent word sits two before the heap bases
 from rank_utils import new_context
 
@@ -160,6 +161,151 @@ def test_vmem_heap_grows_symmetrically(pools):
         assert reserved > first and grows >= 1 and same_bases and correct
         assert extent == reserved  # kernels in debug mode see the grown extent
         assert offset == results[0][6]
+
+
+def _fill(ctx, n):
+    """Offsets of ``n``-float tensors allocated until the heap is full (an agreement first: dropped bytes return)."""
+    keep = []
+    while True:
+        try:
+            keep.append(ctx.empty(n))
+        except MemoryError:
+            return [ctx.heap.offset_of(t) for t in keep]
+
+
+def _capture_body():
+    """The heap as a CUDA graph capture sees it, on the cpu backend through the seam that names the capture in
+    progress: no agreement and no growth during it, and the bytes of a tensor allocated during it come back only
+    once the graph is gone on every rank."""
+    from iris.host import capture
+
+    ctx = new_context(heap_size=1 << 20)
+    rank, quarter = ctx.get_rank(), (1 << 20) // 16  # float32 elements in a quarter of the heap
+    before = ctx.empty(quarter)
+    del before  # dropped before the capture, not yet agreed on
+    graph, local, errors = capture.GraphLife(), capture.current, {}
+    agreements = ctx.memory_stats()["num_agreements"]
+    capture.current = lambda device: graph  # a capture in progress
+    try:
+        t = ctx.empty(quarter)  # from bytes free now
+        t.fill_(1.0)
+        captured = ctx.heap.offset_of(t)
+        for name, call in (("empty_cache", ctx.empty_cache), ("too_big", lambda: ctx.empty(3 * quarter))):
+            try:
+                call()
+            except (RuntimeError, MemoryError) as e:
+                errors[name] = str(e)
+        agreed_during = ctx.memory_stats()["num_agreements"] - agreements
+    finally:
+        capture.current = local
+    del t  # the graph replays into its bytes
+    while_alive = _fill(ctx, quarter)
+    held = ctx.memory_stats()["held_by_graphs"]
+    if rank == 0:
+        graph.alive = False  # rank 0's graph destroyed; rank 1's not yet
+    one_gone = _fill(ctx, quarter)
+    graph.alive = False
+    all_gone = _fill(ctx, quarter)
+    return errors, agreed_during, captured, held, while_alive, one_gone, all_gone
+
+
+def test_allocation_during_graph_capture_holds_captured_bytes(pools):
+    results = pools(2).run(_capture_body)
+    for errors, agreed_during, captured, held, while_alive, one_gone, all_gone in results:
+        assert agreed_during == 0
+        assert "Iris.empty_cache" in errors["empty_cache"] and "capture" in errors["empty_cache"], errors
+        assert "CUDA graph capture" in errors["too_big"] and "before capturing" in errors["too_big"], errors
+        assert held == 1
+        assert captured not in while_alive and captured not in one_gone, (captured, while_alive, one_gone)
+        assert len(while_alive) == 3 and captured in all_gone and len(all_gone) == 4, (while_alive, all_gone)
+        assert (while_alive, one_gone, all_gone) == results[0][4:], "offsets differ between ranks"
+
+
+def _capture_workspace_body():
+    """A whole-world workspace that grows during a capture keeps its old bytes until the graph is gone (kernels
+    captured before the growth use them); a subgroup's cannot be made during one (its members' agreement on an
+    offset is not recorded)."""
+    from iris.host import capture
+
+    ctx = new_context(heap_size=1 << 20)
+    rank, world = ctx.get_rank(), list(range(ctx.get_num_ranks()))
+    old = ctx.heap.offset_of(ctx.workspaces.get("probe", world, (256,), torch.uint8))
+    graph, local, error = capture.GraphLife(), capture.current, ""
+    capture.current = lambda device: graph
+    try:
+        ctx.workspaces.get("probe", world, (4096,), torch.uint8)  # grows
+        held = ctx.memory_stats()["held_by_graphs"]
+        try:
+            ctx.workspaces.get("probe", [rank], (64,), torch.uint8)
+        except RuntimeError as e:
+            error = str(e)
+    finally:
+        capture.current = local
+    ctx.empty_cache()
+    while_alive = ctx.heap.offset_of(ctx.empty(256, dtype=torch.uint8))  # best fit: the old buffer's hole, if free
+    graph.alive = False
+    ctx.empty_cache()
+    after = ctx.heap.offset_of(ctx.empty(256, dtype=torch.uint8))
+    return old, held, error, while_alive, after
+
+
+def test_workspace_growth_during_graph_capture(pools):
+    for old, held, error, while_alive, after in pools(2).run(_capture_workspace_body):
+        assert held == 2, held  # the new buffer and the old one
+        assert "CUDA graph capture" in error and "before capturing" in error, error
+        assert while_alive != old and after == old, (old, while_alive, after)
+
+
+def _graph_alloc_body():
+    """A heap tensor allocated inside ``torch.cuda.graph`` and used by a captured all_reduce: after the capture it
+    is dropped, yet no allocation takes its bytes while the graph lives (replays would overwrite it), and
+    replays stay correct; once the graph is reset, its bytes come back."""
+    import time
+
+    ctx = new_context(heap_size=1 << 24)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    n = 1 << 18  # 1 MiB of float32
+    out, warm = ctx.zeros(n), ctx.zeros(n)
+    ctx.ccl.all_reduce(out, warm)  # compiled, and its workspaces made, before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        t = ctx.empty(n)
+        t.fill_(rank + 1.0)
+        ctx.ccl.all_reduce(out, t)
+    captured = ctx.heap.offset_of(t)
+    del t, warm
+    ctx.barrier()
+    scratch = []
+    while True:  # every byte the heap hands out now
+        try:
+            scratch.append(ctx.full((n,), -5.0))
+        except MemoryError:
+            break
+    while_alive = [ctx.heap.offset_of(s) for s in scratch]
+    held = ctx.memory_stats()["held_by_graphs"]
+    correct = []
+    for _ in range(3):
+        out.fill_(-1.0)
+        graph.replay()
+        torch.cuda.synchronize()
+        correct.append(bool((out == float(sum(range(1, world + 1)))).all()))
+    intact = all(bool((s == -5.0).all()) for s in scratch)
+    del scratch
+    graph.reset()
+    torch.cuda.synchronize()
+    time.sleep(1.0)  # the driver calls the graph's user-object destructor from a thread of its own
+    ctx.barrier()
+    after = _fill(ctx, n)
+    return captured, held, while_alive, correct, intact, after
+
+
+@pytest.mark.skipif(not on_gpu(), reason="CUDA graphs need a GPU (GPU tier)")
+def test_allocation_inside_cuda_graph_is_held_until_the_graph_is_reset(pools):
+    results = pools(2).run(_graph_alloc_body)
+    for captured, held, while_alive, correct, intact, after in results:
+        assert held == 1 and correct == [True] * 3 and intact, (held, correct, intact)
+        assert captured not in while_alive and captured in after, (captured, while_alive, after)
 
 
 def _raw_allocate_body():

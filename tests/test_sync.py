@@ -362,6 +362,53 @@ def test_groups_of_any_size_agree_on_their_flags():
     assert offsets[tuple(range(world))] == 0
 
 
+def _group_churn_body(subgroup_slots):
+    """Make a group, run collectives on it, drop it: every 2- and 3-rank subset of 4 ranks twice, 20 groups, each
+    rank a member of 12 of them, with room for only ``subgroup_slots`` + 3 groups of a rank at once. Later groups
+    take slots earlier ones held (their counts left behind), with other members."""
+    import itertools
+
+    import torch.distributed as dist
+
+    import iris.host.groups as groups
+
+    local = groups.SUBGROUP_SLOTS
+    groups.SUBGROUP_SLOTS = subgroup_slots  # the table sizes its region when made
+    try:
+        ctx = new_context()
+    finally:
+        groups.SUBGROUP_SLOTS = local
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    subsets = [s for k in (2, 3) for s in itertools.combinations(range(world), k)] * 2
+    bad, slots_seen = [], set()
+    for step, ranks in enumerate(subsets):
+        group = dist.new_group(list(ranks))  # collective over the world; non-members get a marker
+        inp, out = ctx.zeros(40, dtype=torch.int32), ctx.full((40,), -77, dtype=torch.int32)  # on every rank
+        if rank in ranks:
+            inp.copy_(rank_data(rank, 40, torch.int32, dev, salt=step))
+            ctx.ccl.all_reduce(out, inp, group=group)
+            ctx.device_barrier(group=group)
+            ref = sum(rank_data(q, 40, torch.int32, dev, salt=step) for q in ranks)
+            if not torch.equal(out.cpu(), ref.cpu()):
+                bad.append((step, ranks))
+            sync = ctx.group_sync(group, "test")
+            slots_seen.add((sync.flags.data_ptr() - ctx.groups.region.data_ptr()) // sync.flags.nbytes)
+            dist.destroy_process_group(group)
+        del group, inp, out
+        ctx.empty_cache()  # an agreement: a group every member dropped gives back its slot
+    ctx.close()
+    return bad, sorted(slots_seen)
+
+
+def test_dropped_groups_give_back_their_sync_slots(pools):
+    """A rank takes part in more groups over the run than its sync region holds at once; collectives on slots
+    that earlier groups with other members used stay correct."""
+    results = pools(4).run(_group_churn_body, 1)
+    for rank, (bad, used) in enumerate(results):
+        assert not bad, (rank, bad)
+        assert 0 not in used and len(used) <= 4, used  # 12 groups on the 4 slots the region holds beside the world's
+
+
 def _disagreeing_gpus_body():
     """Each rank's GPU reports a different SM count (100 + 8 * rank, as on GPUs of different kinds); the context
     agrees on the smallest, and the fused ops' "auto" choice and persistent grid follow it on every rank."""

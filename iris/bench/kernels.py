@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from iris.device import atomics, rma
+from iris.device.sync import behind
 
 # A tile of 16 contiguous elements starting 16-byte aligned: enough for one 16-byte vector of any dtype we
 # move (4 x fp32, 8 x bf16). True for every tile because buffers are 256-byte aligned (heap.ALIGNMENT,
@@ -182,13 +183,14 @@ def _poll(flag, RELAXED: tl.constexpr):
 
 @triton.jit
 def _wait_at_least(flag, value, max_polls, RELAXED: tl.constexpr):
-    """Spin on our own ``flag`` until it reaches ``value`` or ``max_polls`` polls pass; 1 if it did."""
+    """Spin on our own ``flag`` until it reaches ``value`` or ``max_polls`` polls pass; 1 if it did. Wrap-safe, as
+    the library's waits (``behind``): the values are int32 counts of rounds, which wrap after 2**31 of them."""
     polls = 0
     seen = _poll(flag, RELAXED)
-    while (seen < value) & (polls < max_polls):
+    while behind(seen, value) & (polls < max_polls):
         seen = _poll(flag, RELAXED)
         polls += 1
-    return (seen >= value).to(tl.int32)
+    return 1 - behind(seen, value).to(tl.int32)
 
 
 @triton.jit(do_not_specialize=["rank", "peer", "is_ping"])
@@ -196,7 +198,8 @@ def _ping_pong_kernel(flag, peer_flag, epoch, status, n_rounds, max_polls, rank,
                       RAW: tl.constexpr, RELAXED: tl.constexpr):
     """One program. Round i: the ping side writes value=epoch+i+1 into the peer's flag and waits for the
     same value in its own; the pong side waits, then answers. Values only grow (``epoch`` is this rank's
-    local count of rounds run so far), so no round can read an earlier round's or call's flag. A side that
+    local count of rounds run so far; int32, wrapping, compared wrap-safe), so no round can read an earlier
+    round's or call's flag. A side that
     waits ``max_polls`` polls in vain stops waiting and adds the rounds it gave up on to ``status``
     instead of hanging.
 

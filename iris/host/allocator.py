@@ -112,21 +112,29 @@ def common_free(free_lists):
 
 
 class AgreedFrees:
-    """Offsets this rank dropped, waiting until every rank has dropped them."""
+    """Offsets this rank dropped, waiting until every rank has dropped them (and, for those a CUDA graph holds,
+    until its graph is gone)."""
 
     def __init__(self):
         self.dropped = collections.deque()  # appended by tensor finalizers, from any thread
         self.pending = set()
+        self.held = {}  # offset -> what holds it (``alive`` while a captured graph may use its bytes)
 
     def drop(self, offset):
         self.dropped.append(offset)  # one atomic append: finalizers run wherever the garbage collector does
 
+    def hold(self, offset, holder):
+        """Keep ``offset`` from every agreement while ``holder.alive``, dropped or not."""
+        self.held[offset] = holder
+
     def agree(self, exchange, extra=None):
-        """Collective over the ranks ``exchange`` all-gathers among. The offsets every rank has dropped, in
-        ascending order (the same list on every rank; they leave the queue), and every rank's ``extra``."""
+        """Collective over the ranks ``exchange`` all-gathers among. The offsets every rank has dropped (and no
+        live holder holds), in ascending order (the same list on every rank; they leave the queue), and every
+        rank's ``extra``."""
         while self.dropped:
             self.pending.add(self.dropped.popleft())
-        everyone = exchange((sorted(self.pending), extra))
+        self.held = {offset: holder for offset, holder in self.held.items() if holder.alive}
+        everyone = exchange((sorted(self.pending - self.held.keys()), extra))
         agreed = set(everyone[0][0]).intersection(*(e[0] for e in everyone[1:]))
         self.pending -= agreed
         return sorted(agreed), [e[1] for e in everyone]

@@ -4,6 +4,7 @@ import functools
 import math
 import os
 import socket
+import weakref
 
 import numpy as np
 import torch
@@ -115,6 +116,10 @@ class Iris(TensorFactory, RankLogger):
                                   all_gather_object)
         self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self._device,
                                  StoreExchange(self._store, self.cur_rank, self._serial, timeout_s))
+        # A subgroup's slot comes back when its ProcessGroups go. Through a weak reference: the watchdog thread
+        # holds the table, and a strong one would keep the context (and its heap mappings) from being collected.
+        context = weakref.ref(self)
+        self.groups.on_agreed(lambda ranks: context()._watch_group(ranks))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
         # [rank, world_size, bytes each base addresses, world_size, base_0, ...]: upstream Iris's [rank, world_size]
@@ -230,7 +235,8 @@ class Iris(TensorFactory, RankLogger):
         """This rank's heap in the spirit of ``torch.cuda.memory_stats``: ``allocated_bytes.all.current`` /
         ``.peak`` (bytes in live tensors and whole-world workspaces, including tensors dropped here but not yet
         on every rank), ``reserved_bytes.all.current`` / ``.peak`` (bytes mapped: the heap's size, which grows
-        with ``allocator_type="vmem"``), counts of allocations, frees, agreements and growths, and
+        with ``allocator_type="vmem"``), counts of allocations, frees, agreements and growths, ``held_by_graphs``
+        (allocations made during CUDA graph captures whose graphs live: not reused, dropped or not), and
         ``workspace_bytes`` (whole-world ones on the heap, subgroup ones in the workspace area). Local, cheap."""
         stats = self.heap.memory_stats()
         stats["workspace_bytes"] = self.workspaces.bytes()
@@ -238,11 +244,12 @@ class Iris(TensorFactory, RankLogger):
 
     def empty_cache(self):
         """Collective over every rank. Collect this rank's garbage (tensors in reference cycles) and return to
-        the heap every tensor all ranks have dropped; ``memory_stats`` then shows what is live."""
+        the heap every tensor all ranks have dropped, and the workspaces and sync flags of every group whose
+        ProcessGroups every member has dropped; ``memory_stats`` then shows what is live."""
         import gc
 
         gc.collect()
-        self.heap.reclaim()
+        self.heap.reclaim("Iris.empty_cache")
 
     def allocate_symmetric(self, *size, dtype=None):
         """Collective. An uninitialised heap tensor and int64[world_size] ``peer_bases`` on the device:
@@ -292,6 +299,9 @@ class Iris(TensorFactory, RankLogger):
         groups = getattr(self, "groups", None)  # None during context creation
         if groups is not None:
             groups.check(caller)
+
+    def _watch_group(self, ranks):
+        self.workspaces.watch(ranks)
 
     def group_sync(self, group, caller):
         """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises

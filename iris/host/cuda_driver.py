@@ -211,3 +211,57 @@ def vmm_map(address, size, handle, device):
 def vmm_unmap(address, size, handle):
     _check(_fn("cuMemUnmap")(ctypes.c_uint64(address), ctypes.c_size_t(size)), "cuMemUnmap")
     _check(_fn("cuMemRelease")(ctypes.c_uint64(handle)), "cuMemRelease")
+
+
+# ---------------------------------------------------------------- CUDA graph captures (iris/host/capture.py)
+CU_USER_OBJECT_NO_DESTRUCTOR_SYNC = 1  # the only flag cuUserObjectCreate accepts
+CU_GRAPH_USER_OBJECT_MOVE = 1  # the graph takes over our reference
+SEM_BYTES = 64  # room for a sem_t (32 bytes in glibc on x86-64 and aarch64)
+
+_libc = None
+
+
+def _c():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None)
+        _libc.malloc.restype = ctypes.c_void_p
+        _libc.malloc.argtypes = [ctypes.c_size_t]
+        for name in ("sem_init", "sem_getvalue", "sem_post"):
+            getattr(_libc, name).restype = ctypes.c_int
+    return _libc
+
+
+def capture_info(stream):
+    """(capture id, CUgraph handle) of the capture in progress on ``stream``."""
+    status, capture_id, graph = ctypes.c_int(), ctypes.c_uint64(), ctypes.c_void_p()
+    dependencies, count = ctypes.c_void_p(), ctypes.c_size_t()
+    # cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, numDependencies)
+    _check(_fn("cuStreamGetCaptureInfo")(ctypes.c_void_p(stream), ctypes.byref(status), ctypes.byref(capture_id),
+                                         ctypes.byref(graph), ctypes.byref(dependencies), ctypes.byref(count)),
+           "cuStreamGetCaptureInfo")
+    return capture_id.value, graph.value
+
+
+def when_graph_destroyed(graph):
+    """A function that returns True once the graph ``graph`` (being captured) and every executable graph
+    instantiated from it are destroyed. A user object that the graph retains posts a POSIX semaphore when the
+    last of them goes: the driver calls ``sem_post`` itself, from a thread of its own and possibly late, even
+    while the interpreter exits, so no Python runs there; the semaphore is never freed for the same reason."""
+    libc = _c()
+    sem = libc.malloc(SEM_BYTES)
+    if not sem or libc.sem_init(ctypes.c_void_p(sem), 0, 0) != 0:
+        raise RuntimeError("iris: sem_init failed")
+    destroy = ctypes.cast(libc.sem_post, ctypes.c_void_p)  # CUhostFn; its int result is ignored
+    handle = ctypes.c_void_p()
+    _check(_fn("cuUserObjectCreate")(ctypes.byref(handle), ctypes.c_void_p(sem), destroy, ctypes.c_uint(1),
+                                     ctypes.c_uint(CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)), "cuUserObjectCreate")
+    _check(_fn("cuGraphRetainUserObject")(ctypes.c_void_p(graph), handle, ctypes.c_uint(1),
+                                          ctypes.c_uint(CU_GRAPH_USER_OBJECT_MOVE)), "cuGraphRetainUserObject")
+
+    def destroyed():
+        value = ctypes.c_int()
+        libc.sem_getvalue(ctypes.c_void_p(sem), ctypes.byref(value))
+        return value.value > 0
+
+    return destroyed

@@ -14,6 +14,13 @@ so a group used on some ranks only leaves every heap's allocations as they were.
 region is bounded: ``slots`` arrays, enough for every pair (``send``/``recv``) with the world plus
 ``SUBGROUP_SLOTS`` larger groups, 10 MiB at 72 ranks and 0.6 MiB at 8.
 
+A slot comes back when its group goes (``release``): once every member's collector has taken the group's
+ProcessGroups, at the heap's next agreement (``iris/host/workspaces.py``), so every member frees it at the same
+point of its calls, with no kernel in flight (the agreement drains each rank's stream first). Each member zeroes
+its copy of the array then: a free slot holds zeros on every rank that does not use it, so the members of the
+next group to take it all start from the same counts, whoever held it before (the counts of a barrier are
+only comparable between members that started them together).
+
 When a peer fails (``iris/host/watchdog.py``), its column of every row on our heap advances by ``POISON_STEP``,
 so every wait for it completes, and from then on the table refuses to hand out sync state: every collective,
 ``device_barrier`` and host barrier raises ``PeerError``.
@@ -66,12 +73,15 @@ class GroupTable:
         calling ``check`` while it waits (``StoreExchange``); needed for groups other than the world."""
         self.region = region.view(torch.int32).zero_()
         self.world_size = world_size
+        self.slots = self.region.numel() // (ROWS * world_size)  # group arrays the region holds
         self.rank = rank
         self.device = device
         self.agree = agree
         self.failure = None  # set by the watchdog: why peers can no longer be waited for
         self._groups = {}
+        self._slots = {}  # group ranks -> slot, for the groups other than the world
         self._used = {0}  # slots of the groups this rank belongs to
+        self._on_agreed = []  # callbacks(ranks) after a group's slot is agreed (workspaces watch its lifetime)
         self._peer_flags = []  # (int32 tensor [group size, n], group ranks): kernels' own per-peer flag rows
         self._poison_stream = self._host_copy = None
         if device.type == "cuda":
@@ -97,6 +107,10 @@ class GroupTable:
         state = self._groups.get(key)
         if state is None:
             slot = 0 if len(ranks) == self.world_size else self._agree_slot(list(ranks), caller)
+            if slot:
+                self._slots[key] = slot
+                for callback in self._on_agreed:
+                    callback(key)
             size = ROWS * self.world_size
             flags = self.region[slot * size:(slot + 1) * size].view(ROWS, self.world_size)
             members = torch.tensor(ranks, dtype=torch.int32, device=self.device)
@@ -108,13 +122,37 @@ class GroupTable:
         if self.agree is None:
             raise ValueError(f"{caller}: this table has no exchange, so it only serves the whole world, not {ranks}")
         used = set().union(*self.agree(ranks, sorted(self._used), lambda: self.check(caller)))
-        slot = next((s for s in range(1, slots(self.world_size)) if s not in used), None)
+        slot = next((s for s in range(1, self.slots) if s not in used), None)
         if slot is None:
             raise ValueError(f"{caller}: the group {ranks} needs sync flags, but a member already belongs to "
-                             f"{len(used)} groups, the most the heap's sync region holds ({slots(self.world_size)}: "
-                             f"the world, a pair with each peer and {SUBGROUP_SLOTS} others); use fewer groups")
+                             f"{len(used)} groups, the most the heap's sync region holds ({self.slots}: the world, "
+                             f"a pair with each peer and {self.slots - self.world_size} others); use fewer groups at "
+                             "once: a dropped group's flags come back once every member has dropped its "
+                             "ProcessGroups and called ctx.empty_cache() (or allocated on the heap long enough to "
+                             "reach an agreement)")
         self._used.add(slot)
         return slot
+
+    def on_agreed(self, callback):
+        """Call ``callback(ranks)`` each time a group other than the world gets a slot."""
+        self._on_agreed.append(callback)
+
+    def release(self, ranks):
+        """Free the slot of the group of ``ranks`` on this rank and zero this rank's copy of its counts; nothing
+        for the world or a group without one. Call it at the same point of the calls on every member, with no
+        kernel of the group in flight on any member (as the heap's agreements do): a later use of the group
+        agrees on a slot again."""
+        key = tuple(ranks)
+        slot = self._slots.pop(key, None)
+        if slot is None:
+            return
+        state = self._groups.pop(key)
+        state.flags.zero_()
+        if self.device.type == "cuda":
+            # Zeroed before this rank's next exchange of slots: a peer that takes the slot with us signals it
+            # only after that exchange.
+            torch.cuda.current_stream(self.device).synchronize()
+        self._used.discard(slot)
 
     def register_peer_flags(self, flags, ranks):
         """Have ``poison`` release waits on ``flags`` too: an int32 [len(ranks), n] heap tensor whose row i

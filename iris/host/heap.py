@@ -13,6 +13,13 @@ that all reach at the same allocation (every ``RECLAIM_EVERY`` allocations, once
 last agreement pass the bytes then live and a quarter of the heap, and before the heap grows or gives up), so
 nothing on the common path waits for a peer. Reuse is ordered like torch's caching allocator: a new tensor's first use is queued after the
 dropped one's last use on this rank's stream.
+
+During a CUDA graph capture (``iris/host/capture.py``) nothing is agreed and nothing grows: an agreement is an
+all-gather and a growth maps memory collectively, neither of which a capture can record, and bytes freed then
+could go to a new tensor while captured kernels still use them. Allocations come from the bytes free when the
+capture began, and the bytes of a tensor allocated during a capture are held, like torch's private graph pools,
+until every graph of that capture is destroyed, dropped or not: a replay writes them. A tensor allocated
+before the capture and used by the graph must stay alive while the graph replays (as with torch's allocator).
 """
 
 import math
@@ -20,6 +27,7 @@ import math
 import numpy as np
 import torch
 
+from iris.host import capture
 from iris.host.allocator import ALIGNMENT, AgreedFrees, OffsetAllocator, align_up
 
 # An agreement is one small all-gather: 0.44 ms over NCCL with two ranks sharing an H200 (0.70 ms on the vmem heap),
@@ -123,6 +131,18 @@ class SymmetricHeap:
         size = align_up(max(nbytes, 1))
         self._allocs_since += 1
         self._bytes_since += size
+        graph = capture.current(self.device)
+        if graph is not None:  # no agreement, no growth (module docstring)
+            offset = self._allocator.reserve(size, alignment)
+            if offset is None:
+                raise MemoryError(
+                    f"{caller}: asked for {nbytes} bytes ({format_bytes(nbytes)}, {tuple(shape)} {dtype}) during a "
+                    f"CUDA graph capture, but only {self.bytes_left} bytes of the symmetric heap are free in one "
+                    "piece, and returning dropped bytes or growing the heap needs an agreement between ranks, which "
+                    "a capture cannot record; allocate heap tensors (and run each collective once) before capturing, "
+                    "call ctx.empty_cache() before the capture, or pass a larger heap_size to iris.iris()")
+            self._frees.hold(offset, graph)
+            return self._placed(offset)
         # Every condition below reads state that is the same on every rank, so all reach an agreement together.
         agreed = self._allocs_since >= RECLAIM_EVERY or self._bytes_since >= max(
             self._live_after_agreement, (self.memory.size - self.user_start) // 4, RECLAIM_MIN_BYTES)
@@ -141,6 +161,9 @@ class SymmetricHeap:
                 f"{caller}: symmetric heap exhausted: asked for {nbytes} bytes ({format_bytes(nbytes)}, "
                 f"{tuple(shape)} {dtype}) but only {self.bytes_left} bytes are left of {self.size} "
                 f"({format_bytes(self.size)}) in one piece; pass a larger heap_size to iris.iris(){grow}")
+        return self._placed(offset)
+
+    def _placed(self, offset):
         self.stats["num_allocs"] += 1
         self.stats["allocated_bytes.peak"] = max(self.stats["allocated_bytes.peak"], self._allocator.used_bytes)
         return offset
@@ -151,12 +174,17 @@ class SymmetricHeap:
             return torch.as_tensor(block, device=self.device)
         return torch.from_numpy(np.asarray(block))
 
-    def reclaim(self):
+    def reclaim(self, caller="heap.reclaim"):
         """Collective over every rank. Return to the free list the bytes of every tensor that every rank has
-        dropped (an all-gather of the dropped offsets). Allocation calls it on its own; call it (after
-        ``gc.collect()`` if tensors sit in reference cycles) to see the freed bytes in ``memory_stats`` now."""
+        dropped (an all-gather of the dropped offsets), but those a live CUDA graph holds. Allocation calls it on
+        its own; call it (after ``gc.collect()`` if tensors sit in reference cycles) to see the freed bytes in
+        ``memory_stats`` now. Not during a CUDA graph capture (module docstring)."""
+        if capture.current(self.device) is not None:
+            raise RuntimeError(f"{caller}: called during a CUDA graph capture; returning dropped bytes is an "
+                               "agreement between ranks, which a capture cannot record (and captured kernels may "
+                               "still use the bytes); call it before capturing or after the capture ends")
         riders = dict(self._riders)
-        if self.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+        if self.device.type == "cuda":
             # A peer's kernel queued before the agreement may still write into bytes it frees; once every rank's
             # stream is drained here and every rank has passed the all-gather, none is in flight.
             torch.cuda.current_stream(self.device).synchronize()
@@ -187,6 +215,11 @@ class SymmetricHeap:
         for callback in self._on_grow:
             callback(new)
 
+    def hold(self, tensor, graph):
+        """Keep the bytes of the heap tensor ``tensor`` (one whole allocation) from reuse while ``graph.alive``
+        (a ``capture.GraphLife``), dropped or not: a captured graph's kernels use them."""
+        self._frees.hold(self.offset_of(tensor), graph)
+
     def ride(self, name, local, apply):
         """Agree on more at each agreement: every rank sends ``local()``, then ``apply`` gets the list of every
         rank's (None from a rank without a rider of that name). Workspaces agree here on groups gone."""
@@ -210,6 +243,7 @@ class SymmetricHeap:
             "num_agreements": self.stats["num_agreements"],
             "num_grows": self.stats["num_grows"],
             "dropped_awaiting_peers": self._frees.count,
+            "held_by_graphs": sum(holder.alive for holder in self._frees.held.values()),
             "user_bytes": self.memory.size - self.user_start,
             "workspace_area_bytes": self.workspace_range[1] - self.workspace_range[0],
         }

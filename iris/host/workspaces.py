@@ -14,10 +14,11 @@ shape. Where the memory comes from keeps every rank's heap in step:
 
 Flag arrays are zeroed whenever they are made or handed out at a new shape, before the kernel whose opening
 barrier keeps peers from writing them, so no waiter can read a stamp of an earlier call or layout as new.
-A subgroup's workspaces are freed with its last ``ProcessGroup`` of those ranks: once every member's collector
-has taken its ProcessGroups, at the heap's next agreement (``iris/host/heap.py``), so all members free them at
-the same point of their calls (freeing where the collector runs would let one member make a workspace again,
-and wait for an agreement, while another still had it). ``release(group)`` frees them now, on each member.
+A subgroup's workspaces, and its sync flags' slot (``iris/host/groups.py``), are freed with its last
+``ProcessGroup`` of those ranks: once every member's collector has taken its ProcessGroups, at the heap's next
+agreement (``iris/host/heap.py``), so all members free them at the same point of their calls (freeing where the
+collector runs would let one member make a workspace again, and wait for an agreement, while another still had
+it). ``release(group)`` frees them now, on each member.
 """
 
 import collections
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 import triton
 
+from iris.host import capture
 from iris.host.allocator import OffsetAllocator, best_fit, common_free
 from iris.host.heap import format_bytes
 
@@ -94,9 +96,10 @@ class Workspaces:
         return found
 
     def release(self, group):
-        """Free every workspace of ``group`` (a ``ProcessGroup``, or its ranks; None: the world). Local; the
-        members' next call with the group makes its workspaces again. Call it on every member once no call
-        with the group is in flight."""
+        """Free every workspace of ``group`` (a ``ProcessGroup``, or its ranks; None: the world), and a subgroup's
+        sync flags. Local; the members' next call with the group makes them again. Call it on every member at
+        the same point of their calls, once no call with the group is in flight on any member (after
+        ``ctx.barrier(group=group)``)."""
         if group is None or isinstance(group, (list, tuple)):
             ranks = tuple(range(self.ctx.num_ranks)) if group is None else tuple(sorted(group))
         else:
@@ -104,6 +107,7 @@ class Workspaces:
         for key in [k for k in self.buffers if k[1] == ranks]:
             self._drop(key)
             self._shapes.pop(key, None)
+        self.ctx.groups.release(ranks)
 
     def bytes(self):
         """Bytes held by workspaces, whole-world ones (heap) and subgroup ones (workspace area)."""
@@ -114,13 +118,22 @@ class Workspaces:
     # ------------------------------------------------------------------ internals
     def _make(self, key, nbytes):
         size = max(MIN_BYTES, triton.next_power_of_2(nbytes))
+        world = list(key[1]) == list(range(self.ctx.num_ranks))
+        graph = capture.current(self.ctx.get_device())
+        if graph is not None:
+            if not world:  # the members' agreement on an offset is not recorded by a capture
+                raise RuntimeError(
+                    f"Iris.workspaces: the group {list(key[1])} needs its {key[0]!r} workspace made or grown to {size} "
+                    "bytes during a CUDA graph capture; run the call once at this size (or larger) before capturing")
+            if key in self.buffers:  # kernels captured before the growth keep using the old buffer on replay
+                self.ctx.heap.hold(self.buffers[key], graph)
         self._drop(key)
-        if list(key[1]) == list(range(self.ctx.num_ranks)):
+        if world:
             buffer = self.ctx.heap.allocate_tensor((size,), torch.uint8, f"workspace {key[0]}")
         else:
             offset = self._agree_offset(key, size)
             self._offsets[key] = offset
-            self._watch(key[1])
+            self.watch(key[1])
             buffer = self.ctx.heap.view(offset, size)
         self.buffers[key] = buffer
         return buffer
@@ -149,15 +162,20 @@ class Workspaces:
                 self._gone_here.discard(ranks)
                 self.release(list(ranks))
 
-    def _watch(self, ranks):
-        """Queue ``ranks`` for release once every ProcessGroup of exactly those ranks is collected."""
+    def watch(self, ranks):
+        """Queue ``ranks`` for release once every ProcessGroup of exactly those ranks is collected (nothing to
+        watch where none exists: pairs of ``send``/``recv``, whose slots are set aside for them)."""
         if ranks in self._watched:
             return
         groups = [g for g, members in dist.distributed_c10d._world.pg_group_ranks.items()
                   if tuple(sorted(members)) == ranks]
+        if not groups:
+            return
         self._watched[ranks] = len(groups)
         for group in groups:
-            weakref.finalize(group, self._group_gone, ranks)
+            # through a weak reference: a ProcessGroup that outlives the context (torch keeps every group it made
+            # until destroy_process_group) must not keep the context, and its heap mappings, alive
+            weakref.finalize(group, _group_gone, weakref.ref(self), ranks)
 
     def _group_gone(self, ranks):
         self._watched[ranks] -= 1
@@ -184,3 +202,9 @@ class Workspaces:
                 f"(ctx.workspaces.release(group))")
         self._area.take(offset, size)
         return offset
+
+
+def _group_gone(workspaces, ranks):
+    workspaces = workspaces()
+    if workspaces is not None:
+        workspaces._group_gone(ranks)
