@@ -122,7 +122,7 @@ from iris.ops.matmul_all_gather import _matmul_all_gather_kernel  # noqa: E402
 gemm_sig = {"a": "*bf16", "b": "*bf16", "c": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32",
             "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "stride_cm": "i32", "stride_cn": "i32"}
 tiles = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
-pointer_meta = {**tiles, "TMA": False, "FLATTEN": False}
+pointer_meta = {**tiles, "TMA": False}
 text = ptx(_matmul_kernel, {**gemm_sig, **{k: "constexpr" for k in pointer_meta}}, pointer_meta)
 out["ops/_matmul_kernel"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
 
@@ -132,7 +132,7 @@ def desc(rows, cols):
 
 
 # The TMA-fed mainloop: operand tiles arrive by cp.async.bulk.tensor (the SM's tensor-memory accelerator).
-tma_meta = {**tiles, "TMA": True, "FLATTEN": False}
+tma_meta = {**tiles, "TMA": True}
 tma_sig = {**gemm_sig, "a": desc(128, 64), "b": desc(64, 128), "c": desc(128, 128)}
 text = ptx(_matmul_kernel, {**tma_sig, **{k: "constexpr" for k in tma_meta}}, tma_meta)
 out["ops/_matmul_kernel_tma"] = sorted(set(re.findall(r"\bwgmma\.\w+", text)))
@@ -142,8 +142,7 @@ sync_sig = {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i
 split_sig = {"partials": "*fp32", "part_flags": "*i32", "full": "i32", "stream": "i32",  # split_tail's workspace
              "band_counts": "*i32", "band_cols": "i32", "engine_tiles": "i32"}  # and the copy engines' bands
 fused = {"GROUP_SIZE": 2, **tiles}
-traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "COPY_ENGINE": False, "FLATTEN": False,
-          "WARPS": 8}
+traced = {**fused, "VEC": 16, "TRACE": False, "TMA": False, "COPY_ENGINE": False, "WARPS": 8}
 # As Triton's launcher specialises row-major operands: unit column strides become constants.
 unit = {"stride_ak": 1, "stride_bn": 1, "stride_on": 1}
 strides = {"stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
@@ -170,7 +169,7 @@ for fn, sig in [
         text = ptx(fn, signature, {**meta, "COPY_ENGINE": True}, divisible=sizes)
         out["copy_engine/_matmul_all_gather_kernel"] = [
             global_accesses(text), bool(re.search(r"bar\.warp\.sync[^}]*fence\.acq_rel\.sys[^}]*red\.", text))]
-        pipelined = {"TMA": True, "FLATTEN": True, "BLOCK_N": 256}
+        pipelined = {"TMA": True, "BLOCK_N": 256}
         shared = [compile_sm90(fn, {**signature, "a": desc(128, 64), "b": desc(64, 256)},
                                {**meta, **pipelined, "COPY_ENGINE": engine}, sizes, num_warps=8,
                                num_stages=3).metadata.shared for engine in (False, True)]
@@ -178,8 +177,8 @@ for fn, sig in [
 # The fused GEMM + reduce-scatter / all-reduce kernel, TMA-fed.
 from iris.ops.reduce_ops import _matmul_reduce_kernel  # noqa: E402
 
-reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_VEC": 16, "DEFER": True, **unit,
-               "COPY_ENGINE": False, "FLATTEN": True, "WARPS": 8}
+reduce_meta = {**fused, "TMA": True, "ALL_REDUCE": True, "STAGE_VEC": 16, "OUT_VEC": 16, **unit,
+               "COPY_ENGINE": False, "WARPS": 8}
 reduce_sig = {"a": desc(128, 64), "b": desc(64, 128), "out": "*bf16", "staging": "*bf16", "tile_flags": "*i32",
               "call": "*i32", "lag": "i32", "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig,
               "outbox": "*bf16", "band_counts": "*i32", "band_flags": "*i32", "band_cols": "i32",
@@ -214,7 +213,7 @@ out["fence/_all_gather_matmul_kernel"] = "fence.proxy.async" in text
 # all_gather_matmul with the rows carried by the copy engines: every program runs the TMA mainloop.
 from iris.ops.all_gather_matmul import _all_gather_matmul_engines_kernel  # noqa: E402
 
-agce_meta = {**fused, "TMA": True, "FLATTEN": True, **unit}
+agce_meta = {**fused, "TMA": True, **unit}
 agce_sig = {"a": desc(128, 64), "gathered": desc(128, 64), "b": desc(64, 128), "out": desc(128, 128),
             "arrived": "*i32", "go": "*i32", "M_local": "i32", "N": "i32", "K": "i32", **strides, **sync_sig}
 text = ptx(_all_gather_matmul_engines_kernel, {**agce_sig, **{k: "constexpr" for k in agce_meta}}, agce_meta,
@@ -238,17 +237,17 @@ for torch_dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
     dense = {k: (f"*{ty}" if v == "*bf16" else v) for k, v in gemm_sig.items()}
     sizes = ("M", "N", "N_local", "K", "M_local", "stride_am", "stride_bk", "stride_om")
     for fn, sig, meta in [
-        (_matmul_kernel, {**dense, "a": a, "b": b, "c": c}, {**tiles, "TMA": True, "FLATTEN": True}),
+        (_matmul_kernel, {**dense, "a": a, "b": b, "c": c}, {**tiles, "TMA": True}),
         (_matmul_all_gather_kernel, {"a": a, "b": b, "out": f"*{ty}", "M": "i32", "N_local": "i32", "K": "i32",
                                      **strides, **sync_sig, "trace": "*i64", **split_sig},
          {**unit, **fused, "VEC": 16, "TRACE": False, "TMA": True, "COPY_ENGINE": False,
-          "FLATTEN": config.flatten, "WARPS": config.num_warps}),
+          "WARPS": config.num_warps}),
         (_matmul_reduce_kernel, {**reduce_sig, "a": a, "b": b, "out": f"*{ty}", "staging": f"*{ty}",
                                  "outbox": f"*{ty}"}, {**reduce_meta, **fused, "WARPS": config.num_warps}),
         (_all_gather_matmul_kernel, {**ag_sig, "a": a, "a_rows": f"*{ty}", "gathered": a, "gathered_rows": f"*{ty}",
                                      "b": b, "out": c}, {**ag_meta, **fused}),
         (_all_gather_matmul_engines_kernel, {**agce_sig, "a": a, "gathered": a, "b": b, "out": c},
-         {**agce_meta, **fused, "FLATTEN": config.flatten}),
+         {**agce_meta, **fused}),
     ]:
         kernel = compile_sm90(fn, {**sig, **{k: "constexpr" for k in meta}}, meta, sizes, **options)
         out[f"shared/{fn.__name__}/{ty}"] = kernel.metadata.shared

