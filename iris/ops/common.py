@@ -72,8 +72,8 @@ def choose_fused(caller, config, ctx, tiles, needs=(), comm_bytes=0, flops=1):
     return comm_bytes / LINK_BYTES_PER_S >= FUSE_ABOVE * flops / GEMM_FLOPS_PER_S
 
 
-# Programs all_gather_matmul's workgroup-specialised kernel gives to pushing A rows: 16 of 132 SMs move the rows
-# within the first 1/W of the GEMM on the large shapes, then join the GEMM (docs/perf-notes.md, all_gather_matmul).
+# Programs all_gather_matmul's workgroup-specialised kernel gives to pushing A rows, then to the GEMM: 16 of 132 SMs,
+# the count its push was measured with on 2 x H200 (docs/perf-notes.md, all_gather_matmul; no other count was timed).
 COMM_SMS = 16
 
 
