@@ -31,7 +31,8 @@ from iris.host.groups import POISON
 
 # A band's size: one copy costs ~5 us however small and the engines move 235-270 GB/s per direction with both
 # ranks copying (2 x H200), so a 4 MiB band is ~16 us of link time against 5 us of overhead, and 4096x8192x8192's
-# 16 MB rows of tiles leave in four pieces instead of one (docs/perf-notes.md, matmul_all_gather).
+# 16 MB rows of tiles leave in four pieces instead of one (docs/perf-notes.md, matmul_all_gather; other sizes were
+# not timed). Read at each call, so a test can cut the interpreter's small outputs into several bands.
 BAND_BYTES = 4 << 20
 
 Band = collections.namedtuple("Band", "first tiles rows cols")  # first tile in the grouped order, count, slices
