@@ -33,15 +33,13 @@ SHAPES = {  # name: (M, N, K)
     "matmul_all_gather/rank": (8192, 1792, 14336),
     "matmul_reduce_scatter/rank": (8192, 3584, 7168),
 }
-CONFIGS = [OpsConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=s, num_warps=w, flatten=f)
-           for (bm, bn, bk), s, w, f in itertools.product(((128, 256, 64), (128, 128, 64), (256, 128, 64)), (3, 4),
-                                                         (8,), (False, True))]
+CONFIGS = [OpsConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=s, num_warps=w)
+           for (bm, bn, bk), s, w in itertools.product(((128, 256, 64), (128, 128, 64), (256, 128, 64)), (3, 4), (8,))]
 
 
 def describe(c):
-    flat = " flat" if c.flatten else ""
     block_m, block_n, block_k = c.blocks("cuda", torch.bfloat16)
-    return f"{block_m}x{block_n}x{block_k} s{c.stages()} w{c.num_warps}{flat}"
+    return f"{block_m}x{block_n}x{block_k} s{c.stages()} w{c.num_warps}"
 
 
 def main(out, quick, default_only=False, rounds=1):

@@ -5,13 +5,8 @@ symmetric-memory ops where they exist, and each half alone (the speed of light i
     python benchmarks/ops.py --out /tmp/ops --quick                      # tiny shapes (cpu backend)
 
 Shapes are the global problem M x N x K; each rank holds its share as docs/design.md section 5 says. Providers:
-``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_unsplit``,
-``iris_fused_unflat``: matmul_all_gather's fused kernel without ``split_tail`` and without ``flatten``;
-``iris_fused_ce`` and ``iris_fused_sm``: every fused op's with
-and without ``copy_engine``, ``iris_fused_ce_unflat`` with it but without ``flatten``;
-``iris_fused_lag<L>``: the fused reduce ops with each tile's own unit L tiles behind its peer units, flags
-raised at once; ``iris_fused_defer<L>``: the same with each flag raised a unit late, ``reduce_defer``;
-``iris_fused_<BM>x<BN>x<BK>``: every fused op at those tiles; ``iris_fused_g<G>``: with ``group_m=G``;
+``iris_fused`` / ``iris_bulk`` (``ctx.ops`` with that variant; ``iris_fused_ce`` and ``iris_fused_sm``: every
+fused op's with and without ``copy_engine``; ``iris_fused_<BM>x<BN>x<BK>``: every fused op at those tiles; ``iris_fused_g<G>``: with ``group_m=G``;
 ``iris_fused_s<S>``: with ``num_stages=S``),
 ``torch_bulk`` (``torch.matmul`` then the NCCL collective), ``torch_fused``
 (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``), ``gemm_only`` and
@@ -35,22 +30,15 @@ from iris.ops.gemm import matmul
 
 OPS = ("matmul_all_gather", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce")
 SHAPES = ((8192, 3584, 14336), (8192, 4608, 36864), (4096, 8192, 8192), (128, 8192, 8192))
-PROVIDERS = ("iris", "iris_fused", "iris_fused_unsplit", "iris_fused_unflat",
-             "iris_fused_ce", "iris_fused_sm", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only",
+PROVIDERS = ("iris", "iris_fused", "iris_fused_ce", "iris_fused_sm", "iris_bulk", "torch_bulk", "torch_fused", "gemm_only", "comm_only",
              "iris_gemm")
 
 
 def option_variants(providers=()):
-    """Fused kernels with one option changed, and the ops they apply to: matmul_all_gather without its
-    stream-K last wave, without flattening, with TMA stores; every fused op with and without the copy engines;
-    the fused reduce ops at the lag ``L`` (and deferral) that each ``iris_fused_lag<L>`` / ``iris_fused_defer<L>``
-    in ``providers`` names; and every fused op at the tiles each ``iris_fused_<BM>x<BN>x<BK>`` names, and with
-    the ``group_m`` each ``iris_fused_g<G>`` names and the stages each ``iris_fused_s<S>`` names."""
-    reduce_ops = ("matmul_reduce_scatter", "matmul_all_reduce")
-    every_op = ("matmul_all_gather", *reduce_ops, "all_gather_matmul")
-    named = {p: re.fullmatch(r"iris_fused_(lag|defer)(\d+)", p) for p in providers}
-    lags = {p: (reduce_ops, OpsConfig(variant="fused", reduce_lag=int(m[2]), reduce_defer=m[1] == "defer"))
-            for p, m in named.items() if m}
+    """Fused kernels with one option changed, and the ops they apply to: every fused op with and without the copy
+    engines, at the tiles each ``iris_fused_<BM>x<BN>x<BK>`` in ``providers`` names, with the ``group_m`` each
+    ``iris_fused_g<G>`` names and with the stages each ``iris_fused_s<S>`` names."""
+    every_op = ("matmul_all_gather", "matmul_reduce_scatter", "matmul_all_reduce", "all_gather_matmul")
     blocks = {p: re.fullmatch(r"iris_fused_(\d+)x(\d+)x(\d+)", p) for p in providers}
     tiles = {p: (every_op, OpsConfig(variant="fused", block_m=int(m[1]), block_n=int(m[2]), block_k=int(m[3])))
              for p, m in blocks.items() if m}
@@ -58,11 +46,8 @@ def option_variants(providers=()):
               for p in providers if re.fullmatch(r"iris_fused_g\d+", p)}
     stages = {p: (every_op, OpsConfig(variant="fused", num_stages=int(p[len("iris_fused_s"):])))
               for p in providers if re.fullmatch(r"iris_fused_s\d+", p)}
-    return {**lags, **tiles, **groups, **stages,
-            "iris_fused_unsplit": (("matmul_all_gather",), OpsConfig(variant="fused", split_tail=False)),
-            "iris_fused_unflat": (("matmul_all_gather",), OpsConfig(variant="fused", flatten=False)),
+    return {**tiles, **groups, **stages,
             "iris_fused_ce": (every_op, OpsConfig(variant="fused", copy_engine=True)),
-            "iris_fused_ce_unflat": (every_op, OpsConfig(variant="fused", copy_engine=True, flatten=False)),
             "iris_fused_sm": (every_op, OpsConfig(variant="fused", copy_engine=False))}
 
 

@@ -39,8 +39,8 @@ def specialized_kernel(a, b, c, out, flags, M, N, K, epoch, heap_bases, rank, WO
         # ---- compute programs: GEMM tiles, each published with a release flag
         for tile in range(pid, num_pid_m * num_pid_n, COMPUTE):
             pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, 8)
-            acc = mainloop(a, b, M, N, K, K, 1, N, 1, pid_m, pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N,
-                           BLOCK_K)  # [BLOCK_M, BLOCK_N] fp32
+            # [BLOCK_M, BLOCK_N] fp32
+            acc = mainloop(a, b, ((K, 1), (N, 1)), M, N, K, pid_m, pid_n, (BLOCK_M, BLOCK_N, BLOCK_K))
             offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             tl.store(c + offs_m[:, None] * N + offs_n[None, :], acc,

@@ -2,7 +2,7 @@
 
 Rank r holds A_r [M / W, K] (on the heap) and the same B [K, N] as everyone; every rank computes
 cat(A_0 .. A_{W-1}) @ B. Nothing is gathered first: a tile whose rows belong to rank q loads its A tiles
-from q's heap inside the K loop (``mainloop(..., REMOTE_A=True)``), so the transfer of one K step overlaps
+from q's heap inside the K loop (``mainloop(..., REMOTE_A=True, remote=...)``), so the transfer of one K step overlaps
 the tensor-core work of the previous one. ``ctx.ops.all_gather_matmul`` is this kernel. Compare 37 (push).
 
     program p, tile of rank q's rows:  [ K loop: load A_q tile over the link, B tile locally, dot ] -> out
@@ -36,8 +36,8 @@ def all_gather_gemm_pull_kernel(a, b, out, M_local, N, K, heap_bases, rank, WORL
         # ---- the fused part: whose rows these are, and where they sit in that rank's A
         owner = (pid_m * BLOCK_M) // M_local
         a_owner = a - owner * M_local * K  # global row g is row g - owner * M_local of the owner's A
-        acc = mainloop(a_owner, b, M, N, K, K, 1, N, 1, pid_m, pid_n, rank, owner, heap_bases, True, BLOCK_M,
-                       BLOCK_N, BLOCK_K)  # [BLOCK_M, BLOCK_N] fp32
+        acc = mainloop(a_owner, b, ((K, 1), (N, 1)), M, N, K, pid_m, pid_n, (BLOCK_M, BLOCK_N, BLOCK_K),
+                       REMOTE_A=True, remote=(rank, owner, heap_bases))  # [BLOCK_M, BLOCK_N] fp32
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)

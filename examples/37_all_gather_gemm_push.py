@@ -52,8 +52,9 @@ def all_gather_gemm_push_kernel(a, gathered, b, out, flags, M_local, N, K, heap_
             pass
         pid_m = owner * blocks + blk
         for pid_n in range(0, tl.cdiv(N, BLOCK_N)):
-            acc = mainloop(gathered, b, WORLD_SIZE * M_local, N, K, K, 1, N, 1, pid_m, pid_n, rank, rank, heap_bases,
-                           False, BLOCK_M, BLOCK_N, BLOCK_K)  # [BLOCK_M, BLOCK_N] fp32
+            # [BLOCK_M, BLOCK_N] fp32
+            acc = mainloop(gathered, b, ((K, 1), (N, 1)), WORLD_SIZE * M_local, N, K, pid_m, pid_n,
+                           (BLOCK_M, BLOCK_N, BLOCK_K))
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             tl.store(out + (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None] * N + offs_n[None, :], acc,
                      mask=offs_n[None, :] < N)

@@ -497,7 +497,7 @@ def test_timeline_splits_calls_and_measures_the_tail():
     assert (second["span_us"], second["tail_us"], second["copy_us"]) == (110, 10, 10)
     assert timeline.table("op", (1, 2, 3), "iris", [[first, second]]).splitlines()[-1].startswith("0 | 2 | ")
     with pytest.raises(SystemExit, match="does not apply to matmul_all_gather"):
-        timeline.provider_config("iris_fused_lag2", "matmul_all_gather")
+        timeline.provider_config("iris_fused_unknown", "matmul_all_gather")
 
 
 def test_timeline_end_to_end(tmp_path):

@@ -45,6 +45,18 @@ def leftover_flags(ctx, name):
     return max((int(t.max()) for t in ctx.workspaces.views(name)), default=0)
 
 
+@contextlib.contextmanager
+def band_bytes(value):
+    """Copy-engine bands of at most ``value`` bytes (``copy_schedule.BAND_BYTES``, read at each call): 1 cuts the
+    interpreter's small outputs into bands of one tile column, so that several bands leave per row of tiles."""
+    kept = copy_schedule.BAND_BYTES
+    copy_schedule.BAND_BYTES = value
+    try:
+        yield
+    finally:
+        copy_schedule.BAND_BYTES = kept
+
+
 def _ops_body(dtype):
     # the reduce ops' staging and outbox hold W row blocks each, and out grows with W: the heap grows with it
     ctx = new_context((1 << 29 if GPU_SCALE else 1 << 21) * int(os.environ["WORLD_SIZE"]))
@@ -106,21 +118,20 @@ def _ops_body(dtype):
         scattered.fill_(float("nan"))
         ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
         fails.append(mismatch(f"matmul_reduce_scatter {variant}", scattered, scattered_ref))
-    # the own unit of each tile one tile behind its peer units (between the two ops' orders), and the flags of
-    # pushed partials raised a unit late, at that lag and at each op's own; through the copy engines, with bands
-    # of one tile row, and of one tile column (band_bytes=1), so that all_reduce's first reduced band goes by the
-    # engines and its last from the SMs
-    for options in (dict(reduce_lag=1), dict(reduce_lag=1, reduce_defer=True), dict(reduce_defer=True),
-                    dict(copy_engine=True), dict(copy_engine=True, group_m=1),
-                    dict(copy_engine=True, group_m=2, band_bytes=1)):
+    # through the copy engines, with bands of one tile row, and of one tile column (bands of 1 byte at most), so
+    # that all_reduce's first reduced band goes by the engines and its last from the SMs
+    for options, band in ((dict(copy_engine=True), None), (dict(copy_engine=True, group_m=1), None),
+                          (dict(copy_engine=True, group_m=2), 1)):
         chosen, named = config("fused", **options), ", ".join(f"{k}={v}" for k, v in options.items())
-        on_heap.fill_(float("nan"))
-        ctx.barrier()
-        ctx.ops.matmul_all_reduce(on_heap, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
-        fails.append(mismatch(f"matmul_all_reduce fused, {named}", on_heap, reduced_ref))
-        scattered.fill_(float("nan"))
-        ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
-        fails.append(mismatch(f"matmul_reduce_scatter fused, {named}", scattered, scattered_ref))
+        with band_bytes(band or copy_schedule.BAND_BYTES):
+            on_heap.fill_(float("nan"))
+            ctx.barrier()
+            ctx.ops.matmul_all_reduce(on_heap, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
+            fails.append(mismatch(f"matmul_all_reduce fused, {named}, bands of {band}", on_heap, reduced_ref))
+            scattered.fill_(float("nan"))
+            ctx.ops.matmul_reduce_scatter(scattered, a_k[rank].to(dev), b_k[rank].to(dev), config=chosen)
+            fails.append(mismatch(f"matmul_reduce_scatter fused, {named}, bands of {band}", scattered,
+                                  scattered_ref))
     # twice more each way, fused: per-tile (per-band) flags from the last call must not let this one read stale
     # partials
     for salt, copy_engine in ((7, False), (8, False), (13, True), (14, True)):
@@ -226,7 +237,6 @@ def _bad_input_body():
         "fused_out": error_message(ctx.ops.matmul_all_reduce, torch.zeros(64, 32), a, b,
                                    config=OpsConfig(variant="fused")),
         "config": error_message(OpsConfig, block_m=48),
-        "lag": error_message(OpsConfig, reduce_lag=-1),
     }
 
 
@@ -241,7 +251,6 @@ def test_bad_input(pools):
     assert "ops.matmul_all_reduce: the fused variant needs" in r["fused_out"]
     assert "out on the symmetric heap (peers store the reduced tiles into it)" in r["fused_out"]
     assert "OpsConfig: block_m=48 must be a power of two >= 16" in r["config"]
-    assert "OpsConfig: reduce_lag=-1 must be >= 0" in r["lag"]
 
 
 def _subgroup_ops_body(dtype):
@@ -312,13 +321,12 @@ def _split_tail_body(programs=None, engines_only=False):
         fails.append(None if (full, stream) == (10, 5) else f"5 programs: {(full, stream)}, not (10, 5)")
     module.num_programs = lambda device, tiles, spare=0, sms=None: min(tiles, programs - spare)
     try:
-        # twice with fresh operands (a flag left raised would add a stale partial), then unsplit, then through the
-        # copy engines (band counts and flags reused), the last time over two tile columns in bands of one
-        # (band_bytes=1) and two tile rows
+        # twice with fresh operands (a flag left raised would add a stale partial), then through the copy engines
+        # (band counts and flags reused), the last time over two tile columns in bands of one (bands of 1 byte at
+        # most) and two tile rows
         wide = ctx.empty(M, 2 * world * block_n, dtype=dtype)
-        cases = ((20, True, False, 1), (21, True, False, 1), (22, False, False, 1), (24, True, True, 1),
-                 (25, True, True, 1), (26, True, True, 2))
-        for salt, split_on, copy_engine, columns in cases:
+        cases = ((20, False, 1), (21, False, 1), (24, True, 1), (25, True, 1), (26, True, 2))
+        for salt, copy_engine, columns in cases:
             if engines_only and not copy_engine:
                 continue
             a = operand(0, (M, K), dtype, salt)
@@ -326,15 +334,13 @@ def _split_tail_body(programs=None, engines_only=False):
             out = wide if columns == 2 else out
             out.fill_(float("nan"))
             ctx.barrier()
-            narrow = dict(band_bytes=1, group_m=2) if columns == 2 else {}
-            ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
-                                      config=OpsConfig(variant="fused", split_tail=split_on, copy_engine=copy_engine,
-                                                       **narrow))
+            narrow = dict(group_m=2) if columns == 2 else {}
+            with band_bytes(1 if columns == 2 else copy_schedule.BAND_BYTES):
+                ctx.ops.matmul_all_gather(out, a.to(dev), b_cols[rank].to(dev),
+                                          config=OpsConfig(variant="fused", copy_engine=copy_engine, **narrow))
             ctx.barrier()
-            fails.append(mismatch(f"matmul_all_gather split_tail={split_on} "
-                                  f"copy_engine={copy_engine} ({salt}, {stream} of {programs} programs in the last "
-                                  "wave)", out,
-                                  ref_ops.matmul_all_gather(a, b_cols)))
+            fails.append(mismatch(f"matmul_all_gather copy_engine={copy_engine} ({salt}, {stream} of {programs} "
+                                  "programs in the last wave)", out, ref_ops.matmul_all_gather(a, b_cols)))
         left = leftover_flags(ctx, "matmul_all_gather.sent")
         fails.append(None if left == 0 else f"matmul_all_gather left a sent flag at {left}")
     finally:

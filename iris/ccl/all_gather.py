@@ -14,8 +14,8 @@ from iris.device.sync import group_barrier
 
 
 @triton.jit
-def _all_gather_kernel(out, inp, n, flags, heap_bases, members, rank, group_index, world_size,
-                       GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+def _all_gather_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still uses its out
     slot = out + tl.cast(group_index, tl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
@@ -46,6 +46,6 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
     common.expect_numel(out, p.sync.size * n, caller, "out", f"group size {p.sync.size} * inp.numel() {n}")
     # A slot starts at group_index * n elements: 16-byte aligned only when n keeps it so.
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
-    _all_gather_kernel[p.grid](out_flat, inp_flat, n, *p.sync_args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
+    _all_gather_kernel[p.grid](out_flat, inp_flat, n, p.sync.args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
                                BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)

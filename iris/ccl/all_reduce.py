@@ -20,9 +20,9 @@ from iris.device.sync import group_barrier
 
 
 @triton.jit
-def _all_reduce_one_shot_kernel(out, inp, n, flags, heap_bases, members, rank, group_index, world_size,
-                                GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
+def _all_reduce_one_shot_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
                                 HINT: tl.constexpr, BLOCK: tl.constexpr):
+    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
     for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
@@ -35,9 +35,9 @@ def _all_reduce_one_shot_kernel(out, inp, n, flags, heap_bases, members, rank, g
 
 
 @triton.jit
-def _all_reduce_two_shot_kernel(out, inp, n, shard, flags, heap_bases, members, rank, group_index, world_size,
-                                GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
-                                HINT: tl.constexpr, BLOCK: tl.constexpr):
+def _all_reduce_two_shot_kernel(out, inp, n, shard, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
+                                ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
     # Our shard, read from every rank and reduced, then stored straight into every rank's out: the
@@ -84,10 +84,10 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
     meta = dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=common.accumulate_in_fp32(inp.dtype),
                 HINT=common.vector_hint(inp, out), BLOCK=p.block, num_warps=p.warps)
     if algorithm == "one_shot":
-        _all_reduce_one_shot_kernel[p.grid](out_flat, inp_flat, n, *p.sync_args(ctx), **meta)
+        _all_reduce_one_shot_kernel[p.grid](out_flat, inp_flat, n, p.sync.args(ctx), **meta)
     else:
         ctx.check_symmetric(out, caller, "out")
         # Shards start on 16-element boundaries so the vector hint holds on every rank's shard.
         shard = triton.cdiv(triton.cdiv(n, p.sync.size), 16) * 16
-        _all_reduce_two_shot_kernel[p.grid](out_flat, inp_flat, n, shard, *p.sync_args(ctx), **meta)
+        _all_reduce_two_shot_kernel[p.grid](out_flat, inp_flat, n, shard, p.sync.args(ctx), **meta)
     return common.done(ctx, async_op)

@@ -29,9 +29,9 @@ NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @triton.jit
-def _all_reduce_rmsnorm_kernel(out, residual_out, inp, residual, weight, rows, hidden, eps, flags, heap_bases,
-                               members, rank, group_index, world_size, GROUP_SIZE: tl.constexpr, HINT: tl.constexpr,
-                               BLOCK_H: tl.constexpr):
+def _all_reduce_rmsnorm_kernel(out, residual_out, inp, residual, weight, rows, hidden, eps, sync,
+                               GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK_H: tl.constexpr):
+    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row_flags = program_row(flags, world_size)
     group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
     cols = tl.arange(0, BLOCK_H)
@@ -104,7 +104,6 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
     hint = common.vector_hint(out, residual_out, inp, residual) if hidden % 16 == 0 else None
     if rows:
         _all_reduce_rmsnorm_kernel[(programs,)](
-            out, residual_out, inp, residual, weight, rows, hidden, float(eps), sync.flags, ctx.heap_bases,
-            sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size, HINT=hint, BLOCK_H=block_h,
-            num_warps=warps)
+            out, residual_out, inp, residual, weight, rows, hidden, float(eps), sync.args(ctx), GROUP_SIZE=sync.size,
+            HINT=hint, BLOCK_H=block_h, num_warps=warps)
     return out, residual_out

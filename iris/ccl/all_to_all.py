@@ -14,8 +14,8 @@ from iris.device.sync import group_barrier
 
 
 @triton.jit
-def _all_to_all_kernel(out, inp, n, flags, heap_bases, members, rank, group_index, world_size,
-                       GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+def _all_to_all_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still uses its out
     n64 = tl.cast(n, tl.int64)  # slice offsets pass 2**31 elements in large calls
@@ -57,6 +57,6 @@ def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
     n = common.split_rows(inp, ctx.group_sync(group, caller).size, caller, "inp")
     p = common.plan(ctx, caller, n, group, config)
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
-    _all_to_all_kernel[p.grid](out_flat, inp_flat, n, *p.sync_args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
+    _all_to_all_kernel[p.grid](out_flat, inp_flat, n, p.sync.args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
                                BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)

@@ -82,11 +82,6 @@ class Plan:
     def grid(self):
         return (self.programs,)
 
-    def sync_args(self, ctx):
-        """The arguments every collective kernel takes after its data arguments."""
-        return (self.sync.flags, ctx.heap_bases, self.sync.members, ctx.cur_rank, self.sync.index,
-                ctx.num_ranks)
-
 
 def resolve_config(config, caller):
     config = DEFAULT_CONFIG if config is None else config

@@ -42,10 +42,10 @@ PUSH_MIN_BYTES = 64 << 20
 
 
 @triton.jit
-def _reduce_scatter_push_kernel(out, inp, staging, segment_flags, n, segments, flag_stride, flags, heap_bases,
-                                members, rank, group_index, world_size, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
-                                ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr,
-                                SEGMENT: tl.constexpr):
+def _reduce_scatter_push_kernel(out, inp, n, staged, segments, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
+                                ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr, SEGMENT: tl.constexpr):
+    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    staging, segment_flags, flag_stride = staged  # our row of staging on a peer: staging + group_index * n
     row = program_row(flags, world_size)
     # Every member has started this call, so its last call's reads of its staging are over. The epoch stamps
     # this call's segment flags: segment s is always program s % programs's, on every rank, so one row's count.
@@ -127,14 +127,14 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
         staging = ctx.workspaces.get(caller + ".staging", ranks, (nbytes,), torch.uint8).view(inp.dtype)
         segment_flags = ctx.workspaces.peer_flags(f"{caller}.flags.{programs}", ranks, segments, stable=True)
         hint = common.vector_hint(out, inp, staging) if aligned else None
-        _reduce_scatter_push_kernel[(programs,)](out_flat, inp_flat, staging, segment_flags, n, segments,
-                                                 segment_flags.shape[1], *p.sync_args(ctx), GROUP_SIZE=p.sync.size,
-                                                 OP=op, ACC_FP32=acc_fp32, HINT=hint, BLOCK=p.block,
-                                                 SEGMENT=SEGMENT_BLOCKS, num_warps=p.warps)
+        staged = (staging, segment_flags, segment_flags.shape[1])
+        _reduce_scatter_push_kernel[(programs,)](out_flat, inp_flat, n, staged, segments, p.sync.args(ctx),
+                                                 GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=acc_fp32, HINT=hint,
+                                                 BLOCK=p.block, SEGMENT=SEGMENT_BLOCKS, num_warps=p.warps)
         return common.done(ctx, async_op)
     ctx.check_symmetric(inp, caller, "inp")
     mine = inp_flat[p.sync.index * n:(p.sync.index + 1) * n]
     hint = common.vector_hint(out, mine) if aligned else None
-    _all_reduce_one_shot_kernel[p.grid](out_flat, mine, n, *p.sync_args(ctx), GROUP_SIZE=p.sync.size, OP=op,
+    _all_reduce_one_shot_kernel[p.grid](out_flat, mine, n, p.sync.args(ctx), GROUP_SIZE=p.sync.size, OP=op,
                                         ACC_FP32=acc_fp32, HINT=hint, BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)

@@ -19,9 +19,9 @@ from iris.device.sync import group_barrier
 
 
 @triton.jit
-def _pull_from_root_kernel(dst, src, n, root, root_index, flags, heap_bases, members, rank, group_index, world_size,
-                           GROUP_SIZE: tl.constexpr, ROOT_COPIES: tl.constexpr, HINT: tl.constexpr,
-                           BLOCK: tl.constexpr):
+def _pull_from_root_kernel(dst, src, n, root, root_index, sync, GROUP_SIZE: tl.constexpr, ROOT_COPIES: tl.constexpr,
+                           HINT: tl.constexpr, BLOCK: tl.constexpr):
+    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # the root's data is ready
     if group_index != root_index:
@@ -38,9 +38,9 @@ def _pull_from_root_kernel(dst, src, n, root, root_index, flags, heap_bases, mem
 
 
 @triton.jit
-def _root_pulls_kernel(out, inp, n, root_index, flags, heap_bases, members, rank, group_index, world_size,
-                       GROUP_SIZE: tl.constexpr, REDUCE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
-                       HINT: tl.constexpr, BLOCK: tl.constexpr):
+def _root_pulls_kernel(out, inp, n, root_index, sync, GROUP_SIZE: tl.constexpr, REDUCE: tl.constexpr, OP: tl.constexpr,
+                       ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every input is ready
     if group_index == root_index:
@@ -71,7 +71,7 @@ def _root_index(sync, root, caller, name):
 def _pull(ctx, caller, dst, src, n, root, group, config, async_op, sync=None):
     p = common.plan(ctx, caller, n, group, config, sync=sync)
     root_index = _root_index(p.sync, root, caller, "src")
-    _pull_from_root_kernel[p.grid](dst, src, n, root, root_index, *p.sync_args(ctx), GROUP_SIZE=p.sync.size,
+    _pull_from_root_kernel[p.grid](dst, src, n, root, root_index, p.sync.args(ctx), GROUP_SIZE=p.sync.size,
                                    ROOT_COPIES=dst.data_ptr() != src.data_ptr(), HINT=common.vector_hint(dst, src),
                                    BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)
@@ -120,7 +120,7 @@ def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
     expected = n if op else p.sync.size * n
     common.expect_numel(out, expected, caller, "out", "inp.numel()" if op else f"group size {p.sync.size} * "
                         f"inp.numel() {n}")
-    _root_pulls_kernel[p.grid](out_flat, inp_flat, n, root_index, *p.sync_args(ctx), GROUP_SIZE=p.sync.size,
+    _root_pulls_kernel[p.grid](out_flat, inp_flat, n, root_index, p.sync.args(ctx), GROUP_SIZE=p.sync.size,
                                REDUCE=op is not None, OP=op or "sum", ACC_FP32=common.accumulate_in_fp32(inp.dtype),
                                HINT=common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None,
                                BLOCK=p.block, num_warps=p.warps)

@@ -66,6 +66,11 @@ class GroupSync:
     def size(self):
         return len(self.ranks)
 
+    def args(self, ctx):
+        """The group's kernel argument, one tuple that kernels unpack as ``flags, heap_bases, members, rank,
+        group_index, world_size`` (our rank and the world size are ``ctx``'s)."""
+        return (self.flags, ctx.heap_bases, self.members, ctx.cur_rank, self.index, ctx.num_ranks)
+
 
 class GroupTable:
     def __init__(self, region, world_size, rank, device, agree=None):

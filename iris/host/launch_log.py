@@ -13,12 +13,26 @@ import pickle
 _seen = set()
 
 
-def _integer_by_type(spec, param, value):
-    if param.is_constexpr or type(value) is not int:
+def _by_type(spec, value):
+    """``spec`` (type, attribute) of an argument with its integers specialised by type alone, inside tuples too."""
+    ty, attr = spec
+    if isinstance(ty, tuple):  # a tuple argument: one (type, attribute) per element
+        pairs = [_by_type(element, v) for element, v in zip(zip(ty, attr), value)]
+        return tuple(t for t, _ in pairs), tuple(a for _, a in pairs)
+    if type(value) is not int:
         return spec
-    if spec[0] == "constexpr":  # the launcher's constant 1
+    if ty == "constexpr":  # the launcher's constant 1
         return ("i32", None)
-    return (spec[0], None)
+    return (ty, None)
+
+
+def _leaves(specs, values, path=()):
+    """(path, type, attribute, value) of every argument, a tuple's elements one by one (path: their indices)."""
+    for i, ((ty, attr), value) in enumerate(zip(specs, values)):
+        if isinstance(ty, tuple):
+            yield from _leaves(list(zip(ty, attr)), value, path + (i,))
+        else:
+            yield path + (i,), ty, attr, value
 
 
 def _specialise(jit_fn, backend, args, kwargs):
@@ -32,14 +46,16 @@ def _specialise(jit_fn, backend, args, kwargs):
     # Integer arguments are recorded by type alone: the launcher also specialises an int equal to 1 into a constant
     # and one divisible by 16 into an attribute, which multiplies the variants by the ranks' values (rank, peer) with
     # the same code compiled (1567 specialisations of test_atomics' kernel instead of 288). Pointers keep their
-    # alignment, which decides vector widths.
+    # alignment, which decides vector widths. Tuple arguments (a group's sync arguments, a GEMM's strides) are
+    # specialised element by element, at paths of indices.
     values = list(bound.values())
-    specialization = [_integer_by_type(spec, param, value)
+    specialization = [spec if param.is_constexpr else _by_type(spec, value)
                       for spec, param, value in zip(specialization, jit_fn.params, values)]
     names = [p.name for p in jit_fn.params]
     signature = {name: spec[0] for name, spec in zip(names, specialization)}
-    constexprs = {(i,): values[i] for i, spec in enumerate(specialization) if spec[0] == "constexpr"}
-    attrs = {(i,): backend.parse_attr(spec[1]) for i, spec in enumerate(specialization) if isinstance(spec[1], str)}
+    leaves = list(_leaves(specialization, values))
+    constexprs = {path: value for path, ty, _, value in leaves if ty == "constexpr"}
+    attrs = {path: backend.parse_attr(attr) for path, _, attr, _ in leaves if isinstance(attr, str)}
     options = {k: v for k, v in options.items() if k in ("num_warps", "num_stages", "num_ctas", "maxnreg")}
     return signature, constexprs, attrs, options
 

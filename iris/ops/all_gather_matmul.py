@@ -1,6 +1,6 @@
 """all_gather_matmul: ``out = cat_r(A_r, dim=0) @ B`` on every rank.
 
-Fused schedule, workgroup-specialised: one persistent kernel whose first ``comm_sms`` programs move data
+Fused schedule, workgroup-specialised: one persistent kernel whose first ``COMM_SMS`` programs move data
 while the others compute, then compute too.
 
     communication programs:  barrier | push row block b of our A into every peer's gathered A -> flag[r, b]
@@ -35,17 +35,21 @@ from iris.device.rma import store
 from iris.device.sync import call_epoch, fence_async_proxy, finish_call, group_barrier, next_tile, wait_until
 from iris.ops import common
 from iris.ops.copy_schedule import CopySchedule, copy_sms
-from iris.ops.gemm import corner, descriptors_fit, mainloop, num_programs, operand, store_tile, tile_coords
+from iris.ops.gemm import corner, descriptors_fit, mainloop, num_programs, operand, store_tile, strides, tile_coords
 
 COPY_K = 128  # columns per step of a communication program's copy: [BLOCK_M, COPY_K] per store
 
 
 @triton.jit
-def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready, call, M_local, N, K, stride_am,
-                              stride_ak, stride_bk, stride_bn, stride_om, stride_on, flags, heap_bases, members,
-                              rank, group_index, world_size, GROUP_SIZE: tl.constexpr, COMM_PROGRAMS: tl.constexpr,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                              GROUP_M: tl.constexpr, COPY_K: tl.constexpr, VEC: tl.constexpr, TMA: tl.constexpr):
+def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, strides, shape, sync, ready, call,
+                              GROUP_SIZE: tl.constexpr, COMM_PROGRAMS: tl.constexpr, TILE: tl.constexpr,
+                              COPY_K: tl.constexpr, VEC: tl.constexpr, TMA: tl.constexpr):
+    # a / gathered: descriptors (TMA) or pointers; a_rows / gathered_rows: the same as pointers, for the copies.
+    # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size)
+    flags, heap_bases, members, rank, group_index, world_size = sync
+    M_local, N, K = shape
+    BLOCK_M: tl.constexpr = TILE[0]
+    stride_am = strides[0][0]
     pid = tl.program_id(0)
     M = GROUP_SIZE * M_local
     blocks = M_local // BLOCK_M  # row blocks per rank
@@ -70,13 +74,13 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready,
                             scope="sys")
     # ---- GEMM, in every program (the communication programs join once their blocks are sent): output tiles
     # by ticket, our own row blocks first (local A), then rank group_index + 1's, and so on
-    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_n = tl.cdiv(N, TILE[1])
     per_rank = blocks * num_pid_n
     t = next_tile(call)
     while t < GROUP_SIZE * per_rank:
         step = t // per_rank
         owner = (group_index + step) % GROUP_SIZE
-        pid_m, pid_n = tile_coords(t % per_rank, blocks, num_pid_n, GROUP_M)
+        pid_m, pid_n = tile_coords(t % per_rank, blocks, num_pid_n, TILE[3])
         # one mainloop for both sources, so its shared-memory ring is allocated once
         src, src_m, src_rows, src_stride = a, pid_m, M_local, stride_am  # our own rows: local A, no wait
         if step != 0:
@@ -84,48 +88,49 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, ready,
             if TMA:  # the rows arrived by ordinary stores; the descriptor loads below read via the async proxy
                 fence_async_proxy()
             src, src_m, src_rows, src_stride = gathered, owner * blocks + pid_m, M, K
-        acc = mainloop(src, b, src_rows, N, K, src_stride, stride_ak, stride_bk, stride_bn, src_m, pid_n, rank,
-                       rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
-        store_tile(out, acc, owner * blocks + pid_m, pid_n, M, N, stride_om, stride_on, BLOCK_M, BLOCK_N, TMA)
+        acc = mainloop(src, b, ((src_stride, strides[0][1]), strides[1]), src_rows, N, K, src_m, pid_n, TILE,
+                       TMA=TMA)
+        store_tile(out, acc, owner * blocks + pid_m, pid_n, M, N, strides[2], TILE, TMA)
         t = next_tile(call)
     finish_call(call, TICKETS=True)
 
 
 @triton.jit
-def _tiles(src, src_rows, src_stride, src_block, b, out, out_block, lo, hi, base, M, N, K, stride_ak, stride_bk,
-           stride_bn, stride_om, stride_on, blocks, num_pid_n, rank, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, FLATTEN: tl.constexpr):
+def _tiles(src, src_rows, src_stride, src_block, b, out, strides, out_block, lo, hi, base, M, N, K, blocks,
+           TILE: tl.constexpr, TMA: tl.constexpr):
     """This program's tiles among tiles ``lo`` .. ``hi`` of one rank's row blocks (grouped order), dealt round
     robin as if numbered from ``base`` on, so that consecutive calls continue one deal: A rows from ``src``
-    (row block ``src_block`` + pid_m), output rows at row block ``out_block`` + pid_m. The plain GEMM keeps its
-    own loop: through this one it ran 4-5% slower on 8192x3584x14336 (docs/perf-notes.md, "One tile loop")."""
+    (``src_rows`` rows, ``src_stride`` apart; row block ``src_block`` + pid_m), output rows at row block
+    ``out_block`` + pid_m. The plain GEMM keeps its own loop: through this one it ran 4-5% slower on
+    8192x3584x14336 (docs/perf-notes.md, "One tile loop")."""
+    num_pid_n = tl.cdiv(N, TILE[1])
+    src_strides = ((src_stride, strides[0][1]), strides[1])
     programs = tl.num_programs(0)
     first = lo + (tl.program_id(0) - (base + lo) % programs + programs) % programs
-    for t in tl.range(first, hi, programs, flatten=FLATTEN):
-        pid_m, pid_n = tile_coords(t, blocks, num_pid_n, GROUP_M)
-        acc = mainloop(src, b, src_rows, N, K, src_stride, stride_ak, stride_bk, stride_bn, src_block + pid_m, pid_n,
-                       rank, rank, None, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
-        store_tile(out, acc, out_block + pid_m, pid_n, M, N, stride_om, stride_on, BLOCK_M, BLOCK_N, TMA)
+    for t in tl.range(first, hi, programs, flatten=True):
+        pid_m, pid_n = tile_coords(t, blocks, num_pid_n, TILE[3])
+        acc = mainloop(src, b, src_strides, src_rows, N, K, src_block + pid_m, pid_n, TILE, TMA=TMA)
+        store_tile(out, acc, out_block + pid_m, pid_n, M, N, strides[2], TILE, TMA)
 
 
 @triton.jit
-def _all_gather_matmul_engines_kernel(a, gathered, b, out, arrived, go, M_local, N, K, stride_am, stride_ak,
-                                      stride_bk, stride_bn, stride_om, stride_on, flags, heap_bases, members, rank,
-                                      group_index, world_size, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
-                                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                                      TMA: tl.constexpr, FLATTEN: tl.constexpr):
+def _all_gather_matmul_engines_kernel(a, gathered, b, out, strides, shape, sync, arrived, go,
+                                      GROUP_SIZE: tl.constexpr, TILE: tl.constexpr, TMA: tl.constexpr):
+    # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size)
+    flags, heap_bases, members, rank, group_index, world_size = sync
+    M_local, N, K = shape
     if tl.program_id(0) == 0:
         # peers' previous call no longer reads their gathered A: the copy engines may write it
         group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE)
         tl.atomic_xchg(go, 1, sem="relaxed", scope="sys")
     M = GROUP_SIZE * M_local
-    blocks = M_local // BLOCK_M  # row blocks per rank
-    num_pid_n = tl.cdiv(N, BLOCK_N)
+    blocks = M_local // TILE[0]  # row blocks per rank
+    num_pid_n = tl.cdiv(N, TILE[1])
     per_rank = blocks * num_pid_n
-    per_chunk = GROUP_M * num_pid_n  # the tiles of one chunk of rows, consecutive in the grouped order
-    chunks = tl.cdiv(blocks, GROUP_M)
-    _tiles(a, M_local, stride_am, 0, b, out, group_index * blocks, 0, per_rank, 0, M, N, K, stride_ak, stride_bk,
-           stride_bn, stride_om, stride_on, blocks, num_pid_n, rank, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, FLATTEN)
+    per_chunk = TILE[3] * num_pid_n  # the tiles of one chunk of rows, consecutive in the grouped order
+    chunks = tl.cdiv(blocks, TILE[3])
+    _tiles(a, M_local, strides[0][0], 0, b, out, strides, group_index * blocks, 0, per_rank, 0, M, N, K, blocks,
+           TILE, TMA)
     for c in range((GROUP_SIZE - 1) * chunks):
         step = 1 + c // chunks
         owner = (group_index + step) % GROUP_SIZE
@@ -133,9 +138,8 @@ def _all_gather_matmul_engines_kernel(a, gathered, b, out, arrived, go, M_local,
         wait_until(arrived + owner * chunks + c % chunks, 1, rank, tl.load(members + owner), "all_gather_matmul")
         if TMA:  # the rows arrived by copy-engine writes; the descriptor loads read via the async proxy
             fence_async_proxy()
-        _tiles(gathered, M, K, owner * blocks, b, out, owner * blocks, lo, tl.minimum(lo + per_chunk, per_rank),
-               step * per_rank, M, N, K, stride_ak, stride_bk, stride_bn, stride_om, stride_on, blocks, num_pid_n, rank,
-               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, FLATTEN)
+        _tiles(gathered, M, K, owner * blocks, b, out, strides, owner * blocks, lo,
+               tl.minimum(lo + per_chunk, per_rank), step * per_rank, M, N, K, blocks, TILE, TMA)
 
 
 def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
@@ -168,7 +172,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         ctx.ccl.all_gather(gathered, slot, group=group)
         common.bulk_gemm(out, gathered, b, config)
         return common.add_bias(out, bias, caller)
-    tma = config.tma and descriptors_fit(a, b, out)
+    tma = descriptors_fit(a, b, out)
     copy_engine = config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
     programs = num_programs(ctx.get_device(), tiles, spare=copy_sms(ctx, copy_engine), sms=ctx.get_agreed_cu_count())
     if copy_engine:
@@ -180,24 +184,21 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         with schedule.launch(go):
             _all_gather_matmul_engines_kernel[(programs,)](
                 operand(a, (block_m, block_k), tma), operand(gathered, (block_m, block_k), tma),
-                operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), arrived, go, m_local, N,
-                K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags,
-                ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size,
-                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma,
-                FLATTEN=config.flatten, num_warps=config.num_warps, num_stages=config.stages())
+                operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), strides(a, b, out),
+                (m_local, N, K), sync.args(ctx), arrived, go, GROUP_SIZE=sync.size,
+                TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, num_warps=config.num_warps,
+                num_stages=config.stages())
         schedule.join(consumed=[arrived])  # every peer's copies have landed: the kernel waited for each chunk
         return common.add_bias(out, bias, caller)
     ready = ctx.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
     call = ctx.workspaces.get("all_gather_matmul.call", sync.ranks, (3,), torch.int32, zero=True)
-    comm = common.comm_programs(config, programs)
+    comm = common.comm_programs(programs)
     _all_gather_matmul_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), a, operand(gathered, (block_m, block_k), tma), gathered,
-        operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), ready, call, m_local, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases,
-        sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, GROUP_SIZE=sync.size, COMM_PROGRAMS=comm,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, COPY_K=COPY_K,
-        VEC=common.row_vector_width(gathered), TMA=tma, num_warps=config.num_warps,
-        num_stages=config.stages())
+        operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), strides(a, b, out), (m_local, N, K),
+        sync.args(ctx), ready, call, GROUP_SIZE=sync.size, COMM_PROGRAMS=comm,
+        TILE=(block_m, block_n, block_k, config.group_m), COPY_K=COPY_K, VEC=common.row_vector_width(gathered),
+        TMA=tma, num_warps=config.num_warps, num_stages=config.stages())
     return common.add_bias(out, bias, caller)
 
 

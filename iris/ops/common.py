@@ -72,10 +72,15 @@ def choose_fused(caller, config, ctx, tiles, needs=(), comm_bytes=0, flops=1):
     return comm_bytes / LINK_BYTES_PER_S >= FUSE_ABOVE * flops / GEMM_FLOPS_PER_S
 
 
-def comm_programs(config, programs):
-    """Programs a workgroup-specialised kernel gives to communication: ``config.comm_sms``, leaving at least
-    three quarters of the grid to the GEMM (the interpreter's grid is tiny)."""
-    return max(1, min(config.comm_sms, programs // 4))
+# Programs all_gather_matmul's workgroup-specialised kernel gives to pushing A rows, then to the GEMM: 16 of 132 SMs,
+# the count its push was measured with on 2 x H200 (docs/perf-notes.md, all_gather_matmul; no other count was timed).
+COMM_SMS = 16
+
+
+def comm_programs(programs):
+    """Programs a workgroup-specialised kernel gives to communication: ``COMM_SMS``, leaving at least three
+    quarters of the grid to the GEMM (the interpreter's grid is tiny)."""
+    return max(1, min(COMM_SMS, programs // 4))
 
 
 def bulk_gemm(out, a, b, config):

@@ -11,7 +11,9 @@ def _power_of_two(value):
 
 @dataclass(frozen=True)
 class OpsConfig:
-    """Tile sizes of the shared GEMM mainloop, and the variant.
+    """Tile sizes of the shared GEMM mainloop, and the variant: what a caller may tune. Choices that measured one
+    way on every shape are not options but constants beside the code that makes them (``gemm.descriptors_fit``,
+    ``common.COMM_SMS``, ``copy_schedule.BAND_BYTES``, ``gemm.split_tail``, ``reduce_ops._walk_order``).
 
     ``variant``: ``"fused"`` moves each output tile (or operand tile) across the link inside the GEMM
     kernel, so communication overlaps compute at tile granularity; ``"bulk"`` runs the GEMM, then the
@@ -19,30 +21,16 @@ class OpsConfig:
     ``"auto"`` picks fused where it measured faster: at least one output tile per SM, and traffic worth at
     least 4% of the GEMM's time (``iris.ops.common.choose_fused``); bulk otherwise.
 
-    ``None`` block sizes and stages pick by backend and dtype (``blocks``, ``stages``). ``tma`` feeds the
-    mainloop through tensor descriptors where the layouts allow (16-byte aligned rows, contiguous last
-    dimension); ``flatten`` lets the compiler software-pipeline across tile boundaries (the plain GEMM,
-    matmul_all_gather's whole tiles, and the copy-engine kernels' tile loops).
-    ``comm_sms``: programs a workgroup-specialised kernel (all_gather_matmul) gives to moving data.
-    ``split_tail``: when the last wave of output tiles would leave half the programs or more idle, share its
-    tiles' K steps evenly among the programs (stream-K; matmul_all_gather); partial sums meet in a workspace.
+    ``None`` block sizes and stages pick by backend and dtype (``blocks``, ``stages``). ``group_m``: tile rows the
+    grouped tile order walks down before moving right (and the rows of a copy-engine band).
     ``copy_engine`` (every fused op): store each output tile (each partial tile for a peer's row block) locally,
     and let the copy engines carry each finished band of ``group_m`` tile rows to the peers (a side stream waits
     for the band's count: ``iris/host/copy_engine.py``), so no SM time goes to the link; all_gather_matmul's
-    engines carry its A rows instead. matmul_reduce_scatter and matmul_all_reduce then take every peer unit first
-    (the lag is all tiles). matmul_all_gather needs a contiguous ``out`` (else the SMs store every tile),
-    matmul_all_reduce one with contiguous rows; for both the last wave of tiles still leaves from the SMs,
-    which have nothing else left to do by then. ``None`` is the measured choice
-    (``uses_copy_engine``): on GPUs in groups of 2, except in traced calls and on ranks sharing a GPU.
-    ``band_bytes``: the copy engines' unit, a band of ``group_m`` tile rows, is also cut into as many whole tile
-    columns as keep it within this size (the grouped tile order finishes such a band's tiles one after another),
-    so that a band leaves soon after its tiles are done; one copy costs ~5 us however small.
-    ``reduce_lag`` (matmul_reduce_scatter and matmul_all_reduce, fused): how many tiles a rank's own unit of a
-    tile trails the peers' units of that tile in the kernel's walk (the own unit adds the partials they push).
-    ``reduce_defer`` (the same ops): raise the flag of a partial pushed to a peer after the program's next K loop
-    instead of right after the stores, so the program does not wait for them to cross the link. ``None`` keeps
-    each op's measured choice: reduce_scatter two waves of tiles (2 x SMs / ranks) and deferred flags,
-    all_reduce 0 (each own unit right after its tile's peer units) and flags raised at once."""
+    engines carry its A rows instead. matmul_reduce_scatter and matmul_all_reduce then take every peer unit first.
+    matmul_all_gather needs a contiguous ``out`` (else the SMs store every tile), matmul_all_reduce one with
+    contiguous rows; for both the last wave of tiles still leaves from the SMs, which have nothing else left to do
+    by then. ``None`` is the measured choice (``uses_copy_engine``): on GPUs in groups of 2, except in traced calls
+    and on ranks sharing a GPU."""
 
     variant: str = "auto"
     block_m: int | None = None
@@ -51,14 +39,7 @@ class OpsConfig:
     group_m: int = 8
     num_warps: int = 8
     num_stages: int | None = None
-    tma: bool = True
-    flatten: bool = True
-    comm_sms: int = 16
-    split_tail: bool = True
     copy_engine: bool | None = None
-    band_bytes: int = 4 << 20
-    reduce_lag: int | None = None
-    reduce_defer: bool | None = None
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -69,15 +50,8 @@ class OpsConfig:
                 raise ValueError(f"OpsConfig: {name}={value} must be a power of two >= 16 (tl.dot needs 16)")
         if self.group_m < 1:
             raise ValueError(f"OpsConfig: group_m={self.group_m} must be >= 1")
-        if self.band_bytes < 1:
-            raise ValueError(f"OpsConfig: band_bytes={self.band_bytes} must be >= 1 (a band is one tile column at "
-                             "least)")
-        if self.comm_sms < 1:
-            raise ValueError(f"OpsConfig: comm_sms={self.comm_sms} must be >= 1")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"OpsConfig: num_warps={self.num_warps}; use 1, 2, 4, 8 or 16")
-        if self.reduce_lag is not None and self.reduce_lag < 0:
-            raise ValueError(f"OpsConfig: reduce_lag={self.reduce_lag} must be >= 0 (or None for the op's order)")
         if self.num_stages is not None and not 1 <= self.num_stages <= 8:
             raise ValueError(f"OpsConfig: num_stages={self.num_stages} is outside [1, 8]")
 

@@ -16,7 +16,7 @@ cleared, never stamped with a call number: a replayed CUDA graph writes the numb
 stamp left by the last replay would satisfy the next one's wait.
 
 The bands: a fused kernel's output (or a rank's row block of one) is carried in bands of ``group_m`` tile rows
-by as many tile columns as keep a band within ``OpsConfig.band_bytes``. The grouped tile order finishes one
+by as many tile columns as keep a band within ``BAND_BYTES``. The grouped tile order finishes one
 band's tiles one after another (``iris.ops.gemm.band_of`` numbers them on the device), so a band leaves soon
 after its tiles are done; one copy costs ~5 us however small, which is why bands are not single tiles.
 """
@@ -29,6 +29,12 @@ import triton
 from iris.host.copy_engine import peer_view
 from iris.host.groups import POISON
 
+# A band's size: one copy costs ~5 us however small and the engines move 235-270 GB/s per direction with both
+# ranks copying (2 x H200), so a 4 MiB band is ~16 us of link time against 5 us of overhead, and 4096x8192x8192's
+# 16 MB rows of tiles leave in four pieces instead of one (docs/perf-notes.md, matmul_all_gather; other sizes were
+# not timed). Read at each call, so a test can cut the interpreter's small outputs into several bands.
+BAND_BYTES = 4 << 20
+
 Band = collections.namedtuple("Band", "first tiles rows cols")  # first tile in the grouped order, count, slices
 
 
@@ -36,7 +42,7 @@ def output_bands(config, M, N, block_m, block_n, element_size):
     """(band_cols, [Band]): the copy engines' units of an [M, N] output in the grouped tile order; ``rows`` and
     ``cols`` are element slices."""
     num_pid_m, num_pid_n = triton.cdiv(M, block_m), triton.cdiv(N, block_n)
-    band_cols = max(1, min(num_pid_n, config.band_bytes // (config.group_m * block_m * block_n * element_size)))
+    band_cols = max(1, min(num_pid_n, BAND_BYTES // (config.group_m * block_m * block_n * element_size)))
     found, first = [], 0
     for m in range(0, num_pid_m, config.group_m):
         rows = slice(m * block_m, min(M, (m + config.group_m) * block_m))

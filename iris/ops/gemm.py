@@ -5,10 +5,20 @@
     K loop:    acc[BLOCK_M, BLOCK_N] += A[BLOCK_M, BLOCK_K] @ B[BLOCK_K, BLOCK_N]
 
 Operands arrive either as tensor descriptors (``TMA``: the copy engine of each SM fetches whole tiles into
-shared memory, out of bounds filled with zeros) or as pointers with strides. Descriptors need 16-byte aligned
-rows and a contiguous last dimension (``descriptors_fit``); anything else takes the pointer path. ``mainloop``
-can also read A from the rank that owns the tile's rows (``REMOTE_A``, the pull of all_gather_matmul),
-through the one ``translate``.
+shared memory, out of bounds filled with zeros) or as pointers with strides. Descriptors go wherever the layouts
+allow them: 16-byte aligned rows and a contiguous last dimension (``descriptors_fit``; 2-4 points of cuBLAS over
+the pointer path on the large shapes); anything else takes the pointer path. Persistent tile loops are flattened
+(``tl.range(..., flatten=True)``), so the compiler software-pipelines across tile boundaries: 2-3 points of cuBLAS.
+``mainloop`` can also read A from the rank that owns the tile's rows (``REMOTE_A``: the pull of
+examples/36_all_gather_gemm_pull.py), through the one ``translate``.
+
+Arguments travel in groups, one kernel argument each (Triton specialises the integers inside a tuple as it does
+single ones: a unit stride becomes a constant, a multiple of 16 is marked divisible):
+
+    strides  ((stride_am, stride_ak), (stride_bk, stride_bn), (stride_cm, stride_cn))   (``strides``)
+    shape    (M, N, K), or the op's local sizes
+    TILE     (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M), a constexpr tuple; read by index (``TILE[0]``): Triton 3.6
+             does not unpack a constexpr tuple by assignment in compiled code
 """
 
 import triton
@@ -55,16 +65,22 @@ def corner(base, row, col, stride_row, stride_col):
 
 
 @triton.jit
-def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, a_rank, heap_bases,
-             REMOTE_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             A_VEC: tl.constexpr = 1, TMA: tl.constexpr = False, k_first=0, k_stop=-1):
+def mainloop(a, b, strides, M, N, K, pid_m, pid_n, TILE: tl.constexpr, TMA: tl.constexpr = False, k_first=0,
+             k_stop=-1, REMOTE_A: tl.constexpr = False, remote=None, A_VEC: tl.constexpr = 1):
     """acc = A[pid_m rows, :] @ B[:, pid_n cols] in fp32; with ``k_first`` / ``k_stop`` (in BLOCK_K steps; -1:
-    to the end) only that part of the K range, for a tile shared between programs (``split_tail``).
+    to the end) only that part of the K range, for a tile shared between programs (stream-K: ``split_tail``).
+    ``strides``: A's and B's, first in the tuple (a kernel's whole ``strides`` will do).
 
     With ``TMA`` the operands are tensor descriptors (A only when it is local) and the strides go unused.
-    With ``REMOTE_A`` the A rows are read from rank ``a_rank``'s heap (``a`` then points into our own heap at
-    the same offset); ``A_VEC`` (16 when A's rows are 16-byte aligned: ``iris.ops.common.row_vector_width``)
-    keeps those remote loads vectorised."""
+    With ``REMOTE_A`` the A rows are read from rank ``a_rank``'s heap, ``remote`` = (rank, a_rank, heap_bases)
+    (``a`` then points into our own heap at the same offset); ``A_VEC`` (16 when A's rows are 16-byte aligned:
+    ``iris.ops.common.row_vector_width``) keeps those remote loads vectorised."""
+    BLOCK_M: tl.constexpr = TILE[0]
+    BLOCK_N: tl.constexpr = TILE[1]
+    BLOCK_K: tl.constexpr = TILE[2]
+    a_strides, b_strides = strides[0], strides[1]
+    stride_am, stride_ak = a_strides
+    stride_bk, stride_bn = b_strides
     POINTER_A: tl.constexpr = REMOTE_A or not TMA
     if k_stop < 0:
         k_stop = tl.cdiv(K, BLOCK_K)
@@ -83,6 +99,7 @@ def mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, p
         if POINTER_A:
             a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
             if REMOTE_A:
+                rank, a_rank, heap_bases = remote
                 a_tile = tl.load(translate(a_ptrs, rank, a_rank, heap_bases, hint=(1, A_VEC), mask=a_mask,
                                            op="mainloop"), mask=a_mask, other=0.0)
             else:
@@ -157,9 +174,11 @@ def split_tail(tiles, programs, k_iters, max_split=4):
 
 
 @triton.jit
-def store_tile(c, tile, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               TMA: tl.constexpr):
+def store_tile(c, tile, pid_m, pid_n, M, N, c_strides, TILE: tl.constexpr, TMA: tl.constexpr):
     """c[pid_m block, pid_n block] = tile, rounded to c's dtype; a descriptor store clips at the edges."""
+    BLOCK_M: tl.constexpr = TILE[0]
+    BLOCK_N: tl.constexpr = TILE[1]
+    stride_cm, stride_cn = c_strides
     if TMA:
         c.store([pid_m * BLOCK_M, pid_n * BLOCK_N], tile.to(c.dtype))
     else:
@@ -172,16 +191,14 @@ def store_tile(c, tile, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.co
 
 
 @triton.jit
-def _matmul_kernel(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                   TMA: tl.constexpr, FLATTEN: tl.constexpr):
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
-        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, 0, 0, None,
-                       False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
-        store_tile(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, TMA)
+def _matmul_kernel(a, b, c, strides, shape, TILE: tl.constexpr, TMA: tl.constexpr):
+    M, N, K = shape
+    num_pid_m = tl.cdiv(M, TILE[0])
+    num_pid_n = tl.cdiv(N, TILE[1])
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=True):
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, TILE[3])
+        acc = mainloop(a, b, strides, M, N, K, pid_m, pid_n, TILE, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
+        store_tile(c, acc, pid_m, pid_n, M, N, strides[2], TILE, TMA)
 
 
 def num_programs(device, tiles, spare=0, sms=None):
@@ -203,6 +220,11 @@ def descriptors_fit(*tensors):
                and (t.stride(0) * t.element_size()) % 16 == 0 for t in tensors)
 
 
+def strides(*tensors):
+    """The kernels' ``strides`` argument: each 2-D tensor's (row stride, column stride), in order."""
+    return tuple((t.stride(0), t.stride(1)) for t in tensors)
+
+
 def operand(tensor, block_shape, tma):
     """``tensor`` as a kernel argument: a tensor descriptor with ``block_shape`` tiles, or itself."""
     return TensorDescriptor.from_tensor(tensor, list(block_shape)) if tma else tensor
@@ -210,15 +232,14 @@ def operand(tensor, block_shape, tma):
 
 def matmul(out, a, b, config):
     """``out = a @ b`` with the shared mainloop (fp32 accumulation); any device, any strides (TMA where the
-    layouts allow and ``config.tma``)."""
+    layouts allow)."""
     M, K = a.shape
     N = b.shape[1]
     block_m, block_n, block_k = config.blocks(a.device.type, a.dtype)
-    tma = config.tma and descriptors_fit(a, b, out)
+    tma = descriptors_fit(a, b, out)
     tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
     _matmul_kernel[(num_programs(a.device, tiles),)](
         operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma),
-        M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, FLATTEN=config.flatten,
+        strides(a, b, out), (M, N, K), TILE=(block_m, block_n, block_k, config.group_m), TMA=tma,
         num_warps=config.num_warps, num_stages=config.stages())
     return out

@@ -2,14 +2,14 @@
 
 Fused sequential schedule: each output tile is stored into every rank's ``out`` as soon as it is computed,
 so the link carries tile i while the tensor cores work on tile i + 1. When the tiles do not fill the last
-wave, its tiles' K steps are shared evenly by the programs (stream-K, ``OpsConfig.split_tail``).
+wave by half or more, its tiles' K steps are shared evenly by the programs (stream-K, ``gemm.split_tail``).
 
     program p:  barrier(out free) | tile -> C tile -> store to rank 0..W-1 | tile -> ... | its share of the
                 last wave's K steps (partials summed by each tile's last program, which stores it) | barrier
 
 By default on pairs of GPUs (``OpsConfig.copy_engine``) the tiles finished before the last wave are stored into
 our own ``out`` only and counted per band (``group_m`` tile rows by a few MB of tile columns,
-``OpsConfig.band_bytes``); a side stream copies each band to the peers
+``copy_schedule.BAND_BYTES``); a side stream copies each band to the peers
 once its count is full (``iris/host/copy_engine.py``), so the SMs spend no time on those transfers. The last
 wave's tiles still leave from the SMs, which then have nothing else to do.
 """
@@ -27,17 +27,20 @@ from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.ops.copy_schedule import CopySchedule, bands_before, copy_sms, output_bands
 from iris.ops.gemm import (add_partials, band_of, corner, descriptors_fit, first_unit, leave_partial, mainloop,
-                           num_programs, operand, split_tail, stream_program, stream_share, tile_coords)
+                           num_programs, operand, split_tail, stream_program, stream_share, strides, tile_coords)
 
 
 @triton.jit
-def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
-                  trace, t_send, band_counts, band_cols, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr,
+def _scatter_tile(acc, pid_m, pid_n, out, out_strides, M, N_local, sync, trace, t_send, engines,
+                  GROUP_SIZE: tl.constexpr, TILE: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr,
                   BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     """The finished tile lands in our column block of every rank's ``out``: from registers into each rank's, or
     (``BY_ENGINE``) into ours alone, counted (once per warp) on its band (``band_of``), which the copy engines
     carry to the peers once the count is full."""
+    BLOCK_M: tl.constexpr = TILE[0]
+    BLOCK_N: tl.constexpr = TILE[1]
+    _, heap_bases, members, rank, group_index, _ = sync
+    stride_om, stride_on = out_strides
     tile_out = acc.to(out.dtype.element_ty)  # [BLOCK_M, BLOCK_N]
     rows = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
@@ -45,8 +48,9 @@ def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap
     ptrs = corner(out, pid_m * BLOCK_M, group_index * N_local + pid_n * BLOCK_N, stride_om, stride_on) + \
         rows[:, None] * stride_om + cols[None, :] * stride_on
     if BY_ENGINE:
+        band_counts, band_cols, _ = engines
         tl.store(ptrs, tile_out, mask=mask)
-        count_published(band_counts + band_of(pid_m, pid_n, tl.cdiv(N_local, BLOCK_N), GROUP_M, band_cols), WARPS)
+        count_published(band_counts + band_of(pid_m, pid_n, tl.cdiv(N_local, BLOCK_N), TILE[3], band_cols), WARPS)
     else:
         store_to_group(ptrs, tile_out, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
                        hint=(1, VEC))
@@ -57,102 +61,95 @@ def _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap
 
 
 @triton.jit
-def _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
-                heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr, BY_ENGINE: tl.constexpr,
-                WARPS: tl.constexpr):
+def _whole_tile(tile, a, b, out, strides, shape, sync, trace, engines, GROUP_SIZE: tl.constexpr,
+                TILE: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
+                BY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     """One output tile of A @ B_local, its whole K loop, then its scatter."""
+    M, N_local, K = shape
+    rank = sync[3]
     if TRACE:
         t_gemm = now(trace)
-    pid_m, pid_n = tile_coords(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N_local, BLOCK_N), GROUP_M)
-    acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
-                   heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
+    pid_m, pid_n = tile_coords(tile, tl.cdiv(M, TILE[0]), tl.cdiv(N_local, TILE[1]), TILE[3])
+    acc = mainloop(a, b, strides, M, N_local, K, pid_m, pid_n, TILE, TMA=TMA)  # [BLOCK_M, BLOCK_N] fp32
     t_send = 0
     if TRACE:
         record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
         t_send = now(trace)
-    _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank, group_index,
-                  trace, t_send, band_counts, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE,
-                  BY_ENGINE, WARPS)
+    _scatter_tile(acc, pid_m, pid_n, out, strides[2], M, N_local, sync, trace, t_send, engines, GROUP_SIZE, TILE,
+                  VEC, TRACE, BY_ENGINE, WARPS)
 
 
 @triton.jit
-def _stream_k(first_tile, n_tiles, stream, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn,
-              stride_om, stride_on, heap_bases, members, rank, group_index, trace, partials, part_flags, band_counts,
-              GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
-              WARPS: tl.constexpr):
-    """Tiles ``first_tile`` .. + ``n_tiles``, stream-K: our even share (of ``stream`` programs) of their K steps,
-    tile after tile. A share that ends inside a tile leaves that part as a partial (in slot p),
-    computed first; each tile whose last step is ours is finished here, with the partials of the programs before
-    us that hold its earlier steps, and scattered from the SMs."""
+def _stream_k(a, b, out, strides, shape, sync, trace, stream_k, engines, GROUP_SIZE: tl.constexpr,
+              TILE: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr, WARPS: tl.constexpr):
+    """The tiles from ``full`` on, stream-K (``stream_k`` = (partials, part_flags, full, stream)): our even share
+    (of ``stream`` programs) of their K steps, tile after tile. A share that ends inside a tile leaves that part as
+    a partial (in slot p), computed first; each tile whose last step is ours is finished here, with the partials of
+    the programs before us that hold its earlier steps, and scattered from the SMs."""
+    M, N_local, K = shape
+    partials, part_flags, full, stream = stream_k
+    rank = sync[3]
     p = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N_local, BLOCK_N)
-    k_iters = tl.cdiv(K, BLOCK_K)
-    tail_steps = n_tiles * k_iters
+    num_pid_m = tl.cdiv(M, TILE[0])
+    num_pid_n = tl.cdiv(N_local, TILE[1])
+    k_iters = tl.cdiv(K, TILE[2])
+    tail_steps = (num_pid_m * num_pid_n - full) * k_iters
     first, stop = stream_share(p, stream, tail_steps)
     if (stop % k_iters != 0) & (stop > first):
         j = stop // k_iters
-        pid_m, pid_n = tile_coords(first_tile + j, num_pid_m, num_pid_n, GROUP_M)
-        acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
-                       heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA,
+        pid_m, pid_n = tile_coords(full + j, num_pid_m, num_pid_n, TILE[3])
+        acc = mainloop(a, b, strides, M, N_local, K, pid_m, pid_n, TILE, TMA=TMA,
                        k_first=tl.maximum(first - j * k_iters, 0), k_stop=stop - j * k_iters)
-        leave_partial(acc, p, partials, part_flags, BLOCK_M, BLOCK_N)
+        leave_partial(acc, p, partials, part_flags, TILE[0], TILE[1])
     for j in range(first // k_iters, stop // k_iters):
         if TRACE:
             t_gemm = now(trace)
-        pid_m, pid_n = tile_coords(first_tile + j, num_pid_m, num_pid_n, GROUP_M)
-        acc = mainloop(a, b, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, rank, rank,
-                       heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA,
+        pid_m, pid_n = tile_coords(full + j, num_pid_m, num_pid_n, TILE[3])
+        acc = mainloop(a, b, strides, M, N_local, K, pid_m, pid_n, TILE, TMA=TMA,
                        k_first=tl.maximum(first - j * k_iters, 0))
-        acc = add_partials(acc, stream_program(j * k_iters, stream, tail_steps), p, partials,
-                           part_flags, rank, BLOCK_M, BLOCK_N)
+        acc = add_partials(acc, stream_program(j * k_iters, stream, tail_steps), p, partials, part_flags, rank,
+                           TILE[0], TILE[1])
         t_send = 0
         if TRACE:
             record(trace, OP_GEMM_TILE, rank, 0, t_gemm, rank)
             t_send = now(trace)
-        _scatter_tile(acc, pid_m, pid_n, out, M, N_local, stride_om, stride_on, heap_bases, members, rank,
-                      group_index, trace, t_send, band_counts, 1, GROUP_SIZE, BLOCK_M, BLOCK_N, GROUP_M, VEC, TRACE,
-                      False, WARPS)
+        _scatter_tile(acc, pid_m, pid_n, out, strides[2], M, N_local, sync, trace, t_send, engines, GROUP_SIZE,
+                      TILE, VEC, TRACE, False, WARPS)
 
 
 @triton.jit
-def _matmul_all_gather_kernel(a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
-                              stride_on, flags, heap_bases, members, rank, group_index, world_size, trace, partials,
-                              part_flags, full, stream, band_counts, band_cols, engine_tiles,
-                              GROUP_SIZE: tl.constexpr,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                              GROUP_M: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
-                              COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr, WARPS: tl.constexpr):
+def _matmul_all_gather_kernel(a, b, out, strides, shape, sync, trace, stream_k, engines, GROUP_SIZE: tl.constexpr,
+                              TILE: tl.constexpr, VEC: tl.constexpr, TRACE: tl.constexpr, TMA: tl.constexpr,
+                              COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
+    # shape: (M, N_local, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size);
+    # stream_k: (partials, part_flags, full, stream); engines: (band_counts, band_cols, engine_tiles)
+    flags, heap_bases, members, rank, group_index, world_size = sync
+    M, N_local, K = shape
+    full = stream_k[2]
+    engine_tiles = engines[2]
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N_local, BLOCK_N)
-    tiles = num_pid_m * num_pid_n
+    tiles = tl.cdiv(M, TILE[0]) * tl.cdiv(N_local, TILE[1])
     p = tl.program_id(0)
     programs = tl.num_programs(0)
-    # ---- whole tiles: compute one tile of A @ B_local, scatter it, next. With FLATTEN the compiler pipelines
-    # across tiles: the next tile's first operand loads are in flight while this one's stores go out. With
+    # ---- whole tiles: compute one tile of A @ B_local, scatter it, next. Flattened, the compiler pipelines
+    # across tiles: the next tile's first operand loads are in flight while this one's stores go out (a traced
+    # call runs unflattened: Triton 3.6 fails to fuse the nest with the records). With
     # COPY_ENGINE the tiles before ``engine_tiles`` (whole bands) are the copy engines' to carry, in a loop of
     # their own: a branch between the two kinds of tile inside one flattened loop fails to compile (Triton 3.6).
     first = p
     if COPY_ENGINE:
-        for tile in tl.range(p, engine_tiles, programs, flatten=FLATTEN):
-            _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
-                        stride_on, heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE,
-                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, True, WARPS)
+        for tile in tl.range(p, engine_tiles, programs, flatten=not TRACE):
+            _whole_tile(tile, a, b, out, strides, shape, sync, trace, engines, GROUP_SIZE, TILE, VEC, TRACE, TMA,
+                        True, WARPS)
         first = first_unit(p, programs, engine_tiles)
-    for tile in tl.range(first, full, programs, flatten=FLATTEN):
-        _whole_tile(tile, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
-                    heap_bases, members, rank, group_index, trace, band_counts, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N,
-                    BLOCK_K, GROUP_M, VEC, TRACE, TMA, False, WARPS)
+    for tile in tl.range(first, full, programs, flatten=not TRACE):
+        _whole_tile(tile, a, b, out, strides, shape, sync, trace, engines, GROUP_SIZE, TILE, VEC, TRACE, TMA, False,
+                    WARPS)
     # ---- the last wave, stream-K (split_tail)
     if full < tiles:
-        _stream_k(full, tiles - full, stream, a, b, out, M, N_local, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  stride_om, stride_on, heap_bases, members, rank, group_index, trace, partials, part_flags,
-                  band_counts, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, TRACE, TMA, WARPS)
+        _stream_k(a, b, out, strides, shape, sync, trace, stream_k, engines, GROUP_SIZE, TILE, VEC, TRACE, TMA,
+                  WARPS)
     # every rank's tiles stored from its SMs have landed in our out (those the copy engines carry, the host's
     # streams wait for)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
@@ -182,12 +179,12 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         ctx.ccl.all_gather(gathered, gathered[sync.index], group=group)
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
         return common.add_bias(out, bias, caller)
-    tma = config.tma and descriptors_fit(a, b)
+    tma = descriptors_fit(a, b)
     engines = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
                and out.is_contiguous())
     programs = min(num_programs(ctx.get_device(), tiles, spare=copy_sms(ctx, engines), sms=ctx.get_agreed_cu_count()),
                    MAX_COMM_PROGRAMS)
-    full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k)) if config.split_tail else (tiles, 0)
+    full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k))
     # The tile order finishes the bands one after another; the copy engines carry those done before the last wave.
     band_cols, engine_bands = output_bands(config, M, n_local, block_m, block_n, out.element_size())
     engine_bands = bands_before(engine_bands, min(full, (tiles - 1) // programs * programs))
@@ -208,14 +205,12 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
                             col_offset=sync.index * n_local)  # our column block
     with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_all_gather_kernel[(programs,)](
-            operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, M, n_local, K, a.stride(0),
-            a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), sync.flags, ctx.heap_bases,
-            sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, ctx.tracing.device_args(), partials, part_flags,
-            full, stream, band_counts, band_cols, sum(band.tiles for band in engine_bands), GROUP_SIZE=sync.size,
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m,
-            VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, COPY_ENGINE=copy_engine,
-            FLATTEN=config.flatten and not ctx.tracing.enabled,  # Triton 3.6 fails to fuse the nest with the records
-            WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
+            operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
+            (M, n_local, K), sync.args(ctx), ctx.tracing.device_args(), (partials, part_flags, full, stream),
+            (band_counts, band_cols, sum(band.tiles for band in engine_bands)), GROUP_SIZE=sync.size,
+            TILE=(block_m, block_n, block_k, config.group_m), VEC=common.row_vector_width(out, n_local),
+            TRACE=ctx.tracing.enabled, TMA=tma, COPY_ENGINE=copy_engine, WARPS=config.num_warps,
+            num_warps=config.num_warps, num_stages=config.stages())
     if schedule:
         schedule.join(arrived=sent)
     return common.add_bias(out, bias, caller)

@@ -9,7 +9,8 @@ tiles to its fp32 accumulator and stores, while every wave mixes programs pushin
 adding them, so only part of the programs store to the link at a time. For all_reduce each tile's own unit
 follows that tile's peer units (lag 0), and the finished tile is pushed to every rank's ``out``: a
 reduce-scatter and an all-gather, both inside the GEMM, the all-gather spread over the whole kernel.
-``OpsConfig.reduce_lag`` sets the lag, ``OpsConfig.reduce_defer`` when a pushed partial's flag is raised.
+reduce_scatter raises the flag of a pushed partial after the program's next K loop, all_reduce right after the
+stores (``_walk_order`` gives both choices and what they measured).
 
     rank q:  barrier | units (block d != q, tile t): partial -> staging[q] on d, flag[q, t] = call number
                      | units (block q, tile t): partial + sum over s != q of staging[s][t] (after flag[s, t])
@@ -21,7 +22,7 @@ the GEMM (cuBLAS on GPUs), then the Triton collective.
 
 By default on pairs of GPUs (``OpsConfig.copy_engine``) both ops take every peer unit first and store those
 partials in a local outbox instead, counted per band (``group_m`` tile rows by a few MB of tile columns,
-``OpsConfig.band_bytes``); a side stream copies each band into its owner's staging slot once the count is full
+``copy_schedule.BAND_BYTES``); a side stream copies each band into its owner's staging slot once the count is full
 and raises the band's flag there (``iris/host/copy_engine.py``), so the SMs spend no time on the link, and each
 own unit waits on its band's flag.
 all_reduce then stores its reduced tiles locally, counted per band too, and the side stream copies each band
@@ -43,7 +44,7 @@ from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.ops.copy_schedule import CopySchedule, bands_before, copy_sms, output_bands
 from iris.ops.gemm import (band_of, corner, descriptors_fit, first_unit, mainloop, num_programs, operand, store_tile,
-                           tile_coords)
+                           strides, tile_coords)
 
 ONE_SHOT_MAX_BYTES = CollectiveConfig().one_shot_max_bytes  # below it all_reduce writes an out anywhere
 
@@ -69,14 +70,20 @@ def _unit(u, tiles, lag, GROUP_SIZE: tl.constexpr):
 
 
 @triton.jit
-def _own_unit(acc, t, pid_m, pid_n, out, staging, tile_flags, epoch, tiles, M_local, N, stride_om, stride_on,
-              heap_bases, members, rank, group_index, band_counts, band_flags, bands, band, GROUP_SIZE: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ALL_REDUCE: tl.constexpr, OUT_VEC: tl.constexpr,
+def _own_unit(acc, t, pid_m, pid_n, band, out, out_strides, shape, sync, reduce, engines, epoch, tiles, bands,
+              GROUP_SIZE: tl.constexpr, TILE: tl.constexpr, ALL_REDUCE: tl.constexpr, OUT_VEC: tl.constexpr,
               COPY_ENGINE: tl.constexpr, TO_ENGINES: tl.constexpr, WARPS: tl.constexpr):
     """Our row block's tile ``t``: our partial ``acc`` plus every peer's (once its flag, or with COPY_ENGINE its
     band's flag, says it has landed in our staging), then out: reduce_scatter's own ``out``; all_reduce's rows of
     every rank's, from the SMs, or with TO_ENGINES stored here and counted on the band the copy engines take to
     the peers."""
+    BLOCK_M: tl.constexpr = TILE[0]
+    BLOCK_N: tl.constexpr = TILE[1]
+    M_local, N, _ = shape
+    _, heap_bases, members, rank, group_index, _ = sync
+    staging, tile_flags, _, _ = reduce
+    _, band_counts, band_flags, _, _ = engines
+    stride_om, stride_on = out_strides
     offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
     n_mask = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N
     for back in range(1, GROUP_SIZE):
@@ -98,41 +105,49 @@ def _own_unit(acc, t, pid_m, pid_n, out, staging, tile_flags, epoch, tiles, M_lo
             store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, heap_bases, members, group_index, GROUP_SIZE,
                            mask=n_mask, hint=(1, OUT_VEC))
     else:
-        store_tile(out, acc, pid_m, pid_n, M_local, N, stride_om, stride_on, BLOCK_M, BLOCK_N, False)
+        store_tile(out, acc, pid_m, pid_n, M_local, N, out_strides, TILE, False)
 
 
 @triton.jit
-def _own_units(lo, hi, a, b, out, staging, tile_flags, epoch, M_local, N, K, stride_am, stride_ak, stride_bk,
-               stride_bn, stride_om, stride_on, heap_bases, members, rank, group_index, band_counts, band_flags,
-               band_cols, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr, ALL_REDUCE: tl.constexpr,
-               OUT_VEC: tl.constexpr, TO_ENGINES: tl.constexpr, FLATTEN: tl.constexpr, WARPS: tl.constexpr):
+def _own_units(lo, hi, a, b, out, strides, shape, sync, reduce, engines, epoch, GROUP_SIZE: tl.constexpr,
+               TILE: tl.constexpr, TMA: tl.constexpr, ALL_REDUCE: tl.constexpr, OUT_VEC: tl.constexpr,
+               TO_ENGINES: tl.constexpr, WARPS: tl.constexpr):
     """The copy-engine walk's units ``lo`` .. ``hi`` of our own row block (unit (W - 1) * tiles + t is tile t),
     this program's share of the walk's round-robin deal, in one loop the compiler can flatten."""
-    num_pid_m = M_local // BLOCK_M
-    num_pid_n = tl.cdiv(N, BLOCK_N)
+    M_local, N, K = shape
+    group_index = sync[4]
+    band_cols = engines[3]
+    num_pid_m = M_local // TILE[0]
+    num_pid_n = tl.cdiv(N, TILE[1])
     tiles = num_pid_m * num_pid_n
-    bands = tl.cdiv(num_pid_m, GROUP_M) * tl.cdiv(num_pid_n, band_cols)
+    bands = tl.cdiv(num_pid_m, TILE[3]) * tl.cdiv(num_pid_n, band_cols)
     programs = tl.num_programs(0)
-    for u in tl.range(first_unit(tl.program_id(0), programs, lo), hi, programs, flatten=FLATTEN):
+    for u in tl.range(first_unit(tl.program_id(0), programs, lo), hi, programs, flatten=True):
         t = u - (GROUP_SIZE - 1) * tiles
-        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-        acc = mainloop(a, b, GROUP_SIZE * M_local, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                       group_index * num_pid_m + pid_m, pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N,
-                       BLOCK_K, TMA=TMA)
-        _own_unit(acc, t, pid_m, pid_n, out, staging, tile_flags, epoch, tiles, M_local, N, stride_om, stride_on,
-                  heap_bases, members, rank, group_index, band_counts, band_flags, bands,
-                  band_of(pid_m, pid_n, num_pid_n, GROUP_M, band_cols), GROUP_SIZE, BLOCK_M, BLOCK_N, ALL_REDUCE,
-                  OUT_VEC, True, TO_ENGINES, WARPS)
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, TILE[3])
+        acc = mainloop(a, b, strides, GROUP_SIZE * M_local, N, K, group_index * num_pid_m + pid_m, pid_n, TILE,
+                       TMA=TMA)
+        _own_unit(acc, t, pid_m, pid_n, band_of(pid_m, pid_n, num_pid_n, TILE[3], band_cols), out, strides[2],
+                  shape, sync, reduce, engines, epoch, tiles, bands, GROUP_SIZE, TILE, ALL_REDUCE, OUT_VEC, True,
+                  TO_ENGINES, WARPS)
 
 
 @triton.jit
-def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N, K, stride_am, stride_ak, stride_bk,
-                          stride_bn, stride_om, stride_on, flags, heap_bases, members, rank, group_index, world_size,
-                          outbox, band_counts, band_flags, band_cols, engine_tiles, GROUP_SIZE: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                          TMA: tl.constexpr, ALL_REDUCE: tl.constexpr, STAGE_VEC: tl.constexpr, OUT_VEC: tl.constexpr,
-                          DEFER: tl.constexpr, COPY_ENGINE: tl.constexpr, FLATTEN: tl.constexpr, WARPS: tl.constexpr):
+def _matmul_reduce_kernel(a, b, out, strides, shape, sync, reduce, engines, GROUP_SIZE: tl.constexpr,
+                          TILE: tl.constexpr, TMA: tl.constexpr, ALL_REDUCE: tl.constexpr, VEC: tl.constexpr,
+                          COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
+    # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size);
+    # reduce: (staging, tile_flags, call, lag); engines: (outbox, band_counts, band_flags, band_cols, engine_tiles);
+    # VEC: (STAGE_VEC, OUT_VEC), the widths of the vectors into staging and out (``common.row_vector_width``)
+    flags, heap_bases, members, rank, group_index, world_size = sync
+    staging, tile_flags, call, lag = reduce
+    outbox, band_counts, _, band_cols, engine_tiles = engines
+    M_local, N, K = shape
+    BLOCK_M: tl.constexpr = TILE[0]
+    BLOCK_N: tl.constexpr = TILE[1]
+    GROUP_M: tl.constexpr = TILE[3]
+    STAGE_VEC: tl.constexpr = VEC[0]
+    OUT_VEC: tl.constexpr = VEC[1]
     row = program_row(flags, world_size)
     # staging is free: every rank has started this call, so its last call (all of whose reads) is over
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
@@ -155,16 +170,15 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
     # only on units of the same program number, earlier in its sequence (``_run`` picks the count).
     if COPY_ENGINE:
         # Every peer unit first (lag = tiles), then ours: each kind of unit in a loop of its own, dealt round robin
-        # as one walk, so that the compiler can flatten each (with FLATTEN; a branch between kinds inside one
+        # as one walk, so that the compiler can flatten each (a branch between kinds inside one
         # flattened loop fails to compile in Triton 3.6). Partials go to our outbox, counted on their band.
         peer_units = (GROUP_SIZE - 1) * tiles
-        for u in tl.range(p, peer_units, programs, flatten=FLATTEN):
+        for u in tl.range(p, peer_units, programs, flatten=True):
             step = u // tiles + 1
             t = u % tiles
             pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
             block_index = (group_index + step) % GROUP_SIZE
-            acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
-                           pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+            acc = mainloop(a, b, strides, M, N, K, block_index * num_pid_m + pid_m, pid_n, TILE, TMA=TMA)
             slot = corner(outbox, block_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
             tl.store(slot + offs, acc.to(outbox.dtype.element_ty),
                      mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N)
@@ -172,27 +186,22 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
                             WARPS)
         # our units: all_reduce's tiles before ``engine_tiles`` (whole bands) for the copy engines, the rest from
         # the SMs (reduce_scatter: engine_tiles is 0)
-        _own_units(peer_units, peer_units + engine_tiles, a, b, out, staging, tile_flags, epoch, M_local, N, K,
-                   stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on, heap_bases, members, rank,
-                   group_index, band_counts, band_flags, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                   TMA, ALL_REDUCE, OUT_VEC, True, FLATTEN, WARPS)
-        _own_units(peer_units + engine_tiles, GROUP_SIZE * tiles, a, b, out, staging, tile_flags, epoch, M_local, N,
-                   K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on, heap_bases, members, rank,
-                   group_index, band_counts, band_flags, band_cols, GROUP_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                   TMA, ALL_REDUCE, OUT_VEC, False, FLATTEN, WARPS)
+        _own_units(peer_units, peer_units + engine_tiles, a, b, out, strides, shape, sync, reduce, engines, epoch,
+                   GROUP_SIZE, TILE, TMA, ALL_REDUCE, OUT_VEC, True, WARPS)
+        _own_units(peer_units + engine_tiles, GROUP_SIZE * tiles, a, b, out, strides, shape, sync, reduce, engines,
+                   epoch, GROUP_SIZE, TILE, TMA, ALL_REDUCE, OUT_VEC, False, WARPS)
     else:
         # A release waits until the program's stores have reached the peer, and a wave's partials leave together,
         # so a flag raised right after its tile's stores stalls the program for the link's time on the whole wave.
-        # With DEFER the flag of a pushed partial is raised one unit later, after that unit's K loop, by when the
+        # reduce_scatter raises the flag of a pushed partial one unit later, after that unit's K loop, by when the
         # stores have drained: still before the program waits on anything, so no two programs wait on each other.
-        pending = -1  # with DEFER: the flag (index into tile_flags on rank pending_dest) not yet raised
+        pending = -1  # reduce_scatter: the flag (index into tile_flags on rank pending_dest) not yet raised
         pending_dest = rank
         for u in range(p, GROUP_SIZE * tiles, programs):
             step, t = _unit(u, tiles, lag, GROUP_SIZE)
             pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
             block_index = (group_index + step) % GROUP_SIZE
-            acc = mainloop(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, block_index * num_pid_m + pid_m,
-                           pid_n, rank, rank, heap_bases, False, BLOCK_M, BLOCK_N, BLOCK_K, TMA=TMA)
+            acc = mainloop(a, b, strides, M, N, K, block_index * num_pid_m + pid_m, pid_n, TILE, TMA=TMA)
             if pending >= 0:
                 atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
                 pending = -1
@@ -202,21 +211,31 @@ def _matmul_reduce_kernel(a, b, out, staging, tile_flags, call, lag, M_local, N,
                 slot = corner(staging, group_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
                 store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases,
                       mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N, hint=(1, STAGE_VEC))
-                if DEFER:
+                if not ALL_REDUCE:
                     pending = group_index * tiles + t
                     pending_dest = dest
                 else:
                     atomic_xchg(tile_flags + group_index * tiles + t, epoch, rank, dest, heap_bases, sem="release",
                                 scope="sys")
             else:
-                _own_unit(acc, t, pid_m, pid_n, out, staging, tile_flags, epoch, tiles, M_local, N, stride_om,
-                          stride_on, heap_bases, members, rank, group_index, band_counts, band_flags, bands, 0,
-                          GROUP_SIZE, BLOCK_M, BLOCK_N, ALL_REDUCE, OUT_VEC, False, False, WARPS)
+                _own_unit(acc, t, pid_m, pid_n, 0, out, strides[2], shape, sync, reduce, engines, epoch, tiles, bands,
+                          GROUP_SIZE, TILE, ALL_REDUCE, OUT_VEC, False, False, WARPS)
         if pending >= 0:
             atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
     if ALL_REDUCE:
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's finished tiles are in our out
     finish_call(call)
+
+
+def _walk_order(all_reduce, programs, group_size, own_tiles):
+    """The lag of our own unit of a tile behind that tile's peer units, in tiles (``_unit``), as measured on
+    2 x H200 (docs/perf-notes.md): reduce_scatter two waves of tiles (2 x programs / ranks), with each pushed
+    partial's flag raised after the next K loop, 0.4-3% faster than one wave raised at once, so the epilogue only
+    adds partials that have landed; all_reduce 0 (tile by tile: its finished tiles' pushes spread over the kernel,
+    0.588 -> 0.455 ms on 4096x8192x8192), with flags raised at once (deferred, it lost 2.4% on 8192x4608x36864).
+    Through the copy engines the kernel takes every peer unit first whatever the lag, so that the bands leave in
+    order while our own block is computed."""
+    return 0 if all_reduce else min(2 * programs // group_size, own_tiles)
 
 
 def _run(ctx, caller, out, a, b, group, config, all_reduce):
@@ -245,7 +264,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     staging = ctx.workspaces.get(caller + ".staging", sync.ranks, (sync.size, m_local, N), a.dtype)
     tile_flags = ctx.workspaces.peer_flags(caller + ".flags", sync.ranks, tiles // sync.size)
     call = ctx.workspaces.get(caller + ".call", sync.ranks, (2,), torch.int32, zero=True)
-    tma = config.tma and descriptors_fit(a, b)
+    tma = descriptors_fit(a, b)
     own_tiles = tiles // sync.size
     # all_reduce through the copy engines needs out's rows contiguous (each band of them is one 2-D copy)
     copy_engine = (config.uses_copy_engine(ctx.get_device().type, sync.size, shared_gpu=ctx.shares_gpu)
@@ -253,12 +272,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     programs = min(num_programs(ctx.get_device(), own_tiles, spare=copy_sms(ctx, copy_engine),
                                 sms=ctx.get_agreed_cu_count()),
                    MAX_COMM_PROGRAMS)
-    # Measured defaults (docs/perf-notes.md): reduce_scatter's own units two waves of tiles behind, flags raised a
-    # unit late; all_reduce tile by tile, flags raised at once. Through the copy engines the kernel takes every
-    # peer unit first whatever the lag, so that the bands leave in order while our own block is computed.
-    lag = (0 if all_reduce else min(2 * programs // sync.size, own_tiles)) if config.reduce_lag is None \
-        else min(config.reduce_lag, own_tiles)
-    defer = (not all_reduce) if config.reduce_defer is None else config.reduce_defer
+    lag = _walk_order(all_reduce, programs, sync.size, own_tiles)
     if ctx.get_device().type == "cpu":  # programs run one at a time there: a program waits only on its namesakes
         if copy_engine:  # a band leaves once every program counted its tiles: one program does them all first
             programs = 1
@@ -293,14 +307,12 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
         outbox, band_counts, band_flags = staging, tile_flags, tile_flags
     with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_reduce_kernel[(programs,)](
-            operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, staging, tile_flags, call,
-            lag, m_local, N, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
-            out.stride(1), sync.flags, ctx.heap_bases, sync.members, ctx.cur_rank, sync.index, ctx.num_ranks, outbox,
-            band_counts, band_flags, band_cols, sum(band.tiles for band in out_bands), GROUP_SIZE=sync.size,
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config.group_m, TMA=tma, ALL_REDUCE=all_reduce,
-            STAGE_VEC=common.row_vector_width(staging[0]), OUT_VEC=common.row_vector_width(out), DEFER=defer,
-            COPY_ENGINE=copy_engine, FLATTEN=config.flatten, WARPS=config.num_warps, num_warps=config.num_warps,
-            num_stages=config.stages())
+            operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
+            (m_local, N, a.shape[1]), sync.args(ctx), (staging, tile_flags, call, lag),
+            (outbox, band_counts, band_flags, band_cols, sum(band.tiles for band in out_bands)), GROUP_SIZE=sync.size,
+            TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, ALL_REDUCE=all_reduce,
+            VEC=(common.row_vector_width(staging[0]), common.row_vector_width(out)), COPY_ENGINE=copy_engine,
+            WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
     if schedule:
         # our outbox is free again once the side stream has copied it; all_reduce's out is whole once every peer's
         # side stream has copied its bands here; the band flags on our heap, all seen by the kernel, are cleared
