@@ -167,7 +167,7 @@ class _Progress:
 def run_sweep(ctx, sweep, progress=True):
     """Collective. Measure every point of ``sweep``; returns the result rows (dicts with the ``SCHEMA``
     columns), the same list on every rank. Shows a progress line on rank 0 when ``progress``."""
-    env = environment(ctx.get_device())
+    env = all_gather_object(environment(ctx.get_device()))[0]  # rank 0's: ranks started apart differ in date
     points = list(sweep.points())
     bar = _Progress(progress and ctx.get_rank() == 0, sweep.name, len(points))
     rows = []

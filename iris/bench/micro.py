@@ -106,6 +106,7 @@ class Buffers:
             rotate = 4 * torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
         self.rotate_bytes = rotate
         self.pull_config = self.push_config = kernels.CopyConfig()
+        ctx.barrier()  # every rank's recv is filled before a peer's first load reads it
 
     @property
     def itemsize(self):
