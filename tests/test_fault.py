@@ -291,7 +291,9 @@ def test_poison_releases_registered_peer_flags(pools, start):
         peer = 1 - rank
         assert flags[peer] == [int32(start + POISON_STEP)] * 5 and flags[rank] == [start] * 5, flags
         assert peer_column == [int32(start + POISON_STEP)], peer_column
-        assert row0 == int32(start + POISON_STEP + 1)  # the peer's signal of the solo barrier landed too
+        # The peer's signal of its solo barrier lands after our poison (one more count) or between the poison's
+        # read and its write-back (overwritten: the add is not atomic with the device's); either way past start.
+        assert row0 in (int32(start + POISON_STEP + 1), int32(start + POISON_STEP)), row0
 
 
 def _killed_in_device_barrier_body(preset):

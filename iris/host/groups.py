@@ -178,9 +178,12 @@ class GroupTable:
     def poison(self, peer):
         """Complete every wait for ``peer`` on this rank: its column of every row of every group's flags, and
         its row of every registered flag array, advance by ``POISON_STEP`` (int32, wrapping): past every target
-        a waiter holds, whatever the count. Only ``peer`` writes them, so no live rank's signal is lost; one
-        that the dead peer's last kernel still lands adds one more count, which keeps them reached. Called from
-        the watchdog thread."""
+        a waiter holds, whatever the count. Only ``peer`` writes them, so no live rank's signal is lost. A
+        signal that the dead peer's last kernel still lands adds one more count if it lands after the write-back,
+        and is overwritten if it lands between the read and the write-back (the add is not atomic with the
+        device's; on GPUs it is done on the host): either way the count ends ``POISON_STEP`` or more past where
+        it was, so every wait is reached.
+        Called from the watchdog thread."""
         rows = self.region.view(-1, self.world_size)  # [slots * ROWS, world_size]
         # (array, the peer's column or row, whether a column)
         targets = [(rows, peer, True)] + [(flags, ranks.index(peer), False) for flags, ranks in self._peer_flags
