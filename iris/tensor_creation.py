@@ -121,8 +121,9 @@ def create(heap, iris_device, caller, size, dtype, fill, *, out=None, device=Non
         tensor = heap.allocate_tensor(shape, dtype, caller)
         if strides is not None:
             tensor = tensor.view(-1).as_strided(shape, strides)
-    with torch.no_grad():
-        fill(tensor)
+    if fill is not _nothing:
+        with torch.no_grad():
+            fill(tensor)
     return tensor.requires_grad_() if requires_grad else tensor
 
 

@@ -125,7 +125,9 @@ class SymmetricHeap:
         nbytes = math.prod(shape) * dtype.itemsize
         offset = self._place(nbytes, max(alignment, dtype.itemsize), caller, shape, dtype)
         block = self._tensor(offset, max(nbytes, 1))
-        return block[:nbytes].view(dtype).view(shape)
+        if nbytes == 0:  # the block holds one byte: an empty tensor still owns an offset
+            block = block[:0]
+        return block.view(dtype).reshape(shape)  # a view: the block is contiguous
 
     def _place(self, nbytes, alignment, caller, shape, dtype):
         size = align_up(max(nbytes, 1))
