@@ -80,29 +80,11 @@ for sem in ["relaxed", "release", "acq_rel", "acquire"]:
     # the instruction stream between the data stores and the flag atomic
     between = text[text.rindex("st.global"):text.index("atom.global")]
     out[f"publish/{sem}"] = bool(re.search(r"\b(?:bar|barrier)\.sync", between))
-# The library's kernels, compiled as Triton's launcher specialises real arguments (``launch_compile``): tensors
-# lend their dtype and a 16-byte aligned address, an int equal to 1 becomes a constant and a multiple of 16 is
-# marked divisible, inside tuple arguments too (a group's sync tuple, a GEMM's strides).
+# The library's kernels, compiled as Triton's launcher specialises real arguments (``sm90.launch_compile``).
 import torch  # noqa: E402
-from triton.compiler.compiler import make_backend  # noqa: E402
-from triton.runtime.jit import create_function_from_signature  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
-BACKEND = make_backend(GPUTarget("cuda", 90, 32))
-
-
-def launch_compile(fn, *args, **kwargs):
-    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
-    bound, specialization, launch_options = create_function_from_signature(fn.signature, fn.params, BACKEND)(
-        *args, **kwargs)
-    _, signature, constexprs, attrs = fn._pack_args(BACKEND, options, bound, specialization, launch_options)
-    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
-
-
-def ptr(dtype=torch.bfloat16):
-    """A pointer argument: a small tensor, whose address torch aligns to 64 bytes."""
-    return torch.empty(16, dtype=dtype)
+from sm90 import SYNC, launch_compile, ptr  # noqa: E402
 
 
 def desc(rows, cols, dtype=torch.bfloat16):
@@ -110,9 +92,6 @@ def desc(rows, cols, dtype=torch.bfloat16):
     return TensorDescriptor(ptr(dtype), [4096, 4096], [4096, 1], [rows, cols])
 
 
-# A group's sync tuple as ``GroupSync.args`` makes it: rank 5 at index 3 of a world of 6 (values that are neither 1
-# nor multiples of 16, so that none is specialised away).
-SYNC = (ptr(torch.int32), ptr(torch.int64), ptr(torch.int32), 5, 3, 6)
 # Every collective kernel, bf16, with power-of-two sizes.
 from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
 from iris.ccl.all_reduce import _all_reduce_one_shot_kernel, _all_reduce_two_shot_kernel  # noqa: E402

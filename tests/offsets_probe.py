@@ -6,18 +6,19 @@ import json
 import re
 
 import iris  # noqa: F401  (first: the backend choice)
-import triton
-from triton.backends.compiler import GPUTarget
+import torch
 
 from iris.ccl.all_gather import _all_gather_kernel
 from iris.ccl.all_reduce import _all_reduce_one_shot_kernel, _all_reduce_two_shot_kernel
 from iris.ccl.all_to_all import _all_to_all_kernel
 from iris.ccl.reduce_scatter import _reduce_scatter_push_kernel
 from iris.ccl.rooted import _pull_from_root_kernel, _root_pulls_kernel
+from sm90 import SYNC, launch_compile, ptr
 
 BLOCK = 4096
-POINTERS = {"heap_bases": "*i64", "flags": "*i32", "members": "*i32", "segment_flags": "*i32"}
 DATA = ("out", "inp", "staging", "src", "dst")
+STAGED = (ptr(torch.int8), ptr(torch.int32), 3)  # the push's (staging, segment_flags, flag_stride)
+N = 1 << 20  # fewer than 2**31 elements per rank, a multiple of 16, as the launcher specialises a large call
 CONSTEXPRS = {"GROUP_SIZE": 3, "HINT": 16, "BLOCK": BLOCK, "OP": "sum", "ACC_FP32": False, "SEGMENT": 4,
               "ROOT_COPIES": True, "REDUCE": False}
 KERNELS = {"all_gather": _all_gather_kernel, "all_to_all": _all_to_all_kernel,
@@ -27,17 +28,17 @@ KERNELS = {"all_gather": _all_gather_kernel, "all_to_all": _all_to_all_kernel,
 
 
 def compile_sm90(fn, constexprs):
-    signature = {}
+    """``fn`` with byte data pointers, the group's sync tuple, ``n`` = N and every other int at 3 (neither 1 nor a
+    multiple of 16, so it stays a plain i32), as the launcher specialises them."""
+    args = []
     for param in fn.params:
+        if param.is_constexpr:
+            continue
         name = param.name
-        signature[name] = ("constexpr" if param.is_constexpr else "*i8" if name in DATA
-                           else POINTERS.get(name, "i32"))
-    # pointers 16-byte aligned and n a multiple of 16, as the launcher specialises them for large tensors
-    attrs = {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(signature.items())
-             if ty.startswith("*") or name == "n"}
-    used = {k: v for k, v in constexprs.items() if k in signature}
-    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=used, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+        args.append(SYNC if name == "sync" else STAGED if name == "staged" else N if name == "n" else
+                    ptr(torch.int8) if name in DATA else 3)
+    used = {k: v for k, v in constexprs.items() if k in fn.arg_names}
+    return launch_compile(fn, *args, num_warps=8, **used)
 
 
 out = {}
