@@ -53,60 +53,66 @@ def _rows_divided(op, x, size):
     return x.shape[0] // size
 
 
+# Each op's output is made by one function, which is also the op's fake implementation: tracing sees the shape
+# and the checks that the call itself makes.
 # ---------------------------------------------------------------------- collectives
-@torch.library.custom_op("iris::all_reduce", mutates_args=())
-def all_reduce(x: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    _world("all_reduce").all_reduce(x.contiguous(), "sum", "torch.ops.iris.all_reduce", out=out)
-    return out
-
-
-@all_reduce.register_fake
-def _(x):
+def _all_reduce_out(x):
     _world("all_reduce")
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("iris::all_gather", mutates_args=())
-def all_gather(x: torch.Tensor) -> torch.Tensor:
-    world = _world("all_gather")
-    out = x.new_empty((world.size * x.shape[0], *x.shape[1:]) if x.dim() else (world.size,))
-    world.all_gather(out, x.contiguous(), "torch.ops.iris.all_gather")
+@torch.library.custom_op("iris::all_reduce", mutates_args=())
+def all_reduce(x: torch.Tensor) -> torch.Tensor:
+    out = _all_reduce_out(x)
+    _world("all_reduce").all_reduce(x.contiguous(), "sum", "torch.ops.iris.all_reduce", out=out)
     return out
 
 
-@all_gather.register_fake
-def _(x):
+all_reduce.register_fake(_all_reduce_out)
+
+
+def _all_gather_out(x):
     size = _world("all_gather").size
     return x.new_empty((size * x.shape[0], *x.shape[1:]) if x.dim() else (size,))
 
 
-@torch.library.custom_op("iris::reduce_scatter", mutates_args=())
-def reduce_scatter(x: torch.Tensor) -> torch.Tensor:
-    world = _world("reduce_scatter")
-    out = x.new_empty((_rows_divided("reduce_scatter", x, world.size), *x.shape[1:]))
-    world.reduce_scatter(out, x.contiguous(), "sum", "torch.ops.iris.reduce_scatter")
+@torch.library.custom_op("iris::all_gather", mutates_args=())
+def all_gather(x: torch.Tensor) -> torch.Tensor:
+    out = _all_gather_out(x)
+    _world("all_gather").all_gather(out, x.contiguous(), "torch.ops.iris.all_gather")
     return out
 
 
-@reduce_scatter.register_fake
-def _(x):
+all_gather.register_fake(_all_gather_out)
+
+
+def _reduce_scatter_out(x):
     return x.new_empty((_rows_divided("reduce_scatter", x, _world("reduce_scatter").size), *x.shape[1:]))
+
+
+@torch.library.custom_op("iris::reduce_scatter", mutates_args=())
+def reduce_scatter(x: torch.Tensor) -> torch.Tensor:
+    out = _reduce_scatter_out(x)
+    _world("reduce_scatter").reduce_scatter(out, x.contiguous(), "sum", "torch.ops.iris.reduce_scatter")
+    return out
+
+
+reduce_scatter.register_fake(_reduce_scatter_out)
+
+
+def _all_to_all_out(x):
+    _rows_divided("all_to_all", x, _world("all_to_all").size)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("iris::all_to_all", mutates_args=())
 def all_to_all(x: torch.Tensor) -> torch.Tensor:
-    world = _world("all_to_all")
-    _rows_divided("all_to_all", x, world.size)
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    world.all_to_all(out, x.contiguous(), "torch.ops.iris.all_to_all")
+    out = _all_to_all_out(x)
+    _world("all_to_all").all_to_all(out, x.contiguous(), "torch.ops.iris.all_to_all")
     return out
 
 
-@all_to_all.register_fake
-def _(x):
-    _rows_divided("all_to_all", x, _world("all_to_all").size)
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+all_to_all.register_fake(_all_to_all_out)
 
 
 # ---------------------------------------------------------------------- fused GEMM + communication
@@ -117,11 +123,16 @@ def _matmul_shape(op, a, b, rows=1, cols=1):
     return a.shape[0] * rows, b.shape[1] * cols
 
 
+def _matmul_all_reduce_out(a, b):
+    _world("matmul_all_reduce")
+    return a.new_empty(_matmul_shape("matmul_all_reduce", a, b))
+
+
 @torch.library.custom_op("iris::matmul_all_reduce", mutates_args=())
 def matmul_all_reduce(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     world = _world("matmul_all_reduce")
-    M, N = _matmul_shape("matmul_all_reduce", a, b)
-    out = a.new_empty((M, N))
+    out = _matmul_all_reduce_out(a, b)
+    M, N = out.shape
     if M * N <= world.staging.elements(a.dtype):  # the fused kernel stores reduced tiles into peers' out
         staged = world.staging.view(a.dtype, M * N).view(M, N)
         world.ctx.ops.matmul_all_reduce(staged, a.contiguous(), b.contiguous())
@@ -131,30 +142,32 @@ def matmul_all_reduce(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@matmul_all_reduce.register_fake
-def _(a, b):
-    _world("matmul_all_reduce")
-    return a.new_empty(_matmul_shape("matmul_all_reduce", a, b))
+matmul_all_reduce.register_fake(_matmul_all_reduce_out)
+
+
+def _all_gather_matmul_out(a, b):
+    return a.new_empty(_matmul_shape("all_gather_matmul", a, b, rows=_world("all_gather_matmul").size))
 
 
 @torch.library.custom_op("iris::all_gather_matmul", mutates_args=())
 def all_gather_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    world = _world("all_gather_matmul")
-    out = a.new_empty(_matmul_shape("all_gather_matmul", a, b, rows=world.size))
-    world.ctx.ops.all_gather_matmul(out, a.contiguous(), b.contiguous())
+    out = _all_gather_matmul_out(a, b)
+    _world("all_gather_matmul").ctx.ops.all_gather_matmul(out, a.contiguous(), b.contiguous())
     return out
 
 
-@all_gather_matmul.register_fake
-def _(a, b):
-    return a.new_empty(_matmul_shape("all_gather_matmul", a, b, rows=_world("all_gather_matmul").size))
+all_gather_matmul.register_fake(_all_gather_matmul_out)
+
+
+def _matmul_all_gather_out(a, b):
+    return a.new_empty(_matmul_shape("matmul_all_gather", a, b, cols=_world("matmul_all_gather").size))
 
 
 @torch.library.custom_op("iris::matmul_all_gather", mutates_args=())
 def matmul_all_gather(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     world = _world("matmul_all_gather")
-    M, N = _matmul_shape("matmul_all_gather", a, b, cols=world.size)
-    out = a.new_empty((M, N))
+    out = _matmul_all_gather_out(a, b)
+    M, N = out.shape
     rows = world.staging.elements(a.dtype) // max(N, 1)  # out must be on the heap: row blocks through staging
     if rows < 1:
         raise ValueError(f"torch.ops.iris.matmul_all_gather: one row of {N} {a.dtype} elements exceeds the "
@@ -168,24 +181,22 @@ def matmul_all_gather(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@matmul_all_gather.register_fake
-def _(a, b):
-    return a.new_empty(_matmul_shape("matmul_all_gather", a, b, cols=_world("matmul_all_gather").size))
+matmul_all_gather.register_fake(_matmul_all_gather_out)
+
+
+def _matmul_reduce_scatter_out(a, b):
+    _, N = _matmul_shape("matmul_reduce_scatter", a, b)
+    return a.new_empty((_rows_divided("matmul_reduce_scatter", a, _world("matmul_reduce_scatter").size), N))
 
 
 @torch.library.custom_op("iris::matmul_reduce_scatter", mutates_args=())
 def matmul_reduce_scatter(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    world = _world("matmul_reduce_scatter")
-    M, N = _matmul_shape("matmul_reduce_scatter", a, b)
-    out = a.new_empty((_rows_divided("matmul_reduce_scatter", a, world.size), N))
-    world.ctx.ops.matmul_reduce_scatter(out, a.contiguous(), b.contiguous())
+    out = _matmul_reduce_scatter_out(a, b)
+    _world("matmul_reduce_scatter").ctx.ops.matmul_reduce_scatter(out, a.contiguous(), b.contiguous())
     return out
 
 
-@matmul_reduce_scatter.register_fake
-def _(a, b):
-    M, N = _matmul_shape("matmul_reduce_scatter", a, b)
-    return a.new_empty((_rows_divided("matmul_reduce_scatter", a, _world("matmul_reduce_scatter").size), N))
+matmul_reduce_scatter.register_fake(_matmul_reduce_scatter_out)
 
 
 __all__ = ["set_context", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "matmul_all_reduce",

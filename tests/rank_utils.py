@@ -1,5 +1,6 @@
 """Helpers for test bodies that run inside rank processes."""
 
+import contextlib
 import os
 
 import torch
@@ -51,3 +52,24 @@ def error_message(fn, *args, **kwargs):
             e = e.__cause__ or e.__context__
         return "\n".join(messages)
     return "no error"
+
+
+def on_stream(stream):
+    """A context that makes ``stream`` current, or none where ``stream`` is None (the cpu backend)."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+def warmed_graph(ctx, fn, stream):
+    """``fn`` called once on ``stream`` outside any capture (it compiles the kernels and makes the group flags and
+    workspaces), then captured into a CUDA graph on ``stream``; returns what runs it again: the graph's replay, or
+    ``fn`` itself where ``stream`` is None (the cpu backend, which cannot capture)."""
+    with on_stream(stream):
+        fn()
+    if stream is None:
+        return fn
+    stream.synchronize()
+    ctx.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        fn()
+    return graph.replay

@@ -7,7 +7,7 @@ import torch
 from iris.ccl import CollectiveConfig
 from iris.ccl import reference as ref_ops
 from conftest import on_gpu, world_sizes
-from rank_utils import GPU_SCALE, SEED, error_message, new_context
+from rank_utils import GPU_SCALE, SEED, error_message, new_context, warmed_graph
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.int8]
 # Relative error against the float64 reference: fp32 sums round in a different order, fp16/bf16 round once.
@@ -245,13 +245,7 @@ def _graph_body(replays):
     stream = torch.cuda.Stream()
     fails = []
     for name, (call, expect) in cases.items():
-        with torch.cuda.stream(stream):
-            call()  # the first call, outside the capture, compiles and caches the group tables
-            stream.synchronize()
-            ctx.barrier()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                call()
+        replay = warmed_graph(ctx, call, stream)
         ctx.barrier()
         for i in range(replays):
             inputs = [data(r, (world * n,), torch.bfloat16, salt=i + 1) for r in range(world)]
@@ -259,7 +253,7 @@ def _graph_body(replays):
             out.fill_(float("nan"))
             piece.fill_(float("nan"))
             ctx.barrier()
-            graph.replay()
+            replay()
             torch.cuda.synchronize()
             tri, ref = expect(inputs)
             if ref is not None:

@@ -8,7 +8,7 @@ import torch
 import iris
 from iris.ccl import reference as ref_ops
 from conftest import on_gpu
-from rank_utils import GPU_SCALE, error_message, new_context, poison_value, rank_data
+from rank_utils import GPU_SCALE, error_message, new_context, on_stream, poison_value, rank_data, warmed_graph
 
 ROWS, COLS = (4099, 257) if GPU_SCALE else (37, 7)  # odd: no multiple of the block or of the group
 REDUCE_TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}
@@ -319,8 +319,6 @@ def _graph_body(replays):
     """The iris group's collectives (and a functional one) on static ordinary tensors: on GPUs captured once in a
     CUDA graph after a first call and replayed with fresh inputs (a host synchronisation or a heap allocation on
     the path would break the capture or the replays); on the cpu backend called each time."""
-    import contextlib
-
     import torch.distributed as dist
     import torch.distributed._functional_collectives as fc
 
@@ -345,18 +343,8 @@ def _graph_body(replays):
         functional[0] = fc.wait_tensor(fc.all_reduce(x, "max", group))
 
     stream = torch.cuda.Stream() if dev.type == "cuda" else None
-    on_stream = (lambda: torch.cuda.stream(stream)) if stream is not None else contextlib.nullcontext
     x.copy_(rank_data(rank, x.numel(), dtype, dev, 50).view(x.shape))
-    with on_stream():
-        step()  # outside any capture: compiles the kernels, makes the group's flags
-    run = step
-    if stream is not None:
-        stream.synchronize()
-        ctx.barrier()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            step()
-        run = graph.replay
+    run = warmed_graph(ctx, step, stream)
     ctx.barrier()
     fails = []
     for i in range(replays):
@@ -367,7 +355,7 @@ def _graph_body(replays):
         if stream is not None:
             torch.cuda.synchronize()
         ctx.barrier()
-        with on_stream():
+        with on_stream(stream):
             run()
         if stream is not None:
             torch.cuda.synchronize()

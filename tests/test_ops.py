@@ -11,11 +11,11 @@ import triton
 import triton.language as tl
 
 from conftest import on_gpu, world_sizes
-from iris.ops import OpsConfig, common, copy_schedule
+from iris.ops import OpsConfig, copy_schedule
 from iris.ops import reference as ref_ops
 from iris.ops.gemm import first_unit, stream_program, stream_share
 from iris.ops.reduce_ops import _unit
-from rank_utils import GPU_SCALE, SEED, error_message, new_context
+from rank_utils import GPU_SCALE, SEED, error_message, new_context, on_stream, warmed_graph
 
 # Relative error (Frobenius) against float64: fp32 goes through tf32 on GPUs; bf16 keeps 8 bits.
 TOLERANCE = {torch.float32: 5e-3, torch.float16: 5e-3, torch.bfloat16: 2e-2}
@@ -524,22 +524,11 @@ def _graph_replay_body(replays, dtype):
             lambda x, y: (x[rank], y[0]), lambda x, y: ref_ops.all_gather_matmul(x, y[0])),
     }
     stream = torch.cuda.Stream() if dev.type == "cuda" else None
-    on_stream = (lambda: torch.cuda.stream(stream)) if stream is not None else contextlib.nullcontext
     fails = []
     for name, (call, result, operands, draw, mine, reference) in cases.items():
         for held, value in zip(operands, mine(*draw(40))):
             held.copy_(value.to(dev))
-        with on_stream():
-            call()  # outside any capture: compiles, makes the workspaces
-        if stream is not None:
-            stream.synchronize()
-            ctx.barrier()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                call()
-            run = graph.replay
-        else:
-            run = call
+        run = warmed_graph(ctx, call, stream)
         ctx.barrier()
         for i in range(replays):
             x, y = draw(41 + 2 * i)
@@ -549,7 +538,7 @@ def _graph_replay_body(replays, dtype):
             if stream is not None:
                 torch.cuda.synchronize()
             ctx.barrier()
-            with on_stream():
+            with on_stream(stream):
                 run()
                 snapshot = result.clone()  # ordered right after the op on its stream
             if stream is not None:

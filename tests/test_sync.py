@@ -11,7 +11,7 @@ import triton.language as tl
 
 import iris
 from conftest import on_gpu, world_sizes
-from rank_utils import GPU_SCALE, new_context, rank_data
+from rank_utils import GPU_SCALE, new_context, rank_data, warmed_graph
 
 
 @triton.jit
@@ -159,18 +159,12 @@ def _graph_body(replays):
         _graph_store_kernel[(4,)](buf, value, n, ctx.get_heap_bases(), rank, (rank + 1) % world, BLOCK=256)
         ctx.device_barrier()
 
-    with torch.cuda.stream(stream):
-        step()  # compile and warm up outside the capture
-        stream.synchronize()
-        ctx.barrier()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            step()
+    replay = warmed_graph(ctx, step, stream)
     ctx.barrier()
     bad = []
     for i in range(replays):
         value.fill_(1000 * i + rank)
-        graph.replay()
+        replay()
         torch.cuda.synchronize()
         if not bool((buf == 1000 * i + (rank - 1) % world).all()):
             bad.append(i)
