@@ -77,16 +77,15 @@ def main(steps, max_tokens, seed, out_dir, minutes=None, hidden=None, allocator=
         gathered = heap(ctx.empty(len(members) * tokens, hidden))
         if rank in members:
             size, index = len(members), members.index(rank)
-            mine = _values(step, rank, 1, (tokens, hidden), dev)
+            inputs = [_values(step, r, 1, (tokens, hidden), dev) for r in members]
             gathered.fill_(-77.0)
-            ctx.ccl.all_gather(gathered, mine, group=sub)
-            expect = torch.cat([_values(step, r, 1, (tokens, hidden), dev) for r in members]).double()
+            ctx.ccl.all_gather(gathered, inputs[index], group=sub)
+            expect = torch.cat(inputs).double()  # the gathered rows; each member's reduce_scatter slice is size x
             if not torch.equal(gathered.double(), expect):
                 wrong.append(f"step {step}: subgroup all_gather of {tokens} tokens")
             scattered = torch.full((tokens, hidden), -77.0, device=dev)
             ctx.ccl.reduce_scatter(scattered, gathered, group=sub, config=push)
-            expect = size * torch.cat([_values(step, r, 1, (tokens, hidden), dev) for r in members]).double()
-            if not torch.equal(scattered.double(), expect[index * tokens:(index + 1) * tokens]):
+            if not torch.equal(scattered.double(), size * expect[index * tokens:(index + 1) * tokens]):
                 wrong.append(f"step {step}: subgroup push reduce_scatter of {tokens} tokens")
         # ---- fused matmul_all_reduce: out = sum over ranks of act_r[:, K/W slice] @ w_r
         k_local, m = 16, -(-tokens // world) * world  # the op splits M over the ranks: padded to a multiple
