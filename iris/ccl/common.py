@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from iris.ccl.config import CollectiveConfig
+from iris.ccl.config import CollectiveConfig, Config
 from iris.host.distributed import all_gather_object
 from iris.host.groups import MAX_COMM_PROGRAMS
 
@@ -84,9 +84,14 @@ class Plan:
 
 
 def resolve_config(config, caller):
+    """The ``CollectiveConfig`` of a call: the default, the one given, or the translation of upstream's
+    ``iris.ccl.Config``."""
     config = DEFAULT_CONFIG if config is None else config
+    if isinstance(config, Config):
+        config = config.collective(caller)
     if not isinstance(config, CollectiveConfig):
-        raise TypeError(f"{caller}: config must be an iris.ccl.CollectiveConfig, got {type(config).__name__}")
+        raise TypeError(f"{caller}: config must be an iris.ccl.CollectiveConfig or iris.ccl.Config, got "
+                        f"{type(config).__name__}")
     return config
 
 
