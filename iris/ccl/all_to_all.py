@@ -31,12 +31,12 @@ def _all_to_all_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: tl.con
     flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row_program = tl.program_id(0) // col_programs
     row_programs = tl.num_programs(0) // col_programs
-    col_first = (tl.program_id(0) % col_programs).to(tl.int64) * BLOCK
+    col_first = tl.cast(tl.program_id(0) % col_programs, tl.int64) * BLOCK
     group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, RELAXED=True)
     n64 = tl.cast(n, tl.int64)  # slice offsets pass 2**31 elements in large calls
     for r in range(row_program, rows, row_programs):
-        row_in = inp + r.to(tl.int64) * (GROUP_SIZE * n64)
-        my_slice = out + r.to(tl.int64) * (GROUP_SIZE * n64) + group_index * n64
+        row_in = inp + tl.cast(r, tl.int64) * (GROUP_SIZE * n64)
+        my_slice = out + tl.cast(r, tl.int64) * (GROUP_SIZE * n64) + group_index * n64
         for start in range(col_first, n, col_programs * BLOCK):
             offs = tl.arange(0, BLOCK)
             mask = tail_mask(start, n, BLOCK)
