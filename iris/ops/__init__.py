@@ -33,8 +33,10 @@ def _bind(fn, ctx):
         # nothing to select here, and a positional async_op must not land in ``group``.
         kwargs.pop("async_op", None)
         kwargs.pop("workspace", None)
-        if len(args) >= 2 and isinstance(args[1], bool):
-            args = args[:1] + args[2:]
+        if len(args) >= 2 and isinstance(args[1], bool):  # upstream's positional (bias, async_op, config, ...)
+            if len(args) >= 3:
+                kwargs["config"] = args[2]
+            args = args[:1]
         return fn(ctx, out, a, b, *args, **kwargs)
 
     bound.__name__, bound.__doc__ = fn.__name__, fn.__doc__
