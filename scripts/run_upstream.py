@@ -37,6 +37,7 @@ REASONS = [
     (r"AttributeError: '(\w+)' object has no attribute '(\w+)'", "missing attribute {0}.{1}"),
     (r"KeyError: 'Keyword argument (\w+) was specified but unrecognised'", "launch option {0} refused"),
     (r"out of memory|OutOfMemory", "out of memory"),
+    (r"(?m)^E\s+(\w+(?:Error|Exception): [^\n]{0,100})", "{0}"),  # pytest's first error line
 ]
 FAILED_CHECK = re.compile(r"validation failed|mismatch|\bFAILED\b|\bfailed\b|assert(ion)?error", re.I)
 
