@@ -10,10 +10,11 @@ import triton.language as tl
 import iris
 import iris.x
 from iris.x import reference as ref_ops
+from conftest import on_gpu
 from rank_utils import GPU_SCALE, SEED, new_context, poison_value
 
 M, N = (1031, 517) if GPU_SCALE else (37, 19)  # neither a multiple of the tile nor of the ranks
-BLOCK_M, BLOCK_N = (64, 64) if GPU_SCALE else (16, 8)
+BLOCK_M, BLOCK_N = (64, 64) if GPU_SCALE else (16, 16)
 PROGRAMS = 64 if GPU_SCALE else 3  # persistent programs, each walking several tiles
 REDUCTIONS = ["atomic", "ring", "one_shot", "two_shot", "spinlock", "reduce_scatter"]
 MOVES = ["all_gather_0", "all_gather_1", "all_to_all", "gather"]
@@ -92,6 +93,14 @@ def _data(rank, shape, dtype, salt):
     return torch.randn(shape, generator=gen).to(dtype)
 
 
+def _round(acc, dtype):
+    """fp32 ``acc`` in ``dtype`` as the kernels round it: to nearest even when compiled, but Triton 3.6's interpreter
+    converts fp32 to bf16 by dropping the low 16 bits."""
+    if dtype == torch.bfloat16 and not on_gpu():
+        return (acc.view(torch.int32) & ~0xFFFF).view(torch.float32).to(dtype)
+    return acc.to(dtype)
+
+
 def _rank_order_sum(inputs, base=None, round_each=False):
     """The deterministic schedules' sum: ranks in order 0..W-1 in fp32 (the inputs' dtype for fp32), rounded once to
     the inputs' dtype, or after every add (``round_each``: the spinlock keeps its sums in dst)."""
@@ -100,8 +109,8 @@ def _rank_order_sum(inputs, base=None, round_each=False):
     for x in inputs:
         acc = x.float() if acc is None else acc + x.float()
         if round_each:
-            acc = acc.to(dtype).float()
-    return acc.to(dtype)
+            acc = _round(acc, dtype).float()
+    return _round(acc, dtype)
 
 
 def _reduce_body(variant, dtype):
@@ -154,7 +163,8 @@ def _bits(t):
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("variant", REDUCTIONS)
 def test_reductions(pools, world_size, variant):
-    dtypes = [torch.float32] + ([torch.bfloat16] if world_size == 3 and variant != "atomic" else [])
+    # bf16 where its rounding differs between schedules: one rounding at the end, or one per rank (spinlock)
+    dtypes = [torch.float32] + ([torch.bfloat16] if world_size == 3 and variant in ("one_shot", "spinlock") else [])
     for dtype in dtypes:
         results = pools(world_size).run(_reduce_body, variant, dtype)
         fails = [f"{dtype} rank {r}: {f}" for r, (fs, _) in enumerate(results) for f in fs]
@@ -188,7 +198,7 @@ def test_all_reduce_config(pools):
 def _move_body(op):
     ctx = new_context(1 << 21)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
-    per_rank = 11 if op == "all_to_all" else 0  # columns per rank: not a multiple of the tile's 8
+    per_rank = 11 if op == "all_to_all" else 0  # columns per rank: not a multiple of the tile's 16
     shape = (M, world * per_rank) if op == "all_to_all" else (M, N)
     inputs = [_data(r, shape, torch.float16, salt=9) for r in range(world)]
     x = ctx.empty(shape, dtype=torch.float16)

@@ -121,37 +121,38 @@ def _plain(name, init, body, doc):
 def _aggregate(name, fields, init, body, doc):
     from triton.language.core import _aggregate as aggregate
 
-    cls = type(name, (), {"__init__": init, "__annotations__": fields, "__doc__": doc})
+    cls = type(name, (), {"__init__": triton.constexpr_function(init), "__annotations__": fields, "__doc__": doc})
     for method, fn in _methods(body).items():
         setattr(cls, method, triton.jit(fn))
     return aggregate(cls)
 
 
-def _value(x, _semantic):
-    """A tensor for a field that holds a value: compiled aggregates take tensors, kernels pass ints and constexprs too."""
-    if _semantic is None or isinstance(x, tl.tensor):
-        return x
-    return _semantic.to_tensor(tl.core._unwrap_if_constexpr(x))
+# The constructors below run at compile time (``triton.constexpr_function``), whose bodies may reference nothing
+# but Triton and builtins: hence no shared helper. A field that holds a value takes a tensor, or a constexpr where
+# the kernel passed a constant (a size of 1, a stride the launcher specialised); the arithmetic accepts both.
 
 
-def _tile_view_init(self, pid_m, pid_n, block_m, block_n, _semantic=None):
-    self.pid_m = _value(pid_m, _semantic)
-    self.pid_n = _value(pid_n, _semantic)
+def _tile_view_init(self, pid_m, pid_n, block_m, block_n):
+    self.pid_m = pid_m if isinstance(pid_m, tl.tensor) else tl.constexpr(pid_m)
+    self.pid_n = pid_n if isinstance(pid_n, tl.tensor) else tl.constexpr(pid_n)
     self.block_m = tl.constexpr(block_m)
     self.block_n = tl.constexpr(block_n)
 
 
-def _tile_init(self, pid_m, pid_n, block_m, block_n, data, _semantic=None):
-    _tile_view_init(self, pid_m, pid_n, block_m, block_n, _semantic)
+def _tile_init(self, pid_m, pid_n, block_m, block_n, data):
+    self.pid_m = pid_m if isinstance(pid_m, tl.tensor) else tl.constexpr(pid_m)
+    self.pid_n = pid_n if isinstance(pid_n, tl.tensor) else tl.constexpr(pid_n)
+    self.block_m = tl.constexpr(block_m)
+    self.block_n = tl.constexpr(block_n)
     self.data = data
 
 
-def _tensor_view_init(self, ptr, M, N, stride_m, stride_n, _semantic=None):
+def _tensor_view_init(self, ptr, M, N, stride_m, stride_n):
     self.ptr = ptr
-    self.M = _value(M, _semantic)
-    self.N = _value(N, _semantic)
-    self.stride_m = _value(stride_m, _semantic)
-    self.stride_n = _value(stride_n, _semantic)
+    self.M = M if isinstance(M, tl.tensor) else tl.constexpr(M)
+    self.N = N if isinstance(N, tl.tensor) else tl.constexpr(N)
+    self.stride_m = stride_m if isinstance(stride_m, tl.tensor) else tl.constexpr(stride_m)
+    self.stride_n = stride_n if isinstance(stride_n, tl.tensor) else tl.constexpr(stride_n)
 
 
 _TILE_VIEW_DOC = """Where a tile sits: tile coordinates ``pid_m, pid_n`` (values) and block sizes ``block_m, block_n``
@@ -161,8 +162,9 @@ loaded tile). The tile collectives that reduce or scatter take what they send fr
 _TENSOR_VIEW_DOC = """A 2-D tensor as a kernel sees it: ``ptr``, sizes ``M, N``, strides ``stride_m, stride_n`` (in
 elements). Methods ``tile_ptr(tile)``, ``tile_ptr_from_indices``, ``offset_tile_ptr``, ``offset``,
 ``number_of_tiles``. Build one with ``make_tensor_view`` from kernel arguments of any kind."""
-_TILE_VIEW_FIELDS = {"pid_m": tl.tensor, "pid_n": tl.tensor, "block_m": tl.constexpr, "block_n": tl.constexpr}
-_TENSOR_VIEW_FIELDS = {name: tl.tensor for name in ("ptr", "M", "N", "stride_m", "stride_n")}
+_VALUE = (tl.tensor, tl.constexpr)
+_TILE_VIEW_FIELDS = {"pid_m": _VALUE, "pid_n": _VALUE, "block_m": tl.constexpr, "block_n": tl.constexpr}
+_TENSOR_VIEW_FIELDS = {"ptr": tl.tensor, **{name: _VALUE for name in ("M", "N", "stride_m", "stride_n")}}
 
 if INTERPRETED:
     TileView = _plain("TileView", _tile_view_init, _TileMethods, _TILE_VIEW_DOC)
