@@ -57,6 +57,9 @@ def main(m, n, k, rounds):
     out = ctx.empty((m, n))
     gathered = ctx.empty((world * m, n))
     locks = ctx.zeros(tiles, dtype=torch.int32)  # zeroed once; round r stamps r
+    # Persistent programs, at most 16: an owner that waits for a peer's tile must not keep the program that
+    # stamps it off the GPU (ranks that share one GPU share its SMs).
+    programs = min(tiles, 16)
     ctx.barrier()
     for r in range(1, rounds + 1):
         gens = [torch.Generator().manual_seed(SEED + 1000 * r + q) for q in range(world)]
@@ -64,7 +67,7 @@ def main(m, n, k, rounds):
         b_slices = [torch.randn(k, n, generator=g) for g in gens]
         out.fill_(float("nan"))  # poison: a tile nobody stored shows
         ctx.barrier()
-        gemm_tile_all_reduce_kernel[(max(1, tiles // 2),)](a_slices[rank].to(dev), b_slices[rank].to(dev), staged,
+        gemm_tile_all_reduce_kernel[(programs,)](a_slices[rank].to(dev), b_slices[rank].to(dev), staged,
                                                           out, locks, ctx.get_device_context(), m, n, k, r, RANK=rank,
                                                           WORLD_SIZE=world, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
         ctx.barrier()  # every owner's stores into our out have landed; nobody reads our staged partials any more
