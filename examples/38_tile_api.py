@@ -67,11 +67,11 @@ def main(m, n, k, rounds):
         b_slices = [torch.randn(k, n, generator=g) for g in gens]
         out.fill_(float("nan"))  # poison: a tile nobody stored shows
         ctx.barrier()
-        gemm_tile_all_reduce_kernel[(programs,)](a_slices[rank].to(dev), b_slices[rank].to(dev), staged,
-                                                          out, locks, ctx.get_device_context(), m, n, k, r, RANK=rank,
-                                                          WORLD_SIZE=world, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
+        gemm_tile_all_reduce_kernel[(programs,)](a_slices[rank].to(dev), b_slices[rank].to(dev), staged, out, locks,
+                                                 ctx.get_device_context(), m, n, k, r, RANK=rank, WORLD_SIZE=world,
+                                                 BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
         ctx.barrier()  # every owner's stores into our out have landed; nobody reads our staged partials any more
-        # fp32 operands go through tf32 on GPUs (10-bit mantissa): sums of 2 x 64 products land up to ~0.05 off
+        # fp32 operands go through tf32 on GPUs (10-bit mantissa): sums of W x K products land up to ~0.05 off
         torch.testing.assert_close(out.cpu().double(), reference.matmul_all_reduce(a_slices, b_slices), rtol=2e-2,
                                    atol=0.1)
         ctx.ccl.all_gather(gathered, out)

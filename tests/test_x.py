@@ -15,7 +15,7 @@ from iris.x import reference as ref_ops
 from conftest import on_gpu
 from rank_utils import GPU_SCALE, SEED, new_context, poison_value
 
-M, N = (1031, 517) if GPU_SCALE else (37, 19)  # neither a multiple of the tile nor of the ranks
+M, N = (1031, 517) if GPU_SCALE else (21, 19)  # neither a multiple of the tile nor of the ranks
 BLOCK_M, BLOCK_N = (64, 64) if GPU_SCALE else (16, 16)
 PROGRAMS = 64 if GPU_SCALE else 3  # persistent programs, each walking several tiles
 REDUCTIONS = ["atomic", "ring", "one_shot", "two_shot", "spinlock", "reduce_scatter"]
