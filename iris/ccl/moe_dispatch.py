@@ -33,7 +33,8 @@ _SERIAL = itertools.count()
 class MoEDispatchConfig:
     """``dispatch_block_size`` / ``combine_block_size``: elements of a row each program moves per step (powers of
     two); 1024 bf16 over ``num_warps=4`` (128 threads) is one 16-byte vector per thread. ``comm_sms``: programs
-    per kernel (None: 128 on GPUs, one per SM of an H100/H200 roughly; 4 on the cpu backend); the same on every
+    per kernel (None: 128 on GPUs, about one per SM of an H100/H200; 2 on the cpu backend, where every
+    program runs in Python); the same on every
     rank, since the kernels' barriers pair programs of the same number.
     ``validate``: check on the host that every expert id is in ``[-1, E)`` and that ``expert_out`` has the rows
     in use, one host synchronisation per call; off, dispatch and combine never wait for the host (capture them in
@@ -133,7 +134,7 @@ class MoEDispatcher:
         self._combine = ws.get(f"moe{serial}.combine", ranks, (self.slots, hidden_dim), self.combine_dtype)
         self._call = 0
         on_cpu = dev.type == "cpu"
-        self._programs = config.comm_sms or (4 if on_cpu else 128)
+        self._programs = config.comm_sms or (2 if on_cpu else 128)
 
     # ------------------------------------------------------------------ dispatch
 
