@@ -183,9 +183,9 @@ def _graph_body(replays):
         torch.cuda.synchronize()
         slot_rows = expert_fn(xi.repeat_interleave(k, 0), ii.clamp(min=0).reshape(-1)).view(-1, k, H)
         ref = ref_moe.combine(slot_rows, ii, wi, E, True, torch.bfloat16)
-        err = (out["y"].cpu().float() - ref.float()).abs().max().item()
-        if err > 0.05:  # fp32 products may contract to FMAs when compiled; the sums are in the same order
-            fails.append(f"replay {i}: max error {err}")
+        err = ((out["y"].cpu().float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+        if err > 1e-2:  # compiled, a product may contract into an FMA: one bf16 rounding apart at most (2**-8)
+            fails.append(f"replay {i}: max error {err:.2e} relative to the largest output")
         ctx.barrier()
     return fails
 
