@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from iris.ccl import MoEDispatchConfig
 from iris.ccl.moe_utils import owners, topk
+from iris.host import private
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,12 @@ def make_weights(config, seed=0, dtype=torch.bfloat16):
 def grouped_mm(rows, weights, meta):
     """``out[r] = rows[r] @ weights[l]`` for the rows ``meta.slice_offs[l] : meta.slice_offs[l + 1]``; rows past
     the last offset are unspecified. ``torch._grouped_mm`` reads the offsets on the device (no host
-    synchronisation); without it, one matmul per expert, with the offsets read on the host."""
-    if hasattr(torch, "_grouped_mm") and weights.shape[0]:
-        return torch._grouped_mm(rows, weights, offs=meta.slice_offs[1:])
+    synchronisation); without it, or where it refuses the shapes (it wants 16-byte aligned rows and columns), one
+    matmul per expert, with the offsets read on the host."""
+    fused = private.grouped_mm()
+    aligned = rows.shape[1] * rows.element_size() % 16 == 0 and weights.shape[2] * weights.element_size() % 16 == 0
+    if fused is not None and weights.shape[0] and aligned:
+        return fused(rows, weights, offs=meta.slice_offs[1:])
     out = rows.new_empty((rows.shape[0], weights.shape[2]))
     offs = meta.slice_offs.tolist()
     for l in range(weights.shape[0]):
