@@ -30,7 +30,7 @@ class CCL:
 
     def moe_dispatcher(self, hidden_dim, num_experts, topk, max_tokens, group=None, config=None,
                        expt_assignment=None, dtype=None):
-        """An ``iris.ccl.MoEDispatcher`` on this context (see it for semantics). Collective: it allocates on the heap."""
+        """An ``iris.ccl.MoEDispatcher`` on this context (see it for semantics). Collective: allocates on the heap."""
         import torch
 
         return MoEDispatcher(self._ctx, hidden_dim, num_experts, topk, max_tokens, group=group, config=config,
