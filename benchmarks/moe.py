@@ -58,7 +58,9 @@ def _time(fn, iters, warmup, barrier):
 class TorchPath:
     """The permute / all_to_all_single / sort path (Megatron-Core's MoEAlltoAllTokenDispatcher), one rank."""
 
-    host_syncs = 2  # the counts' all_to_all result and this rank's send splits, read on the host
+    # host synchronisations a call makes: bincount sizes its output from the ids' maximum; the send and receive
+    # splits are read on the host; repeat_interleave sizes its output from the counts
+    host_syncs = 3
 
     def __init__(self, owner, E, world, rank):
         self.owner, self.E, self.world, self.rank = owner, E, world, rank

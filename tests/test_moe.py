@@ -109,6 +109,37 @@ def test_dispatch_combine_match_reference(pools, world_size):
         assert all(torch.equal(f, firsts[0]) for f in firsts), f"call {call}: shards disagree on a shared token"
 
 
+def _subgroup_body():
+    """A dispatcher over ranks 1..3 of 4 (its buffers are the members' workspaces): rows and combine exact."""
+    import torch.distributed as dist
+
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    rank, dev = ctx.get_rank(), ctx.get_device()
+    group = dist.new_group([1, 2, 3])
+    if rank == 0:
+        return []
+    me, E, k, tokens = rank - 1, 3, 2, [2, 0, 3]
+    d = ctx.ccl.moe_dispatcher(H, E, k, 3, group=group)
+    inputs = routing(3, tokens, E, k, 7)
+    x, idx, w = inputs[me]
+    buf, meta, handle = d.dispatch(x.to(dev), idx.to(dev), w.to(dev))
+    owner = owners(d.expt_assignment)
+    ref_rows, _ = ref_moe.dispatch([i[0] for i in inputs], [i[1] for i in inputs], owner, me)
+    n = int(meta.slice_offs[-1])
+    fails = [] if torch.equal(buf[:n].cpu().view(torch.int16), ref_rows.view(torch.int16)) else ["subgroup rows differ"]
+    out = d.combine(buf, handle).cpu()
+    ref = ref_moe.combine(x.repeat_interleave(k, 0).view(-1, k, H), idx, w, E, False, torch.bfloat16)
+    if not torch.equal(out.view(torch.int16), ref.view(torch.int16)):
+        fails.append("subgroup combine differs")
+    return fails
+
+
+def test_subgroup_dispatcher(pools):
+    results = pools(4).run(_subgroup_body)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails)
+
+
 def _fp8_body():
     ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()

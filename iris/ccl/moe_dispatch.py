@@ -124,17 +124,24 @@ class MoEDispatcher:
         self._segment_first = first[owner[perm]].to(dev)  # [E]: position in perm of the shard's first expert
         self._local = (owner == me).nonzero().flatten().to(dev)  # our experts, by local id
 
-        serial, ranks, ws = next(_SERIAL), self._sync.ranks, ctx.workspaces
+        serial = next(_SERIAL)
         self._counts = torch.zeros(num_experts, dtype=torch.int32, device=dev)
-        self._count_table = ws.get(f"moe{serial}.counts", ranks, (world, num_experts), torch.int32, zero=True)
-        self._buf = ws.get(f"moe{serial}.recv", ranks, (self.capacity, hidden_dim), dtype)
-        self._origins = ws.get(f"moe{serial}.origins", ranks, (max(self.capacity, 1),), torch.int32)
-        self._scales = ws.get(f"moe{serial}.scales", ranks, (self.capacity, self.n_scales), torch.float32) \
-            if self.fp8 else None
-        self._combine = ws.get(f"moe{serial}.combine", ranks, (self.slots, hidden_dim), self.combine_dtype)
+        self._count_table = self._heap(serial, "counts", (world, num_experts), torch.int32)
+        self._buf = self._heap(serial, "recv", (self.capacity, hidden_dim), dtype)
+        self._origins = self._heap(serial, "origins", (max(self.capacity, 1),), torch.int32)
+        self._scales = self._heap(serial, "scales", (self.capacity, self.n_scales), torch.float32) if self.fp8 else None
+        self._combine = self._heap(serial, "combine", (self.slots, hidden_dim), self.combine_dtype)
         self._call = 0
         on_cpu = dev.type == "cpu"
         self._programs = config.comm_sms or (2 if on_cpu else 128)
+
+    def _heap(self, serial, name, shape, dtype):
+        """A buffer of this dispatcher on the heap: for the whole world an ordinary heap tensor (freed with the
+        dispatcher), for a subgroup a workspace of its members (``iris/host/workspaces.py``), since allocations
+        that only the members make must stay out of the world's heap."""
+        if self._sync.size == self._ctx.get_num_ranks():
+            return self._ctx.empty(shape, dtype=dtype)
+        return self._ctx.workspaces.get(f"moe{serial}.{name}", self._sync.ranks, shape, dtype)
 
     # ------------------------------------------------------------------ dispatch
 
