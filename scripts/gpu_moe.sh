@@ -13,14 +13,14 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" MOE_HEAP=$((6 << 30))
 unset TRITON_INTERPRET
 rc=0
-IRIS_TEST_SCALE=gpu IRIS_BACKEND=simulation timeout 150 python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
+IRIS_TEST_SCALE=gpu IRIS_BACKEND=simulation timeout 140 python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
   tests/test_moe.py 2>&1 | tee "$OUT_DIR/moe_tests.log" | tail -3
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 : > "$OUT_DIR/moe_bench.log"
 for w in 1 2; do
   backend=$([ "$w" = 1 ] && echo cuda || echo simulation)
   mkdir -p "$OUT_DIR/w$w"
-  IRIS_BACKEND=$backend timeout 100 python3 benchmarks/moe.py --world "$w" --out "$OUT_DIR/w$w" \
+  IRIS_BACKEND=$backend timeout 50 python3 benchmarks/moe.py --world "$w" --out "$OUT_DIR/w$w" \
     >> "$OUT_DIR/moe_bench.log" 2>&1 || { rc=1; echo "benchmark at world size $w failed" >> "$OUT_DIR/moe_bench.log"; }
   [ -f "$OUT_DIR/w$w/moe.json" ] && mv "$OUT_DIR/w$w/moe.json" "$OUT_DIR/moe_w$w.json"
   rmdir "$OUT_DIR/w$w" 2>/dev/null

@@ -80,7 +80,7 @@ def _moe_body(tokens, E, k, expert_dict, calls):
                 bad = (out.cpu().float() - ref.float()).abs().max().item()
                 fails.append(f"call {call} weighted={weighted}: combine differs from the reference (max {bad})")
             results.append(out.cpu())
-        if call == 0:  # the same call twice: the same bits
+        if call == 0 and calls > 1:  # the same call twice: the same bits (once per module: it costs a call)
             again, _, again_handle = d.dispatch(x.to(dev), idx.to(dev), w.to(dev))
             repeat = d.combine(run_experts(again, meta, local), again_handle, weighted=True)
             if not torch.equal(repeat.cpu().view(torch.int16), results[1].view(torch.int16)):
@@ -91,7 +91,7 @@ def _moe_body(tokens, E, k, expert_dict, calls):
 
 
 CASES = {  # world -> (tokens per shard, experts, topk, expert dict or None for uniform, calls)
-    3: ([5, 0, 3], 6, 2, None, 2),  # the second call reuses the buffers with new routing
+    3: ([5, 0, 3], 6, 2, None, 2),  # a repeat of the first call, and a second reusing the buffers with new routing
     4: ([4, 0, 6, 1], 7, 3, {0: [6, 1], 1: [], 2: [0, 3, 5], 3: [2, 4]}, 1),  # uneven, one shard owning none
 }
 
@@ -222,8 +222,9 @@ def _graph_body(replays):
 
 
 @pytest.mark.skipif(not on_gpu(), reason="CUDA graphs need a GPU (GPU tier)")
-def test_dispatch_combine_replay_in_cuda_graph_with_new_routing(pools):
-    results = pools(2).run(_graph_body, 20)
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_dispatch_combine_replay_in_cuda_graph_with_new_routing(pools, world_size):
+    results = pools(world_size).run(_graph_body, 20)
     fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
     assert not fails, "\n".join(fails[:10])
 
