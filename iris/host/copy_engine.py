@@ -166,16 +166,21 @@ class CopyQueue:
             cuda_driver.stream_write(main.cuda_stream, flag.data_ptr(), 0)
 
     def _spin(self, flag, value, caller):
-        """The cpu backend's wait: poll the shared word, giving up with the context's timeout, or at once when a
-        peer has failed (the watchdog then poisons the flags peers raise, so the wait ends there too)."""
-        timeout_s = DEFAULT_TIMEOUT_S if self.ctx.timeout_s is None else self.ctx.timeout_s
-        deadline = time.monotonic() + timeout_s
-        while int(flag.item()) - value < 0:
-            self.ctx.groups.check(caller)
-            if time.monotonic() > deadline:
-                raise RankTimeoutError(f"{caller}: waited {timeout_s:g} s for a flag to reach {value}; it reads "
-                                       f"{int(flag.item())} (raise the limit with IRIS_TIMEOUT_S)", [])
-            time.sleep(1e-4)
+        wait_until(self.ctx, lambda: int(flag.item()), value, caller)
+
+
+def wait_until(ctx, read, value, caller):
+    """The cpu backend's wait on a flag: poll ``read()`` until it reaches ``value``, giving up with the context's
+    timeout, or at once when a peer has failed (the watchdog then poisons the flags peers raise, so the wait ends
+    there too)."""
+    timeout_s = DEFAULT_TIMEOUT_S if ctx.timeout_s is None else ctx.timeout_s
+    deadline = time.monotonic() + timeout_s
+    while (seen := read()) - value < 0:
+        ctx.groups.check(caller)
+        if time.monotonic() > deadline:
+            raise RankTimeoutError(f"{caller}: waited {timeout_s:g} s for a flag to reach {value}; it reads "
+                                   f"{seen} (raise the limit with IRIS_TIMEOUT_S)", [])
+        time.sleep(1e-4)
 
 
 class _HostStream:
