@@ -4,6 +4,7 @@ with ``use_copy_engine=True``. On the cpu backend host threads stand in for the 
 bodies run on the copy engines."""
 
 import iris  # noqa: F401  (before triton)
+import iris.triggered  # noqa: F401  (the producer kernel calls iris.triggered.publish)
 import torch
 import triton
 import triton.language as tl
@@ -227,3 +228,54 @@ def test_device_ops_with_use_copy_engine(pools):
         assert data, f"rank {rank}: put(use_copy_engine=True) data"
         assert rect, f"rank {rank}: put_signal_rect / wait_then_put_signal_rect data"
         assert flags == [blocks, 5, 7], f"rank {rank}: flags {flags}"
+
+
+@triton.jit
+def _producer_kernel(buffer, view, rank, ROWS: tl.constexpr, COLS: tl.constexpr, first):
+    # program p writes row p of our block, publishes its batch (two rows per batch: two contributors each)
+    pid = tl.program_id(0)
+    cols = tl.arange(0, COLS)
+    tl.store(buffer + (rank * ROWS + pid) * COLS + cols, (rank * 1000 + pid * COLS + cols).to(tl.int32))
+    iris.triggered.publish(view, first + pid // 2)
+
+
+def _triggered_body():
+    import iris.triggered as tr
+
+    ctx = _context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    rows, cols = 4, 16
+    buffer = ctx.full((world * rows, cols), -1, dtype=torch.int32)
+    row_bytes = cols * 4
+    # rank r owns rows [r * rows, (r + 1) * rows): two batches of two rows, each released by two programs
+    schedules = [[tr.Batch((tr.Segment((r * rows + 2 * i) * row_bytes, row_bytes, 2, row_bytes),), contributors=2)
+                  for i in range(2)] for r in range(world)]
+    plan = tr.TriggeredPlan(ctx, buffer, schedules)
+    got = []
+    for epoch in range(2):
+        buffer.fill_(-1)
+        ctx.barrier()
+        view = plan.begin_device_epoch()
+        _producer_kernel[(rows,)](buffer, view, rank, ROWS=rows, COLS=cols, first=plan.batch_id(rank, 0))
+        plan.end_device_epoch()
+        got.append(buffer.cpu().clone())
+        plan.next_epoch()
+    states = [plan.state.value, plan.epoch]
+    misuse = error_message(plan.next_epoch)
+    plan.destroy()
+    wrong = error_message(tr.TriggeredPlan, ctx, buffer, schedules[:1])
+    outside = error_message(tr.TriggeredPlan, ctx, buffer, [[tr.Batch((tr.Segment(0, 1 << 20),))]] * world)
+    return got, states, misuse, wrong, outside
+
+
+def test_triggered_plan_kernel_released_transfers(pools):
+    world, rows, cols = 2, 4, 16
+    ref = torch.stack([torch.arange(rows * cols, dtype=torch.int32).view(rows, cols) + 1000 * r
+                       for r in range(world)]).view(world * rows, cols)
+    for rank, (got, states, misuse, wrong, outside) in enumerate(pools(world).run(_triggered_body)):
+        for epoch, buffer in enumerate(got):
+            assert torch.equal(buffer, ref), f"rank {rank} epoch {epoch}: {buffer}"
+        assert states == ["armed", 2]
+        assert "next_epoch" in misuse and "not complete" in misuse
+        assert "needs one schedule per rank" in wrong
+        assert "outside the buffer" in outside

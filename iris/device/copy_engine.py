@@ -24,7 +24,7 @@ import triton.language as tl
 from iris.device.rma import put
 from iris.device.translate import translate
 
-ROW_BYTES = 1024  # bytes a program moves per step of a rectangle row: 8 per thread at 4 warps
+ROW_BYTES = tl.constexpr(1024)  # bytes a program moves per step of a rectangle row: 8 per thread at 4 warps
 
 
 @triton.jit

@@ -94,15 +94,13 @@ class CopyQueue:
         self.ctx = ctx
         self.device = ctx.get_device()
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self._worker = None  # cpu backend: the thread that runs the operations
+        self._worker = HostQueue() if self.stream is None else None  # cpu backend: the thread that runs them
         self._pending = []  # GPUs: the operations, issued by join
 
     def fork(self):
         if self.stream is not None:
             self.stream.wait_stream(torch.cuda.current_stream(self.device))  # after the compute stream's work so far
             self._pending = []
-        else:
-            self._worker = _HostStream()
 
     def _queue(self, operation):
         if self.stream is not None:
@@ -150,8 +148,7 @@ class CopyQueue:
         consumed, not stamped with a call number: a replayed CUDA graph writes the numbers it was captured with,
         so a stamp left by the last replay would satisfy the next one's wait."""
         if self.stream is None:
-            worker, self._worker = self._worker, None
-            worker.finish()
+            self._worker.finish()
             for flag in flags:
                 self._spin(flag, 1, caller)
                 flag.fill_(0)
@@ -183,29 +180,52 @@ def wait_until(ctx, read, value, caller):
         time.sleep(1e-4)
 
 
-class _HostStream:
-    """The cpu backend's side stream: a thread that runs the queued operations in order, beside the interpreted
-    kernel. After a failed operation it skips the rest; ``finish`` waits for the thread and raises the failure."""
+class HostQueue:
+    """The cpu backend's stand-in for a copy-engine stream: a thread that runs the queued operations in order, beside
+    the interpreted kernels. After a failed operation it skips the rest until the failure is collected (``idle`` or
+    ``finish`` raises it, once). Serves the fused ops' ``CopyQueue`` and the copy-engine API's queues alike."""
 
     def __init__(self):
-        self._queue = queue.Queue()
-        self._error = None
-        self._thread = threading.Thread(target=self._run, name="iris-copy-queue", daemon=True)
-        self._thread.start()
+        self._tasks, self._error, self._pending = queue.Queue(), None, 0
+        self._idle = threading.Condition()
+        self._thread = None
 
     def put(self, operation):
-        self._queue.put(operation)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="iris-copy-queue", daemon=True)
+            self._thread.start()
+        with self._idle:
+            self._pending += 1
+        self._tasks.put(operation)
 
     def _run(self):
-        while (operation := self._queue.get()) is not None:
-            if self._error is None:
-                try:
+        while True:
+            operation = self._tasks.get()
+            try:
+                if self._error is None:
                     operation()
-                except BaseException as e:  # handed to the caller's thread by finish
-                    self._error = e
+            except BaseException as e:  # handed to the caller's thread by idle / finish
+                self._error = e
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+
+    def _collect(self):
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def idle(self):
+        """True once everything queued has run (raising the first failure); False while work remains."""
+        with self._idle:
+            if self._pending:
+                return False
+        self._collect()
+        return True
 
     def finish(self):
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+        """Block until everything queued has run (each wait in it is bounded by the context's timeout), then raise
+        the first failure."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0)
+        self._collect()

@@ -23,14 +23,12 @@ H200), which is why ``put_tiles`` issues one 2-D copy per tile after its one wai
 
 import dataclasses
 import os
-import queue
-import threading
 import time
 
 import torch
 
 from iris.host import cuda_driver, private
-from iris.host.copy_engine import peer_address, wait_until
+from iris.host.copy_engine import HostQueue, peer_address, wait_until
 from iris.host.distributed import DEFAULT_TIMEOUT_S, RankTimeoutError
 
 ENGINE_NAMES = ("sdma", "ce")  # upstream's name for AMD's engines, and NVIDIA's: both mean this platform's
@@ -85,46 +83,15 @@ class Tile:
 
 
 class _Lane:
-    """One (peer, channel) queue: a CUDA stream, or a host thread that runs the operations in order."""
+    """One (peer, channel) queue: a CUDA stream, or the cpu backend's host thread."""
 
     def __init__(self, device):
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self._tasks, self._error, self._pending = queue.Queue(), None, 0
-        self._idle = threading.Condition()
-        self._thread = None
-
-    def run(self, operation):
-        """On the cpu backend: run ``operation`` on the lane's thread after the earlier ones."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name="iris-copy-engine", daemon=True)
-            self._thread.start()
-        with self._idle:
-            self._pending += 1
-        self._tasks.put(operation)
-
-    def _work(self):
-        while True:
-            operation = self._tasks.get()
-            try:
-                if self._error is None:
-                    operation()
-            except BaseException as e:  # handed to the caller by drained()
-                self._error = e
-            with self._idle:
-                self._pending -= 1
-                self._idle.notify_all()
+        self.host = HostQueue() if self.stream is None else None
 
     def drained(self):
         """True once everything queued has run; raises the first failure (once)."""
-        if self.stream is not None:
-            return self.stream.query()
-        with self._idle:
-            if self._pending:
-                return False
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
-        return True
+        return self.stream.query() if self.stream is not None else self.host.idle()
 
 
 def _flag(ctx, flag, caller, name, remote_to=None):
@@ -227,7 +194,7 @@ class CopyEngines:
         """``wait`` (address, bits, value) or None; ``copies`` [(dst, dst_pitch, src, src_pitch, width, height)];
         ``signal`` (address, bits, value) or None. Queued in that order on ``lane``."""
         if self.device.type != "cuda":
-            lane.run(lambda: self._run_on_host(wait, copies, signal, caller))
+            lane.host.put(lambda: self._run_on_host(wait, copies, signal, caller))
         else:
             current = torch.cuda.current_stream(self.device)
             lane.stream.wait_stream(current)  # after the caller's queued work, which may still write the source
