@@ -9,9 +9,11 @@ import torch
 import triton
 import triton.language as tl
 
+from conftest import world_sizes  # noqa: E402
 from rank_utils import GPU_SCALE, error_message, poison_value, rank_data  # noqa: E402
 
 N = 1 << 20 if GPU_SCALE else 96  # elements per put
+WORLD = min(world_sizes())  # 2 ranks by default (IRIS_TEST_WORLD_SIZES=1: a rank putting to itself)
 
 
 def _context(**kwargs):
@@ -96,7 +98,7 @@ def _host_body():
 
 
 def test_host_put_wait_signal_tiles_quiet(pools):
-    world = 2
+    world = WORLD
     for rank, got in enumerate(pools(world).run(_host_body)):
         assert got["blocking"], f"rank {rank}: blocking put"
         assert got["signal"] == (True, 3), f"rank {rank}: async put + signal 3: {got['signal']}"
@@ -150,12 +152,14 @@ def _errors_body():
     # a wait that nobody releases: the blocking put gives up with the context's timeout instead of hanging
     messages["timeout"] = error_message(ctx.put, src, (rank + 1) % world, dst, wait_flag=flag, wait_value=1,
                                         channel=1)
+    flag.fill_(1)  # release the wait (a GPU stream would wait for it for good), then collect what is left
+    error_message(ctx.quiet, (rank + 1) % world, 1)
     ctx.barrier()
     return messages
 
 
 def test_errors_name_the_method_value_and_fix(pools):
-    for rank, m in enumerate(pools(2).run(_errors_body)):
+    for rank, m in enumerate(pools(WORLD).run(_errors_body)):
         assert "ValueError" in m["bad_engine"] and "'nvlink'" in m["bad_engine"] and "'sdma'" in m["bad_engine"]
         assert "TypeError" in m["bad_flag_type"] and "enable_copy_engine" in m["bad_flag_type"]
         assert "ValueError" in m["bad_env"] and "IRIS_ENABLE_COPY_ENGINE" in m["bad_env"]
@@ -169,7 +173,7 @@ def test_errors_name_the_method_value_and_fix(pools):
         assert "Iris.put" in m["size"] and "32 bytes" in m["size"] and "16" in m["size"]
         assert "Unsupported flag tensor dtype torch.float32" in m["flag_dtype"]
         assert "one-element" in m["flag_numel"]
-        assert "to_rank=2 is outside [0, 2)" in m["rank"]
+        assert f"to_rank={WORLD} is outside [0, {WORLD})" in m["rank"]
         assert "channel=7 is outside [0, 2)" in m["channel"] and "IRIS_CE_CHANNELS" in m["channel"]
         assert "wait_value" in m["wait_value"]
         assert "TypeError" in m["both_names"] and "to_rank and dst_rank" in m["both_names"]
@@ -224,7 +228,7 @@ def _device_body():
 
 
 def test_device_ops_with_use_copy_engine(pools):
-    for rank, (data, rect, flags, blocks) in enumerate(pools(2).run(_device_body)):
+    for rank, (data, rect, flags, blocks) in enumerate(pools(WORLD).run(_device_body)):
         assert data, f"rank {rank}: put(use_copy_engine=True) data"
         assert rect, f"rank {rank}: put_signal_rect / wait_then_put_signal_rect data"
         assert flags == [blocks, 5, 7], f"rank {rank}: flags {flags}"
@@ -269,7 +273,7 @@ def _triggered_body():
 
 
 def test_triggered_plan_kernel_released_transfers(pools):
-    world, rows, cols = 2, 4, 16
+    world, rows, cols = WORLD, 4, 16
     ref = torch.stack([torch.arange(rows * cols, dtype=torch.int32).view(rows, cols) + 1000 * r
                        for r in range(world)]).view(world * rows, cols)
     for rank, (got, states, misuse, wrong, outside) in enumerate(pools(world).run(_triggered_body)):
