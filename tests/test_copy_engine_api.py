@@ -4,6 +4,7 @@ with ``use_copy_engine=True``. On the cpu backend host threads stand in for the 
 bodies run on the copy engines."""
 
 import iris  # noqa: F401  (before triton)
+import iris.copy_engine  # noqa: F401  (kernels below call iris.copy_engine.put_async)
 import iris.triggered  # noqa: F401  (the producer kernel calls iris.triggered.publish)
 import torch
 import triton
@@ -200,6 +201,14 @@ def _device_kernel(src, dst, flags, rect_src, rect_dst, gate, n, rank, peer, hea
                                        copy_engine_ctx, gate, 1, flags + 2, 7, W, H, PITCH, PITCH)
 
 
+@triton.jit
+def _async_kernel(src, dst, flag, nbytes, rank, peer, heap_bases, copy_engine_ctx):
+    # a region handed to the copy engine through the proxy, its signal, then quiet until it has landed
+    iris.copy_engine.put_async(src, dst, nbytes, rank, peer, heap_bases, copy_engine_ctx, flag, 9)
+    iris.copy_engine.put_async(src, dst, 0, rank, peer, heap_bases, copy_engine_ctx)  # nothing to move
+    iris.quiet(copy_engine_ctx, peer)
+
+
 def _device_body():
     ctx = _context(engines="sdma")
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
@@ -219,19 +228,26 @@ def _device_body():
     _device_kernel[(blocks,)](src, dst, flags, rect_src, rect_dst, gate, n, rank, peer, ctx.get_heap_bases(),
                               ctx.get_copy_engine_ctx(), BLOCK=block, W=w, H=h, PITCH=pitch)
     ctx.barrier()
+    big = ctx.full((n,), -77.0)
+    async_flag = ctx.zeros(1, dtype=torch.int64)
+    ctx.barrier()
+    _async_kernel[(1,)](src, big, async_flag, n * 4, rank, peer, ctx.get_heap_bases(), ctx.get_copy_engine_ctx())
+    ctx.barrier()
+    proxied = (torch.equal(big.cpu(), rank_data(left, n, torch.float32, "cpu")), int(async_flag.item()))
     ref_rect = torch.full((2 * h, pitch), 255, dtype=torch.uint8)
     ref_rect[:, :w] = rank_data(left, 2 * h * pitch, torch.int16, "cpu").to(torch.uint8).view(2 * h, pitch)[:, :w]
     ok = (torch.equal(dst.cpu(), rank_data(left, n, torch.float32, "cpu")),
-          torch.equal(rect_dst.cpu().view(2 * h, pitch), ref_rect), flags.tolist(), blocks)
+          torch.equal(rect_dst.cpu().view(2 * h, pitch), ref_rect), flags.tolist(), blocks, proxied)
     ctx.barrier()
     return ok
 
 
 def test_device_ops_with_use_copy_engine(pools):
-    for rank, (data, rect, flags, blocks) in enumerate(pools(WORLD).run(_device_body)):
+    for rank, (data, rect, flags, blocks, proxied) in enumerate(pools(WORLD).run(_device_body)):
         assert data, f"rank {rank}: put(use_copy_engine=True) data"
         assert rect, f"rank {rank}: put_signal_rect / wait_then_put_signal_rect data"
         assert flags == [blocks, 5, 7], f"rank {rank}: flags {flags}"
+        assert proxied == (True, 9), f"rank {rank}: put_async through the proxy: {proxied}"
 
 
 @triton.jit

@@ -405,6 +405,8 @@ class Iris(TensorFactory, RankLogger):
             if self._device.type == "cuda":
                 torch.cuda.synchronize(self._device)  # the watchdog still runs: a wait for a dead peer ends
         finally:
+            if self.copy_engines is not None:
+                self.copy_engines.proxy.close()
             self.watchdog.close()
             self.heap.memory.close()
 

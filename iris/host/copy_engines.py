@@ -29,6 +29,7 @@ import torch
 
 from iris.host import cuda_driver, private
 from iris.host.copy_engine import HostQueue, peer_address, wait_until
+from iris.host.copy_proxy import CopyProxy
 from iris.host.distributed import DEFAULT_TIMEOUT_S, RankTimeoutError
 
 ENGINE_NAMES = ("sdma", "ce")  # upstream's name for AMD's engines, and NVIDIA's: both mean this platform's
@@ -146,9 +147,13 @@ class CopyEngines:
         else:
             self.capabilities = {"engines": "host threads (cpu backend)"}
         self.lanes = {(peer, ch): _Lane(self.device) for peer in range(ctx.num_ranks) for ch in range(self.channels)}
-        # The device context upstream's kernels pass through: [num_ranks, 6] uint64 (queue, rptr, wptr, doorbell,
-        # cached wptr, committed wptr there). Opaque here: the device functions keep upstream's meaning on the SMs.
-        self.device_ctx = torch.zeros(ctx.num_ranks, 6, dtype=torch.uint64, device=self.device)
+        self.proxy_error = None
+        self.proxy = CopyProxy(self)
+        # The device context kernels pass through, [num_ranks, 6] uint64 as upstream's (queue, rptr, wptr, doorbell,
+        # cached wptr, committed wptr there). Opaque: row 0 holds the proxy's ring (iris/host/copy_proxy.py).
+        table = torch.zeros(ctx.num_ranks, 6, dtype=torch.int64)
+        table[0, :5] = torch.tensor(self.proxy.words())
+        self.device_ctx = table.to(self.device).view(torch.uint64)
 
     def _check_capabilities(self):
         ordinal = self.device.index
@@ -224,6 +229,30 @@ class CopyEngines:
         if signal is not None:
             address, bits, value = signal
             _cpu_atomic_add(address, value, bits)
+
+    def proxied(self, src, dst, nbytes, signal, done, ticket):
+        """The proxy's half of a transfer a kernel posted (``dst`` and the signal already the peer's): queued on the
+        peer's channel 0 (found from ``dst``), then ``done`` set to ``ticket``."""
+        peer = self._owner(dst)
+        lane = self.lanes[(peer, 0)]
+        copies = [(dst, nbytes, src, nbytes, nbytes, 1)] if nbytes > 0 else []
+        if self.device.type != "cuda":
+            lane.host.put(lambda: (self._run_on_host(None, copies, signal, "iris.copy_engine.put_async"),
+                                   done.fill_(ticket)))
+            return
+        s = lane.stream.cuda_stream
+        for copy in copies:
+            cuda_driver.copy_2d(*copy, s)
+        if signal is not None:
+            self._signal_on_stream(lane.stream, *signal)
+        cuda_driver.stream_write(s, done.data_ptr(), ticket)
+
+    def _owner(self, address):
+        extent = self.ctx.heap.memory.size
+        for rank, base in enumerate(self.ctx.heap.bases):
+            if base <= address < base + extent:
+                return rank
+        raise RuntimeError(f"iris.copy_engine.put_async: destination {address:#x} is in no rank's heap")
 
     def _signal_on_stream(self, stream, address, bits, value):
         from iris.device.copy_engine import _signal_add_kernel
