@@ -7,7 +7,9 @@ the rank itself: a copy within one GPU, which the driver runs as a kernel of its
 - what ``wait_flag`` (already met) and ``signal_flag`` add to a 4 KiB put;
 - ``put_tiles`` of 64 tiles (one submission) against 64 ``put_tile`` calls: host time to issue, device time to land;
 - a kernel releasing a pre-armed transfer: ``%globaltimer`` at the kernel's publish and at the landing signal, and
-  the SMs the kernel kept computing (every program of its grid: none moves data).
+  the SMs the kernel kept computing (every program of its grid: none moves data);
+- a kernel's own transfer through the proxy (``iris.copy_engine.put_async`` + ``quiet``, one program) against the
+  SMs storing it (``iris.put`` on every SM): from which size handing it over pays.
 
     python benchmarks/copy_engine_api.py [--out DIR] [--max-bytes 1073741824]
 """
@@ -24,6 +26,7 @@ import triton
 import triton.language as tl
 
 from iris.bench.report import environment, format_table, write_results
+import iris.copy_engine
 from iris.copy_engine import Tile
 
 
@@ -186,12 +189,55 @@ def released(ctx, env):
     return rows
 
 
+@triton.jit
+def _proxy_kernel(src, dst, nbytes, rank, heap_bases, copy_engine_ctx, stamps):
+    # one program hands the region to the copy engine through the host proxy and waits for it to land
+    t0 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+    iris.copy_engine.put_async(src, dst, nbytes, rank, rank, heap_bases, copy_engine_ctx)
+    iris.quiet(copy_engine_ctx, rank)
+    t1 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+    tl.store(stamps, t1 - t0)
+
+
+@triton.jit
+def _sm_put_kernel(src, dst, n, rank, heap_bases, BLOCK: tl.constexpr):
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        iris.put(src + offs, dst + offs, rank, rank, heap_bases, mask=offs < n, hint=16)
+
+
+def proxied(ctx, env):
+    """A kernel's own transfer: through the proxy onto a copy engine (one program, no SM time for the bytes)
+    against the SMs storing it (every SM)."""
+    me, sms = ctx.get_rank(), ctx.get_cu_count()
+    rows = []
+    stamps = torch.zeros(1, dtype=torch.int64, device=ctx.get_device())
+    for nbytes in (64 << 10, 1 << 20, 16 << 20, 256 << 20):
+        src = ctx.empty(nbytes, dtype=torch.uint8).random_(0, 255)
+        dst = ctx.zeros(nbytes, dtype=torch.uint8)
+        latencies = []
+        for _ in range(7):
+            _proxy_kernel[(1,)](src, dst, nbytes, me, ctx.get_heap_bases(), ctx.get_copy_engine_ctx(), stamps)
+            torch.cuda.synchronize()
+            latencies.append(stamps.item() / 1e6)
+        assert torch.equal(src, dst), "put_async: data differs"
+        dst.zero_()
+        sm_ms = _events_ms(lambda: _sm_put_kernel[(sms,)](src, dst, nbytes, me, ctx.get_heap_bases(), BLOCK=4096,
+                                                          num_warps=8), 5, 5)
+        assert torch.equal(src, dst), "SM put: data differs"
+        rows.append(_row("kernel_put", "iris", nbytes, statistics.median(latencies), env, variant="put_async (proxy)",
+                         timing="globaltimer", sms_kept=f"{sms - 1}/{sms}"))
+        rows.append(_row("kernel_put", "iris", nbytes, sm_ms, env, variant="iris.put (SMs)", sms_kept=f"0/{sms}"))
+    return rows
+
+
 def body(out, max_bytes):
     ctx = iris.iris(heap_size=2 * max_bytes + (1 << 28), engines=("sdma",))
     if ctx.get_device().type != "cuda":
         raise SystemExit("benchmarks/copy_engine_api.py: needs a GPU")
     env = environment(ctx.get_device())
-    rows = put_sweep(ctx, max_bytes, env) + flag_overhead(ctx, env) + tiles(ctx, env) + released(ctx, env)
+    rows = (put_sweep(ctx, max_bytes, env) + flag_overhead(ctx, env) + tiles(ctx, env) + released(ctx, env)
+            + proxied(ctx, env))
     write_results(rows, out, "copy_engine_api")
     print(format_table(rows, ("op", "provider", "variant", "bytes", "ms_p50", "algbw_GBps", "host_us", "sms_kept"),
                        title=f"copy-engine API, {env['gpu']}, world size 1"))

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from iris.device.rma import put
-from iris.device.translate import translate
+from iris.device.translate import INTERPRETED, translate
 
 ROW_BYTES = tl.constexpr(1024)  # bytes a program moves per step of a rectangle row: 8 per thread at 4 warps
 
@@ -94,7 +94,17 @@ def put_async(from_ptr, to_ptr, nbytes, from_rank, to_rank, heap_bases, copy_eng
         tl.store(slot + 5, tl.cast(signal_value, tl.int64))
         tl.store(slot + 6, signal_ptr.dtype.element_ty.primitive_bitwidth)
     tl.debug_barrier()  # the program's stores, the data's included, before the publishing release (atomics.py)
-    tl.atomic_xchg(slot, ticket + 1, sem="release", scope="sys")
+    _publish(slot, ticket + 1)
+
+
+@triton.jit
+def _publish(slot, seq):
+    # A release store, not an atomic: the ring is host memory, and GPU atomics on host memory need PCIe atomics.
+    if INTERPRETED:
+        tl.atomic_xchg(slot, seq, sem="release", scope="sys")
+    else:
+        tl.inline_asm_elementwise("st.release.sys.global.b64 [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,l", [slot, seq],
+                                  dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
