@@ -1,6 +1,6 @@
-"""The copy-engine API (``ctx.put / put_tile / put_tiles``, ``iris.triggered``) on one GPU, world size 1 (the peer is
-the rank itself: a copy within one GPU, which the driver runs as a kernel of its own; NVLink needs two GPUs,
-``docs/perf-notes.md``):
+"""The copy-engine API (``ctx.put / put_tile / put_tiles``, ``put_async``) at world size 1 by default (the peer is the
+rank itself: a copy within one GPU, which the driver runs as a kernel of its own), or ``--world-size 2`` on two GPUs
+(each rank puts to the next, over NVLink):
 
 - ``put`` of 4 KiB to 1 GiB against ``torch.Tensor.copy_`` of the same bytes (both timed with CUDA events around
   ``--repeat`` back-to-back calls on the stream, median of ``--samples``);
@@ -11,7 +11,7 @@ the rank itself: a copy within one GPU, which the driver runs as a kernel of its
 - a kernel's own transfer through the proxy (``iris.copy_engine.put_async`` + ``quiet``, one program) against the
   SMs storing it (``iris.put`` on every SM): from which size handing it over pays.
 
-    python benchmarks/copy_engine_api.py [--out DIR] [--max-bytes 1073741824]
+    python benchmarks/copy_engine_api.py [--out DIR] [--max-bytes 1073741824] [--world-size 1]
 """
 
 import argparse
@@ -28,6 +28,7 @@ import triton.language as tl
 from iris.bench.report import environment, format_table, write_results
 import iris.copy_engine
 from iris.copy_engine import Tile
+from iris.host.copy_engine import peer_view
 
 
 def _events_ms(fn, repeat, samples):
@@ -54,8 +55,12 @@ def _row(op, provider, nbytes, ms, env, **extra):
     return row
 
 
+def _peer(ctx):
+    return (ctx.get_rank() + 1) % ctx.get_num_ranks()
+
+
 def put_sweep(ctx, max_bytes, env):
-    rows, me = [], ctx.get_rank()
+    rows, me = [], _peer(ctx)
     main = torch.cuda.current_stream()
     lane = ctx.copy_engines.lanes[(me, 0)].stream
     src = ctx.empty(max_bytes, dtype=torch.uint8).random_(0, 255)
@@ -69,9 +74,12 @@ def put_sweep(ctx, max_bytes, env):
             ctx.put(s, me, d, async_op=True)
             main.wait_stream(lane)  # the events on the main stream see the transfer land
 
+        theirs = peer_view(ctx, d, me)
         ours = _events_ms(put, repeat, 5)
-        torch_ms = _events_ms(lambda: d.copy_(s), repeat, 5)
-        assert torch.equal(dst[:nbytes], src[:nbytes]), f"put of {nbytes} bytes: data differs"
+        torch_ms = _events_ms(lambda: theirs.copy_(s), repeat, 5)
+        ctx.barrier()
+        if ctx.get_num_ranks() == 1:
+            assert torch.equal(dst[:nbytes], src[:nbytes]), f"put of {nbytes} bytes: data differs"
         rows.append(_row("put", "iris", nbytes, ours, env, variant="ctx.put"))
         rows.append(_row("put", "torch", nbytes, torch_ms, env, variant="Tensor.copy_"))
         nbytes *= 4
@@ -79,7 +87,7 @@ def put_sweep(ctx, max_bytes, env):
 
 
 def flag_overhead(ctx, env):
-    me, main = ctx.get_rank(), torch.cuda.current_stream()
+    me, main = _peer(ctx), torch.cuda.current_stream()
     lane = ctx.copy_engines.lanes[(me, 0)].stream
     src, dst = ctx.zeros(4096, dtype=torch.uint8), ctx.zeros(4096, dtype=torch.uint8)
     gate, flag = ctx.ones(1, dtype=torch.int32), ctx.zeros(1, dtype=torch.int32)
@@ -102,7 +110,7 @@ def flag_overhead(ctx, env):
 
 
 def tiles(ctx, env):
-    me, main = ctx.get_rank(), torch.cuda.current_stream()
+    me, main = _peer(ctx), torch.cuda.current_stream()
     lane = ctx.copy_engines.lanes[(me, 0)].stream
     block, grid = 128, 8  # 64 tiles of 128 x 128 fp32 (64 KiB each) of a 1024 x 1024 matrix
     a = ctx.empty(grid * block, grid * block, dtype=torch.float32).normal_()
@@ -127,7 +135,8 @@ def tiles(ctx, env):
             issue()
             host.append((time.perf_counter() - t0) * 1e6)
             torch.cuda.synchronize()
-        assert torch.equal(a, b), f"{variant}: data differs"
+        ctx.barrier()
+        assert torch.equal(a, b) or ctx.get_num_ranks() > 1, f"{variant}: data differs"
         b.zero_()
         rows.append(_row("tiles_64", "iris", a.numel() * 4, ms, env, variant=variant,
                          host_us=statistics.median(host)))
@@ -190,26 +199,26 @@ def released(ctx, env):
 
 
 @triton.jit
-def _proxy_kernel(src, dst, nbytes, rank, heap_bases, copy_engine_ctx, stamps):
+def _proxy_kernel(src, dst, nbytes, rank, peer, heap_bases, copy_engine_ctx, stamps):
     # one program hands the region to the copy engine through the host proxy and waits for it to land
     t0 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
-    iris.copy_engine.put_async(src, dst, nbytes, rank, rank, heap_bases, copy_engine_ctx)
-    iris.quiet(copy_engine_ctx, rank)
+    iris.copy_engine.put_async(src, dst, nbytes, rank, peer, heap_bases, copy_engine_ctx)
+    iris.quiet(copy_engine_ctx, peer)
     t1 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
     tl.store(stamps, t1 - t0)
 
 
 @triton.jit
-def _sm_put_kernel(src, dst, n, rank, heap_bases, BLOCK: tl.constexpr):
+def _sm_put_kernel(src, dst, n, rank, peer, heap_bases, BLOCK: tl.constexpr):
     for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
         offs = start + tl.arange(0, BLOCK)
-        iris.put(src + offs, dst + offs, rank, rank, heap_bases, mask=offs < n, hint=16)
+        iris.put(src + offs, dst + offs, rank, peer, heap_bases, mask=offs < n, hint=16)
 
 
 def proxied(ctx, env):
     """A kernel's own transfer: through the proxy onto a copy engine (one program, no SM time for the bytes)
     against the SMs storing it (every SM)."""
-    me, sms = ctx.get_rank(), ctx.get_cu_count()
+    rank, me, sms = ctx.get_rank(), _peer(ctx), ctx.get_cu_count()
     rows = []
     stamps = torch.zeros(1, dtype=torch.int64, device=ctx.get_device())
     for nbytes in (64 << 10, 1 << 20, 16 << 20, 256 << 20):
@@ -217,14 +226,16 @@ def proxied(ctx, env):
         dst = ctx.zeros(nbytes, dtype=torch.uint8)
         latencies = []
         for _ in range(7):
-            _proxy_kernel[(1,)](src, dst, nbytes, me, ctx.get_heap_bases(), ctx.get_copy_engine_ctx(), stamps)
+            _proxy_kernel[(1,)](src, dst, nbytes, rank, me, ctx.get_heap_bases(), ctx.get_copy_engine_ctx(), stamps)
             torch.cuda.synchronize()
             latencies.append(stamps.item() / 1e6)
-        assert torch.equal(src, dst), "put_async: data differs"
+        ctx.barrier()
+        assert torch.equal(src, dst) or ctx.get_num_ranks() > 1, "put_async: data differs"
         dst.zero_()
-        sm_ms = _events_ms(lambda: _sm_put_kernel[(sms,)](src, dst, nbytes, me, ctx.get_heap_bases(), BLOCK=4096,
-                                                          num_warps=8), 5, 5)
-        assert torch.equal(src, dst), "SM put: data differs"
+        sm_ms = _events_ms(lambda: _sm_put_kernel[(sms,)](src, dst, nbytes, rank, me, ctx.get_heap_bases(),
+                                                          BLOCK=4096, num_warps=8), 5, 5)
+        ctx.barrier()
+        assert torch.equal(src, dst) or ctx.get_num_ranks() > 1, "SM put: data differs"
         rows.append(_row("kernel_put", "iris", nbytes, statistics.median(latencies), env, variant="put_async (proxy)",
                          timing="globaltimer", sms_kept=f"{sms - 1}/{sms}"))
         rows.append(_row("kernel_put", "iris", nbytes, sm_ms, env, variant="iris.put (SMs)", sms_kept=f"0/{sms}"))
@@ -236,11 +247,17 @@ def body(out, max_bytes):
     if ctx.get_device().type != "cuda":
         raise SystemExit("benchmarks/copy_engine_api.py: needs a GPU")
     env = environment(ctx.get_device())
-    rows = (put_sweep(ctx, max_bytes, env) + flag_overhead(ctx, env) + tiles(ctx, env) + released(ctx, env)
-            + proxied(ctx, env))
+    rows = put_sweep(ctx, max_bytes, env) + flag_overhead(ctx, env) + tiles(ctx, env)
+    if ctx.get_num_ranks() == 1:  # the kernel waits for its own transfer: the rank must be its own peer
+        rows += released(ctx, env)
+    rows += proxied(ctx, env)
+    for row in rows:
+        row["world_size"] = ctx.get_num_ranks()
+    if ctx.get_rank() != 0:
+        return
     write_results(rows, out, "copy_engine_api")
     print(format_table(rows, ("op", "provider", "variant", "bytes", "ms_p50", "algbw_GBps", "host_us", "sms_kept"),
-                       title=f"copy-engine API, {env['gpu']}, world size 1"))
+                       title=f"copy-engine API, {env['gpu']}, world size {ctx.get_num_ranks()}"))
     torch_bw = {r["bytes"]: r["algbw_GBps"] for r in rows if r["op"] == "put" and r["provider"] == "torch"}
     ratio = [f"{r['bytes'] >> 20} MiB {100 * r['algbw_GBps'] / torch_bw[r['bytes']]:.0f}%" for r in rows
              if r["op"] == "put" and r["provider"] == "iris" and r["bytes"] >= 64 << 20]
@@ -252,5 +269,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "results-local"))
     parser.add_argument("--max-bytes", type=int, default=1 << 30)
+    parser.add_argument("--world-size", type=int, default=1, help="2 on two GPUs: each rank puts to the next")
     args = parser.parse_args()
-    iris.run(body, 1, args.out, args.max_bytes)
+    iris.run(body, args.world_size, args.out, args.max_bytes)
