@@ -7,5 +7,5 @@ from iris.device.copy_engine import (put_async, put_signal, put_signal_rect, qui
 from iris.host.copy_engine import peer_address
 from iris.host.copy_engines import ENGINE_NAMES, Tile
 
-__all__ = ["Tile", "peer_address", "ENGINE_NAMES", "put_async", "quiet", "put_signal", "put_signal_rect", "wait_then_put_rect",
-           "wait_then_put_signal_rect"]
+__all__ = ["Tile", "peer_address", "ENGINE_NAMES", "put_async", "quiet", "put_signal", "put_signal_rect",
+           "wait_then_put_rect", "wait_then_put_signal_rect"]

@@ -299,3 +299,44 @@ def test_triggered_plan_kernel_released_transfers(pools):
         assert "next_epoch" in misuse and "not complete" in misuse
         assert "needs one schedule per rank" in wrong
         assert "outside the buffer" in outside
+
+
+def _killed_while_put_waits_body():
+    import os
+    import signal
+    import time
+
+    ctx = _context(engines=("sdma",))
+    src, dst = ctx.zeros(8), ctx.zeros(8)
+    gate = ctx.zeros(1, dtype=torch.int32)
+    ctx.barrier()
+    if ctx.get_rank() == 1:
+        time.sleep(1.0)  # rank 0 is blocked in its put by now, on a gate nobody will raise
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        ctx.put(src, 1, dst, wait_flag=gate, wait_value=1)  # raises PeerError once the watchdog sees rank 1 go
+    finally:
+        gate.fill_(1)  # a GPU stream would wait for the gate for good, and the process's exit with it
+    return "put returned"
+
+
+def test_blocking_put_raises_peer_error_when_the_peer_dies():
+    import time
+
+    import pytest
+
+    with iris.RankPool(2) as pool:
+        pool.run(_ready)  # the processes first: only the failing call is timed
+        start = time.monotonic()
+        with pytest.raises(iris.RankError) as info:
+            pool.run(_killed_while_put_waits_body, timeout_s=120)
+        elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert "rank 1 died: killed by signal 9" in message, message
+    waiting = message[message.index("--- rank 0 ---"):]
+    assert "PeerError" in waiting and "peer rank 1" in waiting and "put" in waiting, waiting
+    assert elapsed < 15, f"the blocked put failed after {elapsed:.1f} s"
+
+
+def _ready():
+    return True

@@ -163,7 +163,8 @@ class CopyEngines:
             ("ASYNC_ENGINE_COUNT", cuda_driver.CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT))}
         if not caps["CAN_USE_64_BIT_STREAM_MEM_OPS"]:
             raise RuntimeError(f"iris.iris: the copy engine needs CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS on "
-                               f"GPU {ordinal} (int64 wait flags), which reads {caps['CAN_USE_64_BIT_STREAM_MEM_OPS']}; "
+                               f"GPU {ordinal} (int64 wait flags), which reads "
+                               f"{caps['CAN_USE_64_BIT_STREAM_MEM_OPS']}; "
                                "use engines=() on this driver")
         for index in sorted(set(self.ctx.peer_devices) - {ordinal}):
             if not torch.cuda.can_device_access_peer(ordinal, index):

@@ -138,7 +138,8 @@ class TriggeredPlan:
     def batch_id(self, rank, index):
         """The number ``publish`` / ``wait`` take for rank ``rank``'s batch ``index``."""
         if not 0 <= index < len(self.schedules[rank]):
-            raise ValueError(f"TriggeredPlan.batch_id: rank {rank} has {len(self.schedules[rank])} batches, not {index}")
+            raise ValueError(f"TriggeredPlan.batch_id: rank {rank} has {len(self.schedules[rank])} batches, "
+                             f"not {index}")
         return self.first[rank] + index
 
     def _rows(self, tensor, segment):
