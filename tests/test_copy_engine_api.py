@@ -276,6 +276,8 @@ def _triggered_body():
         buffer.fill_(-1)
         ctx.barrier()
         view = plan.begin_device_epoch()
+        if epoch == 0:
+            busy = error_message(tr.TriggeredPlan(ctx, buffer, schedules).begin_device_epoch)
         _producer_kernel[(rows,)](buffer, view, rank, ROWS=rows, COLS=cols, first=plan.batch_id(rank, 0))
         plan.end_device_epoch()
         got.append(buffer.cpu().clone())
@@ -285,20 +287,21 @@ def _triggered_body():
     plan.destroy()
     wrong = error_message(tr.TriggeredPlan, ctx, buffer, schedules[:1])
     outside = error_message(tr.TriggeredPlan, ctx, buffer, [[tr.Batch((tr.Segment(0, 1 << 20),))]] * world)
-    return got, states, misuse, wrong, outside
+    return got, states, misuse, wrong, outside, busy
 
 
 def test_triggered_plan_kernel_released_transfers(pools):
     world, rows, cols = WORLD, 4, 16
     ref = torch.stack([torch.arange(rows * cols, dtype=torch.int32).view(rows, cols) + 1000 * r
                        for r in range(world)]).view(world * rows, cols)
-    for rank, (got, states, misuse, wrong, outside) in enumerate(pools(world).run(_triggered_body)):
+    for rank, (got, states, misuse, wrong, outside, busy) in enumerate(pools(world).run(_triggered_body)):
         for epoch, buffer in enumerate(got):
             assert torch.equal(buffer, ref), f"rank {rank} epoch {epoch}: {buffer}"
         assert states == ["armed", 2]
         assert "next_epoch" in misuse and "not complete" in misuse
         assert "needs one schedule per rank" in wrong
         assert "outside the buffer" in outside
+        assert "CopyQueue.fork" in busy and "end_device_epoch" in busy, busy
 
 
 def _killed_while_put_waits_body():

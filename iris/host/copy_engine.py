@@ -96,8 +96,12 @@ class CopyQueue:
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._worker = HostQueue() if self.stream is None else None  # cpu backend: the thread that runs them
         self._pending = []  # GPUs: the operations, issued by join
+        self.reserved_by = None  # a TriggeredPlan during its epoch: nothing else may fork meanwhile
 
     def fork(self):
+        if self.reserved_by is not None:
+            raise RuntimeError("CopyQueue.fork: the context's copy queue carries an active TriggeredPlan epoch; a fused "
+                               "op or another plan cannot share it: call plan.end_device_epoch() (or abort()) first")
         if self.stream is not None:
             self.stream.wait_stream(torch.cuda.current_stream(self.device))  # after the compute stream's work so far
             self._pending = []

@@ -165,6 +165,7 @@ class TriggeredPlan:
                     schedule.copy(self._rows(peer_buffers[p], segment), self._rows(self.buffer, segment))
                 schedule.signal(peer_arrivals[p][b:b + 1])
         self._schedule, self.state = schedule, State.ACTIVE
+        ctx.copy_queue.reserved_by = self
         self.epoch += 1
         self.view[5].fill_(self.epoch)
         return self.view
@@ -179,6 +180,7 @@ class TriggeredPlan:
         flags = [self.arrivals[b:b + 1] for r in range(self.ctx.num_ranks) if r != rank
                  for b in range(self.first[r], self.first[r] + len(self.schedules[r]))]
         schedule, self._schedule = self._schedule, None
+        self.ctx.copy_queue.reserved_by = None
         try:
             schedule.join()
             self._finish(flags, self.timeout if timeout is None else timeout)
@@ -231,6 +233,7 @@ class TriggeredPlan:
         if self.state is State.ACTIVE:
             self.counts.fill_(POISON)
             schedule, self._schedule = self._schedule, None
+            self.ctx.copy_queue.reserved_by = None
             schedule.join()
             self.counts.zero_()
         self.state = State.ABORTED
