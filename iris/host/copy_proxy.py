@@ -45,6 +45,8 @@ class CopyProxy:
         return [self.ring.data_ptr(), SLOTS, head, self.consumed.data_ptr(), head + 4]
 
     def _run(self):
+        if self.engines.device.type == "cuda":
+            torch.cuda.set_device(self.engines.device)  # the driver calls below use this thread's current context
         ticket, pause = 0, 1e-6
         ring = self.ring
         while not self._stop.is_set():
