@@ -267,6 +267,8 @@ class CopyEngines:
         ``PeerError`` once a peer has failed (never a bare synchronise on a flag nobody raises)."""
         timeout_s = DEFAULT_TIMEOUT_S if self.ctx.timeout_s is None else self.ctx.timeout_s
         deadline, pause = time.monotonic() + timeout_s, 2e-6
+        if self.proxy_error is not None:  # the proxy stopped: kernels' transfers after it will never land
+            raise RuntimeError(f"{caller}: the copy-engine proxy failed: {self.proxy_error}") from self.proxy_error
         for lane in lanes:
             while not lane.drained():
                 self.ctx.groups.check(caller)
