@@ -36,10 +36,10 @@ run() {  # label, command...
 }
 TESTS="tests/test_copy_engine_api.py tests/test_copy_schedule.py"
 run "tests, simulation, 2 ranks" env IRIS_BACKEND=simulation IRIS_TEST_WORLD_SIZES=2 \
-  timeout 150 python -m pytest -q -x $TESTS
-run "tests, world size 1" env IRIS_TEST_WORLD_SIZES=1 timeout 90 python -m pytest -q -x -k "not peer_error" \
+  timeout 150 python3 -m pytest -q -x $TESTS
+run "tests, world size 1" env IRIS_TEST_WORLD_SIZES=1 timeout 90 python3 -m pytest -q -x -k "not peer_error" \
   tests/test_copy_engine_api.py
-run "benchmark copy_engine_api" timeout 150 python benchmarks/copy_engine_api.py --out "$OUT_DIR"
+run "benchmark copy_engine_api" timeout 150 python3 benchmarks/copy_engine_api.py --out "$OUT_DIR"
 if [ -n "${UPSTREAM_IRIS:-}" ]; then
   run "upstream tests + example" env UPSTREAM_TIMEOUT_S=120 bash scripts/upstream_copy_engine.sh "$UPSTREAM_IRIS" "$OUT_DIR"
   table+=$(grep -E "^(test_|message_passing)" "$OUT_DIR/upstream_copy_engine.log" | tail -n 3)$'\n'
