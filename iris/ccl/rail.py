@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from iris.host.distributed import CHECK_INTERVAL_S, FIRST_INTERVAL_S
+from iris.host.watchdog import PeerError
 
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 # torch 2.13 names the tensor forms *_single and warns on the old names, which 2.11 (the GPU image) still needs
@@ -48,15 +49,23 @@ class Rail:
         return list(tensors)
 
     def _wait(self, work):
-        if self.engine == "nccl":
-            work.wait()  # the current stream waits; the host does not
-            return
-        interval = FIRST_INTERVAL_S
-        while not work.is_completed():
-            self.ctx._check_peers("iris.ccl (inter-node stage)")
-            time.sleep(interval)
-            interval = min(2 * interval, CHECK_INTERVAL_S / 10)
-        work.wait()  # raises what the engine raised
+        """Wait for ``work``; an engine error (a rail peer's connection gone: its whole node died, so no rank of
+        that node could report it) becomes ``PeerError`` naming the rail."""
+        try:
+            if self.engine == "nccl":
+                work.wait()  # the current stream waits; the host does not
+                return
+            interval = FIRST_INTERVAL_S
+            while not work.is_completed():
+                self.ctx._check_peers("iris.ccl (inter-node stage)")
+                time.sleep(interval)
+                interval = min(2 * interval, CHECK_INTERVAL_S / 10)
+            work.wait()  # raises what the engine raised
+        except PeerError:
+            raise
+        except RuntimeError as e:
+            raise PeerError(f"iris.ccl: the inter-node stage ({self.engine} on the rail of ranks {self.ranks}) failed "
+                            f"on rank {self.ctx.cur_rank}: {e}; a rank of another node has likely died") from e
 
     def _back(self, dst, staged):
         if staged is not dst:

@@ -24,7 +24,7 @@ from iris.device.context import CONTEXT_HEADER
 from iris.device.debug import enable as enable_debug
 from iris.host.tensors import TensorFactory
 from iris.host import topology as _topology
-from iris.host.watchdog import Watchdog
+from iris.host.watchdog import StoreReports, Watchdog
 
 ALLOCATORS = ("torch", "vmem")
 _context_serial = 0  # advances on every rank with each (collective) context creation
@@ -133,7 +133,8 @@ class Iris(TensorFactory, RankLogger):
         context = weakref.ref(self)
         self.groups.on_agreed(lambda ranks: context()._watch_group(ranks))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
-        self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
+        self.watchdog = Watchdog(self.cur_rank, self.num_ranks, exchange, local_barrier, self.groups, self.topology,
+                                 StoreReports(self._store, f"iris/watchdog/{self._serial}"))
         # [rank, world_size, bytes each base addresses, world_size, base_0, ...]: upstream Iris's [rank, world_size]
         # first; heap_bases is a view of the tail, so the two words before it (read by debug mode) are the extent
         # and the world size.
