@@ -32,10 +32,11 @@ FAST_S = 10.0  # a failure reaches every rank within the watchdog's polls, far b
 
 
 def _gloo(fn, tensor, *args):
-    """``fn`` (a torch.distributed call) on the world group, on the cpu: the reference."""
-    tensor = tensor.cpu()
-    fn(tensor, *args)
-    return tensor
+    """``fn`` (a torch.distributed call) on the world group, on the cpu: the reference (int16, which gloo does not
+    reduce, in int32)."""
+    wide = tensor.cpu().to(torch.int32 if tensor.dtype == torch.int16 else tensor.dtype)
+    fn(wide, *args)
+    return wide.to(tensor.dtype)
 
 
 def _mapped_segments():
@@ -132,8 +133,9 @@ def _every_collective(ctx):
     inp.copy_(rank_data(rank, N, dtype, inp.device, salt=1))
     out = ctx.full((N,), -77, dtype=dtype)
     ctx.ccl.reduce(out, inp, dst=1)
+    ref = _gloo(dist.all_reduce, inp)  # collective: on every rank
     if rank == 1:
-        assert torch.equal(out.cpu(), _gloo(dist.all_reduce, inp)), out
+        assert torch.equal(out.cpu(), ref), out
     gathered = ctx.full((world * CHUNK,), -77, dtype=dtype)
     ctx.ccl.gather(gathered, mine, dst=0)
     if rank == 0:

@@ -37,7 +37,9 @@ def check_ranks(from_rank, to_rank, heap_bases, op: tl.constexpr):
                         to_rank, world_size)
     tl.device_assert(ok, "iris." + op + ": a rank argument is outside [0, world_size) (IRIS_DEBUG)")
     # A rank on another node has a negative entry, -(1 + (this node << 16 | its node)) (iris/host/topology.py).
-    code = tl.minimum(tl.load(heap_bases + from_rank), tl.load(heap_bases + to_rank))
+    # (ranks out of range read entry 0: the assert above has already fired, and on GPUs a read past the table could
+    # land anywhere)
+    code = tl.minimum(tl.load(heap_bases + tl.where(ok, from_rank, 0)), tl.load(heap_bases + tl.where(ok, to_rank, 0)))
     mapped = code > 0
     if not mapped:
         packed = -1 - code
