@@ -5,6 +5,7 @@ the whole tensor. ``python scripts/nodes_check.py OUT_JSON``; the rail engine is
 (nccl by default on GPUs). Prints one line per check, then ``ENGINE <name>`` and ``ALL OK`` or ``FAILED``.
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -54,8 +55,8 @@ def main():
             _check(f"all_reduce {dtype} n={n}", out, ref, rows)
             rows.append({"check": f"all_reduce bytes handed n={n}", "ok": ctx.rail.bytes_handed == n // local *
                          dtype.itemsize})
-            bits = iris.host.distributed.all_gather_object(hash(out.cpu().view(torch.int16 if dtype.itemsize == 2
-                                                                               else torch.int32).numpy().tobytes()))
+            bits = iris.host.distributed.all_gather_object(hashlib.sha1(out.cpu().view(
+                torch.int16 if dtype.itemsize == 2 else torch.int32).numpy().tobytes()).hexdigest())
             rows.append({"check": f"all_reduce same bits on every rank {dtype} n={n}", "ok": len(set(bits)) == 1})
             chunk = n // world
             gathered = ctx.full((world * chunk,), -77, dtype=dtype)

@@ -63,7 +63,7 @@ def _check_topology(ctx, nodes):
 
 
 def _all_reduce(ctx, dtype, op="sum"):
-    rank, world = ctx.get_rank(), ctx.num_ranks
+    rank = ctx.get_rank()
     inp = ctx.empty(N, dtype=dtype)
     inp.copy_(rank_data(rank, N, dtype, inp.device, salt=1))
     tri = ctx.full((N,), -77, dtype=dtype)

@@ -31,7 +31,6 @@ import triton
 
 from iris.ccl import common
 from iris.ccl.all_gather import all_gather as node_all_gather
-from iris.ccl.all_reduce import all_reduce as node_all_reduce
 from iris.ccl.all_to_all import all_to_all as node_all_to_all
 from iris.ccl.reduce_scatter import reduce_scatter as node_reduce_scatter
 from iris.ccl.rooted import broadcast as node_broadcast, recv as node_recv, send as node_send

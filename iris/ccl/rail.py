@@ -19,6 +19,7 @@ import torch.distributed as dist
 from iris.host.distributed import CHECK_INTERVAL_S, FIRST_INTERVAL_S
 from iris.host.watchdog import PeerError
 
+REPORT_WAIT_S = 1.0  # five of the watchdog's 0.2 s polls
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 # torch 2.13 names the tensor forms *_single and warns on the old names, which 2.11 (the GPU image) still needs
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -66,6 +67,13 @@ class Rail:
             text = str(e).lower()
             if isinstance(e, PeerError) or not (self.ctx.failure or "connection" in text or "timed out" in text):
                 raise  # the engine refused the call itself
+            # The engine often sees a dead peer's socket close before the watchdog's report arrives (a poll or two):
+            # wait for it, so the error names the failed rank.
+            deadline = time.monotonic() + REPORT_WAIT_S
+            while self.ctx.failure is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.ctx.failure is not None:
+                raise PeerError(self.ctx.failure) from e
             raise PeerError(f"iris.ccl: the inter-node stage ({self.engine} on the rail of ranks {self.ranks}) failed "
                             f"on rank {self.ctx.cur_rank}: {e}; a rank of another node has likely died") from e
 

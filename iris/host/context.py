@@ -197,9 +197,10 @@ class Iris(TensorFactory, RankLogger):
         if not self.topology.spans_nodes(ranks):
             return False
         if len(ranks) != self.num_ranks:
-            raise ValueError(f"{caller}: the group {ranks} spans nodes {sorted({self.topology.node_of(r) for r in ranks})}"
-                             " but is not the world; across nodes the collectives run on the whole world; use a "
-                             "group within one node, or torch.distributed on a group of the NCCL/gloo backend")
+            nodes = sorted({self.topology.node_of(r) for r in ranks})
+            raise ValueError(f"{caller}: the group {ranks} spans nodes {nodes} but is not the world; across nodes "
+                             "the collectives run on the whole world; use a group within one node, or "
+                             "torch.distributed on a group of the NCCL/gloo backend")
         return True
 
     def check_direct(self, peer, caller, name="peer"):
@@ -377,9 +378,10 @@ class Iris(TensorFactory, RankLogger):
         ``iris.PeerError`` once a peer has failed (every collective starts here or at ``groups.get``)."""
         ranks = self._group_ranks(group, caller)
         if self.topology.spans_nodes(ranks):
-            raise ValueError(f"{caller}: the group {ranks} spans nodes {sorted({self.topology.node_of(r) for r in ranks})}"
-                             "; iris kernels reach the ranks of one node only; the collectives of ctx.ccl run across "
-                             "nodes on the whole world (group=None) or on groups within one node")
+            nodes = sorted({self.topology.node_of(r) for r in ranks})
+            raise ValueError(f"{caller}: the group {ranks} spans nodes {nodes}; iris kernels reach the ranks of one "
+                             "node only; the collectives of ctx.ccl run across nodes on the whole world (group=None) "
+                             "or on groups within one node")
         return self.groups.get(ranks, caller)
 
     def device_barrier(self, group=None):
