@@ -3,8 +3,9 @@
 ``IRIS_DEBUG=1`` in the environment (or ``iris.iris(..., debug=True)`` before the first kernel compiles)
 turns on:
 
-- every translated address is checked to lie inside the target rank's heap (masked-off lanes excepted) and
-  both ranks to lie in ``[0, world_size)``; a violation prints the operation, the ranks and the byte offset
+- every translated address is checked to lie inside the target rank's heap (masked-off lanes excepted),
+  both ranks to lie in ``[0, world_size)`` and on this node (``ctx.direct``: off-node heaps are never mapped);
+  a violation prints the operation, the ranks (and both nodes, or the byte offset)
   and stops the kernel (a device assert on GPUs, a Python ``AssertionError`` on the cpu backend);
 - every device-side wait (``device_barrier``, collective handshakes) gives up after ``SPIN_LIMIT`` polls,
   printing which rank waited for which rank's flag and for what value.
@@ -35,6 +36,17 @@ def check_ranks(from_rank, to_rank, heap_bases, op: tl.constexpr):
         tl.device_print("iris debug: " + op + " rank out of range: from_rank, to_rank, world_size", from_rank,
                         to_rank, world_size)
     tl.device_assert(ok, "iris." + op + ": a rank argument is outside [0, world_size) (IRIS_DEBUG)")
+    # A rank on another node has a negative entry, -(1 + (this node << 16 | its node)) (iris/host/topology.py).
+    # (ranks out of range read entry 0: the assert above has already fired, and on GPUs a read past the table could
+    # land anywhere)
+    code = tl.minimum(tl.load(heap_bases + tl.where(ok, from_rank, 0)), tl.load(heap_bases + tl.where(ok, to_rank, 0)))
+    mapped = code > 0
+    if not mapped:
+        packed = -1 - code
+        tl.device_print("iris debug: " + op + " to a rank on another node: from_rank, to_rank, this node, its node",
+                        from_rank, to_rank, packed >> 16, packed & 0xFFFF)
+    tl.device_assert(mapped, "iris." + op + ": a rank on another node; heaps are mapped within a node only, see "
+                     "ctx.direct (IRIS_DEBUG)")
 
 
 @triton.jit
