@@ -1,0 +1,117 @@
+"""Gluon: ``IrisDeviceCtx`` in ``@gluon.jit`` kernels does what the Triton API does, the interpreter checks layouts as
+the NVIDIA compiler does, and ``ccl.Config(use_gluon=True)`` runs the Gluon all_gather and all_to_all."""
+
+import pytest
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+import iris
+from conftest import on_gpu, world_sizes
+from iris.gluon import IrisDeviceCtx
+from rank_utils import new_context, poison_value, rank_data
+
+BLOCK = 128  # four warps of 32 lanes, one element each
+N = 100  # not a multiple of BLOCK: the mask matters
+
+
+@gluon.jit
+def _methods_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, src, loaded, stored, got, put_dst, copied, counters,
+                    olds, n, BLOCK: gl.constexpr):
+    ctx = IrisDeviceCtx.initialize(context_tensor)
+    layout: gl.constexpr = gl.BlockedLayout([BLOCK // (32 * gl.num_warps())], [32], [gl.num_warps()], [0])
+    me = ctx.cur_rank
+    right = (me + 1) % ctx.num_ranks
+    offs = gl.arange(0, BLOCK, layout=layout)
+    mask = offs < n
+    gl.store(loaded + offs, ctx.load(src + offs, right, mask=mask, volatile=True), mask=mask)  # loaded <- src(right)
+    ctx.store(stored + offs, gl.load(src + offs, mask=mask), right, mask=mask, cache_modifier=".wt")  # stored(right)
+    ctx.get(src + offs, got + offs, right, mask=mask, hint=16)                                      # got <- src(right)
+    ctx.put(src + offs, put_dst + offs, right, mask=mask)                                 # put_dst(right) <- src
+    ctx.copy(src + offs, copied + offs, right, me, mask=mask)                             # copied <- src(right)
+    # one lane per counter, every counter on rank 0; each rank's operand is its rank + 1
+    lane = offs < 1
+    v = gl.full([BLOCK], 1, gl.int32, layout) + me
+    gl.store(olds + 0 * BLOCK + offs, ctx.atomic_add(counters + 0 + 0 * offs, v, 0, mask=lane, sem="acq_rel",
+                                                     scope="sys"), mask=lane)
+    ctx.atomic_sub(counters + 1 + 0 * offs, v, 0, mask=lane, sem="release", scope="gpu")
+    ctx.atomic_xchg(counters + 2 + 0 * offs, v, right, mask=lane, scope="sys")  # on the right neighbour
+    ctx.atomic_xor(counters + 3 + 0 * offs, v, 0, mask=lane)
+    ctx.atomic_and(counters + 4 + 0 * offs, v, 0, mask=lane, sem="relaxed")
+    ctx.atomic_or(counters + 5 + 0 * offs, v, 0, mask=lane, sem="acquire", scope="cta")
+    ctx.atomic_min(counters + 6 + 0 * offs, v, 0, mask=lane)
+    ctx.atomic_max(counters + 7 + 0 * offs, v, 0, mask=lane)
+    # a scalar operand beside a block pointer: broadcast to the block's layout
+    ctx.atomic_add(counters + 8 + 0 * offs, 1, 0, mask=lane)
+    # CAS election on rank 0: exactly one rank finds 0
+    gl.store(olds + BLOCK + offs, ctx.atomic_cas(counters + 9 + 0 * offs, 0, me + 1, 0, sem="acq_rel", scope="sys"),
+             mask=lane)
+
+
+def _methods_body():
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    dev = ctx.get_device()
+    src = ctx.empty(BLOCK, dtype=torch.float32)
+    src[:N] = rank_data(rank, N, torch.float32, dev)
+    bufs = [ctx.full((BLOCK,), float(poison_value(torch.float32))) for _ in range(5)]
+    counters = ctx.zeros(16, dtype=torch.int32)
+    counters[4] = -1  # the and's identity
+    counters[6] = 1 << 30  # the min's
+    olds = ctx.full((2 * BLOCK,), -7, dtype=torch.int32)
+    ctx.barrier()
+    _methods_kernel[(1,)](IrisDeviceCtx, ctx.get_device_context(), src, *bufs, counters, olds, N, BLOCK=BLOCK,
+                          num_warps=4)
+    ctx.barrier()
+    right = rank_data((rank + 1) % world, N, torch.float32, dev)
+    left = rank_data((rank - 1) % world, N, torch.float32, dev)
+    loaded, stored, got, put_dst, copied = bufs
+    ok = {"load": torch.equal(loaded[:N], right), "store": torch.equal(stored[:N], left),
+          "get": torch.equal(got[:N], right), "put": torch.equal(put_dst[:N], left),
+          "copy": torch.equal(copied[:N], right),
+          "mask": all(bool((b[N:] == poison_value(torch.float32)).all()) for b in bufs)}
+    return ok, counters.cpu().tolist(), olds.cpu().tolist()
+
+
+@pytest.mark.parametrize("world_size", world_sizes())
+def test_gluon_context_methods(pools, world_size):
+    results = pools(world_size).run(_methods_body)
+    for rank, (ok, _, _) in enumerate(results):
+        assert all(ok.values()), f"rank {rank}: {ok}"
+    counters = results[0][1]
+    values = list(range(1, world_size + 1))  # rank r contributes r + 1
+    xor = 0
+    for v in values:
+        xor ^= v
+    expected_or, expected_and = 0, -1
+    for v in values:
+        expected_or, expected_and = expected_or | v, expected_and & v
+    assert counters[0] == sum(values) and counters[1] == -sum(values)
+    assert counters[3] == xor and counters[4] == expected_and and counters[5] == expected_or
+    assert counters[6] == 1 and counters[7] == world_size and counters[8] == world_size
+    for rank, (_, mine, _) in enumerate(results):
+        assert mine[2] == (rank - 1) % world_size + 1  # xchg from the left neighbour
+    olds = [olds for _, _, olds in results]
+    assert len({o[0] for o in olds}) == world_size and all(0 <= o[0] < sum(values) for o in olds)  # running sums
+    winners = [r for r, o in enumerate(olds) if o[BLOCK] == 0]
+    assert len(winners) == 1 and counters[9] == winners[0] + 1
+    assert all(o[1:BLOCK].count(-7) == BLOCK - 1 for o in olds)  # masked lanes left untouched
+
+
+@gluon.jit
+def _layout_kernel(out, BLOCK: gl.constexpr, LANES: gl.constexpr, WARPS: gl.constexpr):
+    offs = gl.arange(0, BLOCK, layout=gl.BlockedLayout([BLOCK // (LANES * WARPS)], [LANES], [WARPS], [0]))
+    gl.store(out + offs, offs)
+
+
+@pytest.mark.parametrize("lanes,warps,message", [
+    (64, 1, "Layout has 64 threads per warp, but the module specifies 32 threads per warp"),
+    (32, 2, "Layout has 2 warps per CTA, but the context requires 4 warps per CTA"),
+])
+def test_interpreter_checks_layouts_as_the_compiler(lanes, warps, message):
+    # the same words as the compiler's on an H200: the one test body serves both tiers
+    out = torch.zeros(128, dtype=torch.int32, device="cuda" if on_gpu() else "cpu")
+    with pytest.raises(Exception, match=message):
+        _layout_kernel[(1,)](out, BLOCK=128, LANES=lanes, WARPS=warps, num_warps=4)
+    _layout_kernel[(1,)](out, BLOCK=128, LANES=32, WARPS=4, num_warps=4)  # the layout an H200 takes
+    assert torch.equal(out.cpu(), torch.arange(128, dtype=torch.int32))
