@@ -7,6 +7,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
+import iris.ccl
 from conftest import on_gpu, world_sizes
 from iris.gluon import IrisDeviceCtx
 from rank_utils import new_context, poison_value, rank_data
@@ -115,3 +116,45 @@ def test_interpreter_checks_layouts_as_the_compiler(lanes, warps, message):
         _layout_kernel[(1,)](out, BLOCK=128, LANES=lanes, WARPS=warps, num_warps=4)
     _layout_kernel[(1,)](out, BLOCK=128, LANES=32, WARPS=4, num_warps=4)  # the layout an H200 takes
     assert torch.equal(out.cpu(), torch.arange(128, dtype=torch.int32))
+
+
+def _collectives_body(numel):
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    dev = ctx.get_device()
+    config = iris.ccl.Config(use_gluon=True, num_warps=4, block_size=128)
+    inp = rank_data(rank, numel, torch.float32, dev)
+    gathered = ctx.full((world * numel,), float(poison_value(torch.float32)))
+    ctx.ccl.all_gather(gathered, inp, config=config)
+    a2a_inp = rank_data(rank, world * numel, torch.float32, dev, salt=1)
+    exchanged = ctx.full((world * numel,), float(poison_value(torch.float32)))
+    ctx.ccl.all_to_all(exchanged, a2a_inp, config=config)
+    ctx.barrier()
+    ref_gather = torch.cat([rank_data(r, numel, torch.float32, dev) for r in range(world)])
+    ref_a2a = torch.cat([rank_data(r, world * numel, torch.float32, dev, salt=1).chunk(world)[rank]
+                         for r in range(world)])
+    errors = {}
+    for name, collective in (("all_reduce", lambda: ctx.ccl.all_reduce(gathered, gathered, config=config)),
+                             ("wide block", lambda: ctx.ccl.all_gather(gathered, inp, config=iris.ccl.Config(
+                                 use_gluon=True, num_warps=8, block_size=128)))):
+        try:
+            collective()
+        except ValueError as e:
+            errors[name] = str(e)
+    return torch.equal(gathered.cpu(), ref_gather.cpu()), torch.equal(exchanged.cpu(), ref_a2a.cpu()), errors
+
+
+@pytest.mark.parametrize("world_size", [2])
+def test_gluon_collectives(pools, world_size):
+    numel = 300  # three blocks of 128, the last partial
+    for rank, (gather_ok, a2a_ok, errors) in enumerate(pools(world_size).run(_collectives_body, numel)):
+        assert gather_ok and a2a_ok, f"rank {rank}: all_gather {gather_ok}, all_to_all {a2a_ok}"
+        assert "only all_gather and all_to_all have a Gluon kernel" in errors["all_reduce"]
+        assert "multiple of 32 * num_warps = 256" in errors["wide block"]
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("threads_per_warp", 64, "NVIDIA warps have 32 threads"), ("waves_per_eu", 2, "AMD occupancy hint")])
+def test_gluon_config_refuses_amd_settings(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        iris.ccl.Config(use_gluon=True, **{field: value})

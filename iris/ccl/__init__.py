@@ -5,6 +5,7 @@ from iris.ccl.all_reduce import all_reduce
 from iris.ccl.all_reduce_rmsnorm import all_reduce_rmsnorm
 from iris.ccl.all_to_all import all_to_all
 from iris.ccl.config import CollectiveConfig
+from iris.ccl.config import CollectiveConfig as Config  # upstream Iris's name
 from iris.ccl.reduce_scatter import reduce_scatter
 from iris.ccl.rooted import broadcast, gather, recv, reduce, scatter, send
 
@@ -35,5 +36,5 @@ def _bind(fn, ctx):
     return bound
 
 
-__all__ = ["CCL", "CollectiveConfig", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+__all__ = ["CCL", "CollectiveConfig", "Config", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
            "reduce", "scatter", "gather", "send", "recv", "all_reduce_rmsnorm"]

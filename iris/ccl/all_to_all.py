@@ -57,6 +57,11 @@ def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
     n = common.split_rows(inp, ctx.group_sync(group, caller).size, caller, "inp")
     p = common.plan(ctx, caller, n, group, config)
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
+    if p.config.use_gluon:
+        from iris.ccl.gluon.all_to_all import launch
+
+        launch(ctx, out_flat, inp_flat, n, p, hint)
+        return common.done(ctx, async_op)
     _all_to_all_kernel[p.grid](out_flat, inp_flat, n, p.sync.args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
                                BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)

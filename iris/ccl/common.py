@@ -83,10 +83,16 @@ class Plan:
         return (self.programs,)
 
 
+GLUON_COLLECTIVES = ("ccl.all_gather", "ccl.all_to_all")  # those with a kernel in iris/ccl/gluon/
+
+
 def resolve_config(config, caller):
     config = DEFAULT_CONFIG if config is None else config
     if not isinstance(config, CollectiveConfig):
         raise TypeError(f"{caller}: config must be an iris.ccl.CollectiveConfig, got {type(config).__name__}")
+    if config.use_gluon and caller not in GLUON_COLLECTIVES:
+        raise ValueError(f"{caller}: use_gluon=True, but only all_gather and all_to_all have a Gluon kernel; use "
+                         "use_gluon=False (the Triton kernel, same results)")
     return config
 
 

@@ -32,7 +32,11 @@ class CollectiveConfig:
     32 warps and 16384 elements, which keep enough stores in flight to fill the link (the push reduce_scatter:
     256 programs of 16 warps moving 8192, ``reduce_scatter.PUSH_LARGE_SHAPE``).
     ``check``: compare shapes and dtypes across ranks first (a host collective, so not inside CUDA graphs);
-    ``IRIS_CCL_CHECK=1`` turns it on everywhere."""
+    ``IRIS_CCL_CHECK=1`` turns it on everywhere.
+    ``use_gluon``: run the Gluon kernel (``iris/ccl/gluon/``; all_gather and all_to_all have one, as upstream);
+    its register layout is derived from ``threads_per_warp`` (32: the NVIDIA warp; upstream's default 64 is an
+    AMD wavefront and is refused) and ``num_warps``, so ``block_size`` must be a multiple of ``32 * num_warps``.
+    ``waves_per_eu`` (an AMD occupancy hint) must stay 0."""
 
     algorithm: str = "auto"
     comm_sms: int | None = None
@@ -40,6 +44,9 @@ class CollectiveConfig:
     num_warps: int | None = None
     one_shot_max_bytes: int = 1 << 20
     check: bool = False
+    use_gluon: bool = False
+    threads_per_warp: int = 32
+    waves_per_eu: int = 0
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -50,5 +57,11 @@ class CollectiveConfig:
             raise ValueError(f"CollectiveConfig: block_size={self.block_size} must be a power of two >= 16")
         if self.num_warps not in (None, 1, 2, 4, 8, 16, 32):
             raise ValueError(f"CollectiveConfig: num_warps={self.num_warps}; use 1, 2, 4, 8, 16 or 32")
+        if self.threads_per_warp != 32:
+            raise ValueError(f"CollectiveConfig: threads_per_warp={self.threads_per_warp}; NVIDIA warps have 32 "
+                             "threads (64 is an AMD wavefront): use threads_per_warp=32")
+        if self.waves_per_eu != 0:
+            raise ValueError(f"CollectiveConfig: waves_per_eu={self.waves_per_eu} is an AMD occupancy hint with no "
+                             "NVIDIA meaning; leave it 0 and bound the SMs a collective takes with comm_sms")
         if self.one_shot_max_bytes < 0:
             raise ValueError(f"CollectiveConfig: one_shot_max_bytes={self.one_shot_max_bytes} must be >= 0")

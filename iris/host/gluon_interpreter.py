@@ -105,6 +105,14 @@ def _semantic_class():
     return GluonInterpreterSemantic
 
 
+def _plain_range(start, end=None, step=None, **kwargs):
+    """``gl.static_range`` / ``gl.range`` as the interpreter runs ``tl``'s: a Python range (the pipelining
+    keywords only steer the compiler)."""
+    start, end = (0, start) if end is None else (start, end)
+    value = lambda v: v.value if hasattr(v, "value") else v
+    return range(value(start), value(end), value(step or 1))
+
+
 class _SeesTriton:
     """A stand-in function whose globals see triton.language (what the interpreter's _patch_lang looks for)."""
     import triton.language as tl
@@ -131,7 +139,7 @@ def install():
                     *a, **{key: v for key, v in k.items() if key not in ("_semantic", "_generator")},
                     _semantic=semantic))
         for name in ("range", "static_range"):
-            scope.set_attr(gl, name, tl.static_range)  # already the interpreter's plain range while patched
+            scope.set_attr(gl, name, _plain_range)
         # a block's layout, read by kernels that build matching operands (gl.full(p.shape, v, dt, p.type.layout))
         scope.set_attr(tl.core.block_type, "layout", property(lambda self: None))
 
