@@ -96,8 +96,8 @@ def make_sweep(ctx, sizes, dtype, timing, ops=OPS, configs=()):
             cfg = _variant_config(provider)
             fn = {"all_reduce": lambda: ctx.ccl.all_reduce(out, inp, config=cfg),
                   "all_gather": lambda: ctx.ccl.all_gather(out, inp, config=cfg),
-                  "reduce_scatter": lambda: ctx.ccl.reduce_scatter(out, inp, config=cfg),
-                  "all_to_all": lambda: ctx.ccl.all_to_all(out, inp, config=cfg)}[op]
+                  "reduce_scatter": lambda: ctx.ccl.reduce_scatter_tensor(out, inp, config=cfg),
+                  "all_to_all": lambda: ctx.ccl.all_to_all_single(out, inp, config=cfg)}[op]
             return Point(fns=[fn], **common)
         if provider == "nccl":
             inp = torch.randn(n_in, device=dev).to(dtype)

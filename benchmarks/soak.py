@@ -73,11 +73,11 @@ def main(count, max_elems, seed, out_dir):
             ctx.ccl.all_gather(out, inp[:n])
             tri, expect = out, torch.cat([x[:n] for x in xs])
         elif kind == "reduce_scatter":
-            ctx.ccl.reduce_scatter(out[:n], inp, config=CollectiveConfig(algorithm=rs_algorithm))
+            ctx.ccl.reduce_scatter_tensor(out[:n], inp, config=CollectiveConfig(algorithm=rs_algorithm))
             tri, expect = out[:n], ref.reduce_scatter(xs, rank, "sum")
         elif kind == "all_to_all":
-            ctx.ccl.all_to_all(out, inp)
-            tri, expect = out, ref.all_to_all(xs, rank)
+            ctx.ccl.all_to_all_single(out, inp)
+            tri, expect = out, ref.all_to_all_single(xs, rank)
         else:
             ctx.ccl.broadcast(inp, src=root)
             tri, expect = inp, xs[root]

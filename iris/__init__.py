@@ -17,6 +17,7 @@ from iris.host.launcher import RankError, RankPool, launch, run
 from iris.host.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
 from iris.host.watchdog import PeerError
 from iris import tensor_creation
+from iris import hip, mem  # upstream's iris.hip queries and iris.mem.* layout (aliases)
 from iris.host import private as _private
 
 _private.warn_untested()  # a warning, once, if torch or triton is outside the tested versions
@@ -27,5 +28,5 @@ __all__ = [
     "iris", "Iris", "DeviceContext", "translate", "load", "store", "get", "put", "copy", "atomic_add", "atomic_sub",
     "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "atomic_min", "atomic_max", "atomic_cas", "do_bench",
     "launch", "run", "RankPool", "RankError", "RankTimeoutError", "PeerError", "set_logger_level", "logger", "DEBUG",
-    "INFO", "WARNING", "ERROR", "TraceEvent", "tensor_creation",
+    "INFO", "WARNING", "ERROR", "TraceEvent", "tensor_creation", "hip", "mem",
 ]

@@ -56,11 +56,15 @@ def main():
         out[f"triton_store/{hint}"] = summary(launch_compile(triton_store_kernel, ptr(torch.int64),
                                                              ptr(torch.float32), ptr(torch.float32), 3, BLOCK=BLOCK,
                                                              HINT=hint, num_warps=8))
-    for name, kernel in (("gluon_all_gather", _all_gather_gluon_kernel), ("gluon_all_to_all", _all_to_all_gluon_kernel),
+    for name, kernel in (("gluon_all_gather", _all_gather_gluon_kernel),
                          ("triton_all_gather", triton_all_gather._all_gather_kernel)):
         extra = {} if name.startswith("triton") else {"THREADS_PER_WARP": 32}
         out[name] = summary(launch_compile(kernel, ptr(torch.bfloat16), ptr(torch.bfloat16), 1 << 20, SYNC,
                                            GROUP_SIZE=4, HINT=16, BLOCK=BLOCK, num_warps=8, **extra))
+    # rows, n, col_programs as the launcher passes them for a (4096, 4 * 4096) bf16 all_to_all
+    out["gluon_all_to_all"] = summary(launch_compile(_all_to_all_gluon_kernel, ptr(torch.bfloat16),
+                                                     ptr(torch.bfloat16), 4096, 4096, 3, SYNC, GROUP_SIZE=4, HINT=16,
+                                                     BLOCK=BLOCK, THREADS_PER_WARP=32, num_warps=8))
     print("RESULT" + json.dumps(out))
 
 

@@ -73,7 +73,7 @@ def _collectives_body(dtype):
     for op in ["sum", "max"]:
         fresh(inp, inputs[rank])
         poison(small)
-        ctx.ccl.reduce_scatter(small, inp, op=op)
+        ctx.ccl.reduce_scatter(small, inp, op=op)  # the slice form, told by its size
         ctx.barrier()
         fails.append(mismatch(f"reduce_scatter {op}", small, ref_ops.reduce_scatter(inputs, rank, op)))
     # push: inp and out anywhere; three calls with fresh data, so flags left by one call cannot release the next
@@ -81,15 +81,15 @@ def _collectives_body(dtype):
     for op, salt in (("sum", 1), ("min", 2), ("sum", 3)):
         values = [data(r, shape, dtype, salt) for r in range(world)]
         poison(small)
-        ctx.ccl.reduce_scatter(small, values[rank].to(dev), op=op, config=push)
+        ctx.ccl.reduce_scatter_tensor(small, values[rank].to(dev), op=op, config=push)
         ctx.barrier()
         fails.append(mismatch(f"reduce_scatter push {op} ({salt})", small, ref_ops.reduce_scatter(values, rank, op)))
 
     fresh(inp, inputs[rank])
     poison(out)
-    ctx.ccl.all_to_all(out, inp)
+    ctx.ccl.all_to_all_single(out, inp)
     ctx.barrier()
-    fails.append(mismatch("all_to_all", out, ref_ops.all_to_all(inputs, rank)))
+    fails.append(mismatch("all_to_all", out, ref_ops.all_to_all_single(inputs, rank)))
 
     root = world - 1
     fresh(inp, inputs[rank])
@@ -159,13 +159,13 @@ def _large_body():
         "all_reduce two_shot": (lambda: ctx.ccl.all_reduce(out[:n], inp[:n]), out[:n],
                                 ref_ops.all_reduce([x[:n] for x in inputs], "sum")),
         "all_gather": (lambda: ctx.ccl.all_gather(out, inp[:n]), out, ref_ops.all_gather([x[:n] for x in inputs])),
-        "reduce_scatter": (lambda: ctx.ccl.reduce_scatter(out[:n], inp), out[:n],
+        "reduce_scatter": (lambda: ctx.ccl.reduce_scatter_tensor(out[:n], inp), out[:n],
                            ref_ops.reduce_scatter(inputs, rank)),
-        "reduce_scatter pull": (lambda: ctx.ccl.reduce_scatter(out[:n], inp, config=CollectiveConfig(
+        "reduce_scatter pull": (lambda: ctx.ccl.reduce_scatter_tensor(out[:n], inp, config=CollectiveConfig(
             algorithm="pull")), out[:n], ref_ops.reduce_scatter(inputs, rank)),
-        "reduce_scatter push": (lambda: ctx.ccl.reduce_scatter(out[:n], inp, config=CollectiveConfig(
+        "reduce_scatter push": (lambda: ctx.ccl.reduce_scatter_tensor(out[:n], inp, config=CollectiveConfig(
             algorithm="push")), out[:n], ref_ops.reduce_scatter(inputs, rank)),
-        "all_to_all": (lambda: ctx.ccl.all_to_all(out, inp), out, ref_ops.all_to_all(inputs, rank)),
+        "all_to_all": (lambda: ctx.ccl.all_to_all_single(out, inp), out, ref_ops.all_to_all_single(inputs, rank)),
     }
     for name, (call, result, reference) in calls.items():
         out.fill_(-99)
@@ -230,11 +230,11 @@ def _graph_body(replays):
         "all_reduce two_shot": (lambda: ctx.ccl.all_reduce(out, inp, config=CollectiveConfig(algorithm="two_shot")),
                                 lambda xs: (out, ref_ops.all_reduce(xs, "sum"))),
         "all_gather": (lambda: ctx.ccl.all_gather(out, inp[:n]), lambda xs: (out, torch.cat([x[:n] for x in xs]))),
-        "reduce_scatter": (lambda: ctx.ccl.reduce_scatter(piece, inp),
+        "reduce_scatter": (lambda: ctx.ccl.reduce_scatter_tensor(piece, inp),
                            lambda xs: (piece, ref_ops.reduce_scatter(xs, rank, "sum"))),
-        "reduce_scatter push": (lambda: ctx.ccl.reduce_scatter(piece, inp, config=CollectiveConfig(algorithm="push")),
+        "reduce_scatter push": (lambda: ctx.ccl.reduce_scatter_tensor(piece, inp, config=CollectiveConfig(algorithm="push")),
                                 lambda xs: (piece, ref_ops.reduce_scatter(xs, rank, "sum"))),
-        "all_to_all": (lambda: ctx.ccl.all_to_all(out, inp), lambda xs: (out, ref_ops.all_to_all(xs, rank))),
+        "all_to_all": (lambda: ctx.ccl.all_to_all_single(out, inp), lambda xs: (out, ref_ops.all_to_all_single(xs, rank))),
         "broadcast": (lambda: ctx.ccl.broadcast(inp, src=root), lambda xs: (inp, xs[root])),
         "scatter": (lambda: ctx.ccl.scatter(piece, inp, src=root), lambda xs: (piece, xs[root].chunk(world)[rank])),
         "gather": (lambda: ctx.ccl.gather(out, inp[:n], dst=0),
@@ -277,9 +277,9 @@ def _empty_body():
         "all_reduce one_shot": lambda: ctx.ccl.all_reduce(out, inp, config=CollectiveConfig(algorithm="one_shot")),
         "all_reduce two_shot": lambda: ctx.ccl.all_reduce(out, inp, config=CollectiveConfig(algorithm="two_shot")),
         "all_gather": lambda: ctx.ccl.all_gather(out, inp),
-        "reduce_scatter pull": lambda: ctx.ccl.reduce_scatter(out, inp, config=CollectiveConfig(algorithm="pull")),
-        "reduce_scatter push": lambda: ctx.ccl.reduce_scatter(out, inp, config=CollectiveConfig(algorithm="push")),
-        "all_to_all": lambda: ctx.ccl.all_to_all(out, inp),
+        "reduce_scatter pull": lambda: ctx.ccl.reduce_scatter_tensor(out, inp, config=CollectiveConfig(algorithm="pull")),
+        "reduce_scatter push": lambda: ctx.ccl.reduce_scatter_tensor(out, inp, config=CollectiveConfig(algorithm="push")),
+        "all_to_all": lambda: ctx.ccl.all_to_all_single(out, inp),
         "broadcast": lambda: ctx.ccl.broadcast(inp, src=0),
     }
     fails = []

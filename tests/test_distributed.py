@@ -115,7 +115,7 @@ def _collectives_body(dtype, staging_bytes):
     # all_to_all_single: equal splits, then uneven ones (rank r sends 1 + (r + 2 j) % 3 rows to rank j)
     tri = poisoned(full[rank])
     dist.all_to_all_single(tri, full[rank], group=group)
-    expect("all_to_all_single", "all_to_all", tri, ref_ops.all_to_all([x.cpu() for x in full], rank))
+    expect("all_to_all_single", "all_to_all", tri, ref_ops.all_to_all_single([x.cpu() for x in full], rank))
 
     def rows_sent(src, dst):
         return (1 + (src + 2 * dst) % 3) * (ROWS // 10 + 1)
@@ -226,7 +226,7 @@ def _functional_body(compiled):
     fn = torch.compile(step, fullgraph=True, backend="aot_eager") if compiled else step
     tri = [t.wait() if hasattr(t, "wait") else t for t in fn(x)]
     refs = [ref_ops.all_reduce(full) + 1, ref_ops.all_gather(full), ref_ops.reduce_scatter(full, rank),
-            ref_ops.all_to_all(full, rank)]
+            ref_ops.all_to_all_single(full, rank)]
     fails = []
     for name, t, r in zip(["all_reduce", "all_gather_tensor", "reduce_scatter_tensor", "all_to_all_single"], tri,
                           refs):
@@ -362,7 +362,7 @@ def _graph_body(replays):
         compare(fails, f"all_reduce {i}", reduced, ref_ops.all_reduce(full))
         compare(fails, f"all_gather {i}", gathered, ref_ops.all_gather(full))
         compare(fails, f"reduce_scatter {i}", scattered, ref_ops.reduce_scatter(full, rank))
-        compare(fails, f"all_to_all {i}", exchanged, ref_ops.all_to_all(full, rank))
+        compare(fails, f"all_to_all {i}", exchanged, ref_ops.all_to_all_single(full, rank))
         compare(fails, f"functional all_reduce max {i}", functional[0], ref_ops.all_reduce(full, "max"))
         ctx.barrier()  # nobody refills x before every rank has checked
     return fails

@@ -118,46 +118,57 @@ def test_interpreter_checks_layouts_as_the_compiler(lanes, warps, message):
     assert torch.equal(out.cpu(), torch.arange(128, dtype=torch.int32))
 
 
-def _collectives_body(numel):
+def _collectives_body(numel, rows):
     ctx = new_context()
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     dev = ctx.get_device()
-    config = iris.ccl.Config(use_gluon=True, num_warps=4, block_size=128)
+    poison = float(poison_value(torch.float32))
+    config = iris.ccl.CollectiveConfig(use_gluon=True, num_warps=4, block_size=128)
+    upstream = iris.ccl.Config(use_gluon=True, num_warps=1, threads_per_warp=32)  # upstream's spelling
     inp = rank_data(rank, numel, torch.float32, dev)
-    gathered = ctx.full((world * numel,), float(poison_value(torch.float32)))
+    gathered = ctx.full((world * numel,), poison)
     ctx.ccl.all_gather(gathered, inp, config=config)
-    a2a_inp = rank_data(rank, world * numel, torch.float32, dev, salt=1)
-    exchanged = ctx.full((world * numel,), float(poison_value(torch.float32)))
+    gathered_upstream = ctx.full((world * numel,), poison)
+    ctx.ccl.all_gather(gathered_upstream, inp, config=upstream)
+    # upstream's all_to_all layout: (rows, numel * world), column block q to rank q
+    a2a_inp = rank_data(rank, rows * world * numel, torch.float32, dev, salt=1).reshape(rows, world * numel)
+    exchanged = ctx.full((rows, world * numel), poison)
     ctx.ccl.all_to_all(exchanged, a2a_inp, config=config)
     ctx.barrier()
     ref_gather = torch.cat([rank_data(r, numel, torch.float32, dev) for r in range(world)])
-    ref_a2a = torch.cat([rank_data(r, world * numel, torch.float32, dev, salt=1).chunk(world)[rank]
-                         for r in range(world)])
+    ref_a2a = torch.cat([rank_data(r, rows * world * numel, torch.float32, dev, salt=1).reshape(
+        rows, world * numel).chunk(world, dim=1)[rank] for r in range(world)], dim=1)
     errors = {}
     for name, collective in (("all_reduce", lambda: ctx.ccl.all_reduce(gathered, gathered, config=config)),
-                             ("wide block", lambda: ctx.ccl.all_gather(gathered, inp, config=iris.ccl.Config(
+                             ("wide block", lambda: ctx.ccl.all_gather(gathered, inp, config=iris.ccl.CollectiveConfig(
                                  use_gluon=True, num_warps=8, block_size=128)))):
         try:
             collective()
         except ValueError as e:
             errors[name] = str(e)
-    return torch.equal(gathered.cpu(), ref_gather.cpu()), torch.equal(exchanged.cpu(), ref_a2a.cpu()), errors
+    ok = {"all_gather": torch.equal(gathered.cpu(), ref_gather.cpu()),
+          "all_gather Config": torch.equal(gathered_upstream.cpu(), ref_gather.cpu()),
+          "all_to_all": torch.equal(exchanged.cpu(), ref_a2a.cpu())}
+    return ok, errors
 
 
 @pytest.mark.parametrize("world_size", [3])
 def test_gluon_collectives(pools, world_size):
-    numel = 300  # three blocks of 128, the last partial
-    for rank, (gather_ok, a2a_ok, errors) in enumerate(pools(world_size).run(_collectives_body, numel)):
-        assert gather_ok and a2a_ok, f"rank {rank}: all_gather {gather_ok}, all_to_all {a2a_ok}"
+    # 300 elements: three blocks of 128, the last partial; all_to_all over 2 rows of 3 column blocks of 100
+    for rank, (ok, errors) in enumerate(pools(world_size).run(_collectives_body, 300, 2)):
+        assert all(ok.values()), f"rank {rank}: {ok}"
         assert "only all_gather and all_to_all have a Gluon kernel" in errors["all_reduce"]
         assert "multiple of 32 * num_warps = 256" in errors["wide block"]
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("threads_per_warp", 64, "NVIDIA warps have 32 threads"), ("waves_per_eu", 2, "AMD occupancy hint")])
-def test_gluon_config_refuses_amd_settings(field, value, message):
+@pytest.mark.parametrize("make,message", [
+    (lambda: iris.ccl.CollectiveConfig(use_gluon=True, threads_per_warp=64), "NVIDIA warps have 32 threads"),
+    (lambda: iris.ccl.Config(use_gluon=True, threads_per_warp=64), "NVIDIA warps have 32 threads"),
+    (lambda: iris.ccl.Config(use_gluon=True, all_gather_variant="tdm"), "use all_gather_variant='persistent'"),
+])
+def test_gluon_config_refuses_amd_settings(make, message):
     with pytest.raises(ValueError, match=message):
-        iris.ccl.Config(use_gluon=True, **{field: value})
+        make()
 
 
 @pytest.fixture(scope="module")

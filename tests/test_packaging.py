@@ -1,6 +1,7 @@
 """What a user gets from installing and importing iris: the logging and layering a library owes its
 application, and the checks around the private torch / Triton APIs (``iris/host/private.py``)."""
 
+import os
 import subprocess
 import sys
 
@@ -11,16 +12,25 @@ import iris  # noqa: F401  (before triton)
 from iris.host import private
 
 
-def test_import_leaves_logging_and_the_bench_harness_alone():
-    """``import iris`` installs no handler but a NullHandler, keeps propagation on and does not load iris.bench;
-    ``set_logger_level`` then adds the one rank-prefixed handler."""
+def test_import_shows_warnings_and_leaves_the_bench_harness_alone():
+    """``import iris`` adds one rank-prefixed handler at level WARNING (errors are never silent), keeps propagation
+    on and does not load iris.bench; ``set_logger_level`` keeps the one handler; an application's own root
+    handlers take the records instead (nothing prints twice); ``IRIS_LOG_LEVEL`` sets the level."""
     code = ("import logging, sys, iris; log = logging.getLogger('iris'); "
-            "print(log.propagate, sorted(type(h).__name__ for h in log.handlers), 'iris.bench' in sys.modules); "
+            "print(log.propagate, sorted(type(h).__name__ for h in log.handlers), log.level, 'iris.bench' in sys.modules); "
             "iris.set_logger_level(iris.INFO); iris.set_logger_level(iris.DEBUG); "
-            "print(sorted(type(h).__name__ for h in log.handlers), iris.do_bench.__module__)")
-    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
-    assert lines[0] == "True ['NullHandler'] False"
-    assert lines[1] == "['NullHandler', 'StreamHandler'] iris.host.timing"
+            "print(sorted(type(h).__name__ for h in log.handlers), iris.do_bench.__module__); "
+            "iris.logger.error('shown once'); iris.logger.debug('debug shown'); "
+            "logging.basicConfig(format='app: %(message)s'); iris.logger.error('through the app')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = run.stdout.split("\n")
+    assert lines[0] == "True ['StreamHandler'] 30 False"
+    assert lines[1] == "['StreamHandler'] iris.host.timing"
+    assert run.stderr.splitlines() == ["[Iris] shown once", "[Iris] debug shown", "app: through the app"], run.stderr
+    env_code = "import iris; print(iris.logger.level); iris.logger.info('info shown')"
+    env = {**os.environ, "IRIS_LOG_LEVEL": "info"}
+    run = subprocess.run([sys.executable, "-c", env_code], capture_output=True, text=True, check=True, env=env)
+    assert run.stdout.strip() == "20" and run.stderr.strip() == "[Iris] info shown", (run.stdout, run.stderr)
 
 
 def test_version_check_names_what_is_untested():

@@ -48,7 +48,7 @@ def _cases(rank, world, dtype, dev):
         ("all_reduce", ops.all_reduce, (x[rank],), ref_ops.all_reduce(x), None),
         ("all_gather", ops.all_gather, (x[rank],), ref_ops.all_gather(x), None),
         ("reduce_scatter", ops.reduce_scatter, (x[rank],), ref_ops.reduce_scatter(x, rank), None),
-        ("all_to_all", ops.all_to_all, (x[rank],), ref_ops.all_to_all(x, rank), None),
+        ("all_to_all", ops.all_to_all, (x[rank],), ref_ops.all_to_all_single(x, rank), None),
         ("matmul_all_reduce", ops.matmul_all_reduce, (a_k[rank], b_k[rank]), fused_ref.matmul_all_reduce(a_k, b_k),
          tol),
         ("all_gather_matmul", ops.all_gather_matmul, (a_m[rank], b), fused_ref.all_gather_matmul(a_m, b), tol),
@@ -91,7 +91,7 @@ def test_ops(pools, compiled, staging_bytes):
 def _errors_body():
     import iris.compile
 
-    iris.compile._bound = None  # as before set_context
+    iris.compile.functional._iris_ctx = None  # as before set_context
     x = torch.ones(4)
     traced = torch.compile(lambda t: torch.ops.iris.all_gather(t), fullgraph=True, backend="aot_eager")
     found = {"eager": error_message(torch.ops.iris.all_reduce, x), "traced": error_message(traced, x),
@@ -104,10 +104,10 @@ def _errors_body():
 
 def test_errors(pools):
     for found in pools(2).run(_errors_body):
-        assert found["eager"].startswith("RuntimeError: torch.ops.iris.all_reduce: no iris context is bound; call "
+        assert found["eager"].startswith("RuntimeError: torch.ops.iris.all_reduce: Iris context not set; call "
                                          "iris.compile.set_context(ctx)"), found["eager"]
-        assert "torch.ops.iris.all_gather: no iris context is bound" in found["traced"], found["traced"]
-        assert found["type"].startswith("TypeError: iris.compile.set_context: expected an iris context"), found["type"]
+        assert "torch.ops.iris.all_gather: Iris context not set" in found["traced"], found["traced"]
+        assert found["type"].startswith("TypeError: iris.compile.set_context: Expected an Iris instance"), found["type"]
         assert "torch.ops.iris.reduce_scatter: dim 0 of shape (3, 2) must split into 2" in found["rows"], found["rows"]
 
 

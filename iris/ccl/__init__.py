@@ -3,14 +3,16 @@
 from iris.ccl.all_gather import all_gather
 from iris.ccl.all_reduce import all_reduce
 from iris.ccl.all_reduce_rmsnorm import all_reduce_rmsnorm
-from iris.ccl.all_to_all import all_to_all
-from iris.ccl.config import CollectiveConfig
-from iris.ccl.config import CollectiveConfig as Config  # upstream Iris's name
-from iris.ccl.reduce_scatter import reduce_scatter
+from iris.ccl.all_to_all import all_to_all, all_to_all_single
+from iris.ccl.config import CollectiveConfig, Config
+from iris.ccl.reduce_scatter import reduce_scatter, reduce_scatter_tensor
 from iris.ccl.rooted import broadcast, gather, recv, reduce, scatter, send
 
+# Upstream Iris's names with upstream's layouts; torch's layouts under torch's names (all_to_all_single,
+# reduce_scatter_tensor, all_gather_into_tensor: the same as all_gather, whose layouts agree)
 _COLLECTIVES = {f.__name__: f for f in (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce,
-                                        scatter, gather, send, recv)}
+                                        scatter, gather, send, recv, all_to_all_single, reduce_scatter_tensor)}
+_COLLECTIVES["all_gather_into_tensor"] = all_gather
 _COLLECTIVES["all_reduce_rmsnorm"] = all_reduce_rmsnorm
 
 
@@ -36,5 +38,5 @@ def _bind(fn, ctx):
     return bound
 
 
-__all__ = ["CCL", "CollectiveConfig", "Config", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+__all__ = ["CCL", "CollectiveConfig", "Config", "all_to_all_single", "reduce_scatter_tensor", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
            "reduce", "scatter", "gather", "send", "recv", "all_reduce_rmsnorm"]

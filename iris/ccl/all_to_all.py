@@ -1,52 +1,61 @@
-"""all_to_all: slice j of rank i's input becomes slice i of rank j's output (torch's all_to_all_single with
-equal splits).
+"""all_to_all in two layouts, one kernel.
 
-Push:  barrier (every out is free)  ->  put inp[slice q] into out[slice me] of rank q  ->  barrier
+**Layout decision.** ``ctx.ccl.all_to_all`` is upstream Iris's name, so it has upstream's meaning: a 2-D
+``(M, N * W)`` tensor is split along **dim 1** into W column blocks, and column block j of rank i's input becomes
+column block i of rank j's output. Code written for Iris passes such tensors, and a dim-0 split would hand it
+silently different data; the shapes cannot tell the two layouts apart, so in ``ctx.ccl`` upstream's wins (a
+Gluon all_to_all must follow the same layout). torch's layout (``all_to_all_single`` with equal splits: slices
+along **dim 0**) is ``ctx.ccl.all_to_all_single``, and is what ``iris.distributed`` and ``torch.ops.iris`` use.
+A 1-D tensor has only dim 0, where the two agree.
+
+Both are one pattern: view the tensor as ``[rows, W, n]`` (dim 1: rows = M, n = N * trailing dims; dim 0:
+rows = 1, n = numel / W) and move ``[:, q, :]`` of our input to ``[:, me, :]`` of rank q's output.
+
+Push:  barrier (every out is free)  ->  put inp[:, q, :] into out[:, me, :] of rank q  ->  barrier
 """
 
 import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import first_block, program_row, tail_mask
+from iris.ccl.device import program_row, tail_mask
 from iris.device.rma import store
 from iris.device.sync import group_barrier
 
 
 @triton.jit
-def _all_to_all_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+def _all_to_all_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: tl.constexpr, HINT: tl.constexpr,
+                       BLOCK: tl.constexpr):
+    # out / inp: [rows, GROUP_SIZE, n]; the programs form a (programs / col_programs) x col_programs grid over
+    # (rows, blocks of n), so a dim-1 call with short rows still spreads over every program
     flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
-    row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still uses its out
+    row_program = tl.program_id(0) // col_programs
+    row_programs = tl.num_programs(0) // col_programs
+    col_first = tl.cast(tl.program_id(0) % col_programs, tl.int64) * BLOCK
+    group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, RELAXED=True)
     n64 = tl.cast(n, tl.int64)  # slice offsets pass 2**31 elements in large calls
-    my_slice = out + group_index * n64
-    for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
-        offs = tl.arange(0, BLOCK)
-        mask = tail_mask(start, n, BLOCK)
-        # peers first, our own slice last; each slice's load is issued before the previous slice's store, so
-        # a store never waits out a load's latency (the compiler cannot reorder them: out may alias inp)
-        dest = (group_index + 1) % GROUP_SIZE
-        x = tl.load(inp + dest * n64 + start + offs, mask=mask)  # [BLOCK]
-        for i in tl.static_range(1, GROUP_SIZE + 1):
-            peer = tl.load(members + dest)
-            if i < GROUP_SIZE:
-                following = (group_index + i + 1) % GROUP_SIZE
-                x_next = tl.load(inp + following * n64 + start + offs, mask=mask)
-            store(my_slice + start + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
-            if i < GROUP_SIZE:
-                dest, x = following, x_next
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slice has landed in our out
+    for r in range(row_program, rows, row_programs):
+        row_in = inp + tl.cast(r, tl.int64) * (GROUP_SIZE * n64)
+        my_slice = out + tl.cast(r, tl.int64) * (GROUP_SIZE * n64) + group_index * n64
+        for start in range(col_first, n, col_programs * BLOCK):
+            offs = tl.arange(0, BLOCK)
+            mask = tail_mask(start, n, BLOCK)
+            # peers first, our own slice last; each slice's load is issued before the previous slice's store, so
+            # a store never waits out a load's latency (the compiler cannot reorder them: out may alias inp)
+            dest = (group_index + 1) % GROUP_SIZE
+            x = tl.load(row_in + dest * n64 + start + offs, mask=mask)  # [BLOCK]
+            for i in tl.static_range(1, GROUP_SIZE + 1):
+                peer = tl.load(members + dest)
+                if i < GROUP_SIZE:
+                    following = (group_index + i + 1) % GROUP_SIZE
+                    x_next = tl.load(row_in + following * n64 + start + offs, mask=mask)
+                store(my_slice + start + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
+                if i < GROUP_SIZE:
+                    dest, x = following, x_next
+    group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE)  # every slice landed
 
 
-def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
-    """``out`` and ``inp`` are ``[group_size * n, ...]``; ``out`` on the heap. Slice q of ``inp`` goes to rank
-    q, arriving as slice ``group_rank`` of its ``out``. Not in place.
-
-    Collective over ``group``; stream-ordered; graph-capturable after a first call.
-
-        ref_q = torch.cat([inp_r.chunk(group_size)[q] for r in group])
-    """
-    caller = "ccl.all_to_all"
+def _launch(ctx, out, inp, dim, group, async_op, config, caller):
     common.precheck(caller, group, config, (out, inp))
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
@@ -54,14 +63,54 @@ def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
     ctx.check_symmetric(out, caller, "out")
     if common.same_start(out, inp):
         raise ValueError(f"{caller}: out and inp are the same tensor; all_to_all needs a separate out")
-    n = common.split_rows(inp, ctx.group_sync(group, caller).size, caller, "inp")
-    p = common.plan(ctx, caller, n, group, config)
+    size = ctx.group_sync(group, caller).size
+    if dim == 1 and inp.dim() >= 2:
+        if tuple(out.shape) != tuple(inp.shape):
+            raise ValueError(f"{caller}: out is {tuple(out.shape)} but inp is {tuple(inp.shape)}; upstream's layout "
+                             "keeps the shape (M, N * world_size), so they must match")
+        if inp.shape[1] % size:
+            raise ValueError(f"{caller}: inp has {inp.shape[1]} columns along dim 1, which the group of {size} ranks "
+                             f"does not divide; upstream's layout is (M, N * world_size). For torch's dim-0 split "
+                             "use ccl.all_to_all_single")
+        rows, n = inp.shape[0], inp.numel() // max(inp.shape[0], 1) // size
+    else:
+        rows, n = 1, common.split_rows(inp, size, caller, "inp")
+    p = common.plan(ctx, caller, rows * n, group, config)
+    block = min(p.block, max(16, triton.next_power_of_2(max(n, 1))))
+    col_programs = min(p.programs, triton.cdiv(max(n, 1), block))
+    programs = col_programs * max(1, min(p.programs // col_programs, rows))
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
     if p.config.use_gluon:
         from iris.ccl.gluon.all_to_all import launch
 
-        launch(ctx, out_flat, inp_flat, n, p, hint)
+        launch(ctx, out_flat, inp_flat, rows, n, col_programs, programs, block, p, hint)
         return common.done(ctx, async_op)
-    _all_to_all_kernel[p.grid](out_flat, inp_flat, n, p.sync.args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
-                               BLOCK=p.block, num_warps=p.warps)
+    if rows * n:
+        _all_to_all_kernel[(programs,)](out_flat, inp_flat, rows, n, col_programs, p.sync.args(ctx),
+                                        GROUP_SIZE=p.sync.size, HINT=hint, BLOCK=block, num_warps=p.warps)
     return common.done(ctx, async_op)
+
+
+def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
+    """Upstream Iris's layout: ``out`` and ``inp`` are ``(M, N * group_size)`` (more dims ride along with dim 1);
+    ``out`` on the heap. Column block q of ``inp`` goes to rank q, arriving as column block ``group_rank`` of its
+    ``out``. A 1-D tensor splits along dim 0. Not in place.
+
+    Collective over ``group``; stream-ordered; graph-capturable after a first call.
+
+        ref_q = torch.cat([inp_r.chunk(group_size, dim=1)[q] for r in group], dim=1)
+    """
+    return _launch(ctx, out, inp, 1, group, async_op, config, "ccl.all_to_all")
+
+
+def all_to_all_single(ctx, out, inp, group=None, async_op=False, config=None):
+    """torch's layout (``dist.all_to_all_single`` with equal splits): ``out`` and ``inp`` are
+    ``[group_size * n, ...]``; ``out`` on the heap. Slice q of ``inp`` along dim 0 goes to rank q, arriving as slice
+    ``group_rank`` of its ``out``. Not in place.
+
+    Collective over ``group``; stream-ordered; graph-capturable after a first call.
+
+        ref_q = torch.cat([inp_r.chunk(group_size, dim=0)[q] for r in group], dim=0)
+    """
+    return _launch(ctx, out, inp, 0, group, async_op, config, "ccl.all_to_all_single")
+

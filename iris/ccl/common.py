@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from iris.ccl.config import CollectiveConfig
+from iris.ccl.config import CollectiveConfig, Config
 from iris.host.distributed import all_gather_object
 from iris.host.groups import MAX_COMM_PROGRAMS
 
@@ -83,13 +83,18 @@ class Plan:
         return (self.programs,)
 
 
-GLUON_COLLECTIVES = ("ccl.all_gather", "ccl.all_to_all")  # those with a kernel in iris/ccl/gluon/
+GLUON_COLLECTIVES = ("ccl.all_gather", "ccl.all_to_all", "ccl.all_to_all_single")  # those with a kernel in iris/ccl/gluon/
 
 
 def resolve_config(config, caller):
+    """The ``CollectiveConfig`` of a call: the default, the one given, or the translation of upstream's
+    ``iris.ccl.Config``."""
     config = DEFAULT_CONFIG if config is None else config
+    if isinstance(config, Config):
+        config = config.collective(caller)
     if not isinstance(config, CollectiveConfig):
-        raise TypeError(f"{caller}: config must be an iris.ccl.CollectiveConfig, got {type(config).__name__}")
+        raise TypeError(f"{caller}: config must be an iris.ccl.CollectiveConfig or iris.ccl.Config, got "
+                        f"{type(config).__name__}")
     if config.use_gluon and caller not in GLUON_COLLECTIVES:
         raise ValueError(f"{caller}: use_gluon=True, but only all_gather and all_to_all have a Gluon kernel; use "
                          "use_gluon=False (the Triton kernel, same results)")

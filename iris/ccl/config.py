@@ -36,7 +36,7 @@ class CollectiveConfig:
     ``use_gluon``: run the Gluon kernel (``iris/ccl/gluon/``; all_gather and all_to_all have one, as upstream);
     its register layout is derived from ``threads_per_warp`` (32: the NVIDIA warp; upstream's default 64 is an
     AMD wavefront and is refused) and ``num_warps``, so ``block_size`` must be a multiple of ``32 * num_warps``.
-    ``waves_per_eu`` (an AMD occupancy hint) must stay 0."""
+    ``iris.ccl.Config`` (upstream's) translates to this."""
 
     algorithm: str = "auto"
     comm_sms: int | None = None
@@ -46,7 +46,6 @@ class CollectiveConfig:
     check: bool = False
     use_gluon: bool = False
     threads_per_warp: int = 32
-    waves_per_eu: int = 0
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -60,8 +59,85 @@ class CollectiveConfig:
         if self.threads_per_warp != 32:
             raise ValueError(f"CollectiveConfig: threads_per_warp={self.threads_per_warp}; NVIDIA warps have 32 "
                              "threads (64 is an AMD wavefront): use threads_per_warp=32")
-        if self.waves_per_eu != 0:
-            raise ValueError(f"CollectiveConfig: waves_per_eu={self.waves_per_eu} is an AMD occupancy hint with no "
-                             "NVIDIA meaning; leave it 0 and bound the SMs a collective takes with comm_sms")
         if self.one_shot_max_bytes < 0:
             raise ValueError(f"CollectiveConfig: one_shot_max_bytes={self.one_shot_max_bytes} must be >= 0")
+
+
+UPSTREAM_ALL_REDUCE = {"one_shot": "one_shot", "two_shot": "two_shot"}  # upstream's other variants: our "auto"
+
+
+@dataclass
+class Config:
+    """Upstream Iris's collective config (``iris.ccl.Config``), with its fields and defaults, so code written for
+    Iris passes it unchanged. What it means here:
+
+    - ``block_size_m``, ``block_size_n``, ``swizzle_size``, ``all_reduce_distribution``: the tile map of
+      ``reduce_scatter`` into a full-size output (``iris.ccl.reduce_scatter_tiles``), as upstream's.
+    - ``comm_sms``: the most programs a collective launches (``CollectiveConfig.comm_sms``).
+    - ``all_reduce_variant``: ``"one_shot"`` and ``"two_shot"`` pick ours of that name; upstream's
+      ``"atomic"``, ``"ring"`` and ``"spinlock"`` give the same sums and take our automatic choice (ours are
+      deterministic: every rank adds the ranks in one order).
+    - ``num_xcds`` (AMD chiplets) is 1 on NVIDIA (``iris.hip.get_num_xcc()``); ``chunk_size``,
+      ``num_stages``, ``threads_per_warp``, ``waves_per_eu``, the ring and gather variants are accepted and have
+      no effect: our kernels choose their own shapes.
+    - ``use_gluon=True`` runs the Gluon all_gather and all_to_all (``iris/ccl/gluon/``) with ``num_warps`` warps of
+      32 threads; other collectives raise, as upstream's do, and so do ``threads_per_warp`` other than 32 (an AMD
+      wavefront) and a non-persistent ``all_gather_variant``.
+
+    A plain ``@dataclass`` like upstream's (its ``__post_init__`` fills ``num_xcds`` and ``chunk_size``)."""
+
+    block_size_m: int = 32
+    block_size_n: int = 64
+    swizzle_size: int = 4
+    comm_sms: int = 64
+    num_xcds: int | None = None
+    chunk_size: int | None = None
+    use_gluon: bool = False
+    all_gather_variant: str = "persistent"
+    all_to_all_variant: str = "default"
+    all_reduce_variant: str = "two_shot"
+    all_reduce_distribution: int = 1
+    all_reduce_num_rings: int = 1
+    all_reduce_ring_slice_n: int | None = None
+    reduce_scatter_variant: str = "two_shot"
+    num_stages: int = 1
+    num_warps: int = 4
+    threads_per_warp: int | None = None
+    waves_per_eu: int = 0
+
+    def __post_init__(self):
+        if self.use_gluon and self.threads_per_warp not in (None, 32):
+            raise ValueError(f"iris.ccl.Config: use_gluon=True with threads_per_warp={self.threads_per_warp}; NVIDIA "
+                             "warps have 32 threads (64 is an AMD wavefront): use threads_per_warp=32")
+        if self.use_gluon and self.all_gather_variant != "persistent":
+            raise ValueError(f"iris.ccl.Config: use_gluon=True with all_gather_variant={self.all_gather_variant!r}; "
+                             "the Gluon all_gather is the persistent one (upstream's TDM variants are gfx1250 "
+                             "tensor-data-mover code): use all_gather_variant='persistent'")
+        if self.num_xcds is None:
+            from iris import hip  # noqa: PLC0415  (iris.hip imports torch.cuda lazily too)
+            self.num_xcds = hip.get_num_xcc()
+        if self.chunk_size is None:
+            self.chunk_size = min(self.swizzle_size * self.swizzle_size, max(1, self.comm_sms // self.num_xcds))
+        for name in ("block_size_m", "block_size_n"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"iris.ccl.Config: {name}={value} must be a positive power of two (a Triton tile)")
+        for name in ("swizzle_size", "comm_sms", "num_xcds", "all_reduce_num_rings", "num_warps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"iris.ccl.Config: {name}={getattr(self, name)} must be positive")
+        if self.all_reduce_variant not in ("atomic", "ring", "two_shot", "one_shot", "spinlock"):
+            raise ValueError(f"iris.ccl.Config: all_reduce_variant={self.all_reduce_variant!r}; use one of "
+                             "'atomic', 'ring', 'two_shot', 'one_shot', 'spinlock'")
+        if self.all_reduce_distribution not in (0, 1):
+            raise ValueError(f"iris.ccl.Config: all_reduce_distribution={self.all_reduce_distribution}; use 0 "
+                             "(striding) or 1 (block)")
+
+    def collective(self, caller):
+        """The ``CollectiveConfig`` our kernels read for ``caller``: the all_reduce variant only steers
+        all_reduce, and ``comm_sms`` only when changed from upstream's default (64, tuned for MI300X: ours picks
+        by size, and 4 programs on the cpu backend, where each program runs in Python)."""
+        algorithm = UPSTREAM_ALL_REDUCE.get(self.all_reduce_variant, "auto") if caller == "ccl.all_reduce" else "auto"
+        comm_sms = None if self.comm_sms == Config.comm_sms else min(self.comm_sms, MAX_COMM_PROGRAMS)
+        if self.use_gluon:  # upstream's Gluon kernels take num_warps from here; ours too
+            return CollectiveConfig(algorithm=algorithm, comm_sms=comm_sms, use_gluon=True, num_warps=self.num_warps)
+        return CollectiveConfig(algorithm=algorithm, comm_sms=comm_sms)

@@ -1,4 +1,5 @@
-"""reduce_scatter: rank r ends with slice r of the elementwise reduction (torch's reduce_scatter_tensor).
+"""reduce_scatter: rank r ends with slice r of the elementwise reduction (torch's reduce_scatter_tensor), or, into
+a full-size output, with the reduction at its own tiles (upstream Iris's layout, ``reduce_scatter_tiles.py``).
 
 Pull ("auto" below ``PUSH_MIN_BYTES`` per output slice): each rank reads its slice from every member's input and
 reduces it.
@@ -26,6 +27,7 @@ import triton.language as tl
 from iris.ccl import common
 from iris.ccl.all_reduce import _all_reduce_one_shot_kernel
 from iris.ccl.config import REDUCE_SCATTER_ALGORITHMS
+from iris.ccl.reduce_scatter_tiles import reduce_scatter_tiles
 from iris.ccl.device import combine, finish, peer_at, program_row, tail_mask
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
@@ -93,17 +95,46 @@ def pushes(plan, slice_bytes, caller):
 
 
 def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
-    """``out`` (``[n, ...]``, anywhere) = slice ``group_rank`` along dim 0 of ``op`` over every rank's ``inp``
-    (``[group_size * n, ...]``: on the heap for the pull, anywhere for the push; "auto" pulls below 64 MiB
-    output slices and on the cpu backend). fp16/bf16 accumulate in fp32.
+    """Two layouts, told apart by ``out``'s size:
 
-    Collective over ``group``; stream-ordered; graph-capturable after a first call (the push makes its staging
-    buffer and flags, ``ctx.workspaces``, at its first call and when a larger size comes).
+    - upstream Iris's, ``out`` as large as ``inp`` (``[M, N]``, anywhere; ``inp`` on the heap): each rank's ``out``
+      receives the reduction at its own tiles and keeps every other element (``reduce_scatter_tiles``: the tile map
+      comes from an ``iris.ccl.Config``, or upstream's default 32 x 64 tiles in blocks).
+    - torch's (``reduce_scatter_tensor``), ``out`` one slice (``[n, ...]``, anywhere): slice ``group_rank`` along
+      dim 0 of ``op`` over every rank's ``inp`` (``[group_size * n, ...]``: on the heap for the pull, anywhere for
+      the push; "auto" pulls below 64 MiB output slices and on the cpu backend).
 
-        ref = reduce(op, [inp_r for r in group]).chunk(group_size)[group_rank]
+    fp16/bf16 accumulate in fp32; every rank adds the ranks in one order. Collective over ``group``;
+    stream-ordered; graph-capturable after a first call (the push makes its staging buffer and flags,
+    ``ctx.workspaces``, at its first call and when a larger size comes).
+
+        ref = reduce(op, [inp_r for r in group]).chunk(group_size)[group_rank]     # torch's
+        ref = where(tile of rank group_rank, reduce(op, [inp_r for r in group]), out)  # upstream's
     """
     caller = "ccl.reduce_scatter"
     common.precheck(caller, group, config, (out, inp), str(op))
+    size = ctx.group_sync(group, caller).size
+    if isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor) and size > 1 and out.numel() == inp.numel():
+        common.same_dtype(out, inp, caller)
+        if tuple(out.shape) != tuple(inp.shape):
+            raise ValueError(f"{caller}: out is {tuple(out.shape)} but inp is {tuple(inp.shape)}; a full-size out "
+                             "(upstream's layout) has inp's shape")
+        return reduce_scatter_tiles(ctx, out, inp, op, group, async_op, config, caller)
+    return _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller)
+
+
+def reduce_scatter_tensor(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
+    """torch's layout only (``dist.reduce_scatter_tensor``): ``out`` [n, ...] = slice ``group_rank`` along dim 0
+    of ``op`` over every rank's ``inp`` [group_size * n, ...]. Same contract as ``reduce_scatter``'s slice form.
+
+        ref = reduce(op, [inp_r for r in group]).chunk(group_size)[group_rank]
+    """
+    caller = "ccl.reduce_scatter_tensor"
+    common.precheck(caller, group, config, (out, inp), str(op))
+    return _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller)
+
+
+def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller):
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
     op = common.reduce_op(op, inp.dtype, caller)

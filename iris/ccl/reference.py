@@ -24,8 +24,30 @@ def reduce_scatter(inputs, rank, op="sum"):
     return reduce_all(inputs, op).chunk(len(inputs), dim=0)[rank]
 
 
-def all_to_all(inputs, rank):
+def all_to_all_single(inputs, rank):
+    """torch's layout: slices along dim 0."""
     return torch.cat([x.chunk(len(inputs), dim=0)[rank] for x in inputs], dim=0)
+
+
+def all_to_all(inputs, rank):
+    """Upstream Iris's layout: column blocks along dim 1 (dim 0 for a 1-D tensor)."""
+    dim = 1 if inputs[0].dim() >= 2 else 0
+    return torch.cat([x.chunk(len(inputs), dim=dim)[rank] for x in inputs], dim=dim)
+
+
+def reduce_scatter_tiles(inputs, rank, out, layout, op="sum"):
+    """Upstream Iris's full-size reduce_scatter: ``out`` (rank ``rank``'s, before the call) with the reduction
+    written at the tiles ``layout`` (``reduce_scatter_tiles.TileLayout``) gives that rank."""
+    ref = out.double().clone() if out.is_floating_point() else out.clone()
+    total = reduce_all(inputs, op)
+    M, N = total.shape
+    first, count, step = layout.owned(M, N, rank, len(inputs))
+    for t in range(first, first + count * step, step):
+        pid_m, pid_n = layout.tile_rows_cols(t, M, N)
+        rows = slice(pid_m * layout.block_m, (pid_m + 1) * layout.block_m)
+        cols = slice(pid_n * layout.block_n, (pid_n + 1) * layout.block_n)
+        ref[rows, cols] = total[rows, cols].to(ref.dtype)
+    return ref
 
 
 def all_reduce_rmsnorm(inputs, residual, weight, eps):

@@ -144,7 +144,7 @@ class GroupCollectives:
                              f"{self.size} * output's {out.numel()} {out.dtype}")
         self.reducible(caller, inp.dtype)
         if self.on_heap(inp):
-            self.ctx.ccl.reduce_scatter(out, inp, op=reduce_op_name(op, caller), group=self.group, config=PULL)
+            self.ctx.ccl.reduce_scatter_tensor(out, inp, op=reduce_op_name(op, caller), group=self.group, config=PULL)
             return
         self.reduce_scatter_rows(out, inp.view(self.size, -1), op, caller)
 
@@ -164,7 +164,7 @@ class GroupCollectives:
             else:
                 for j, row in enumerate(rows):
                     staged[j].copy_(row[start:start + part.numel()])
-            self.ctx.ccl.reduce_scatter(part, staged.view(-1), op=op, group=self.group, config=PULL)
+            self.ctx.ccl.reduce_scatter_tensor(part, staged.view(-1), op=op, group=self.group, config=PULL)
 
     def all_to_all(self, out, inp, caller="iris all_to_all"):
         """Equal splits: slice j of our ``inp`` becomes slice ``group rank`` of rank j's ``out``."""
@@ -174,12 +174,12 @@ class GroupCollectives:
                              f"must match and split into {self.size} equal slices")
         flat_in, flat_out = movable(inp), movable(out)
         if self.on_heap(out):
-            self.ctx.ccl.all_to_all(flat_out, flat_in, group=self.group)
+            self.ctx.ccl.all_to_all_single(flat_out, flat_in, group=self.group)
             return
         n = flat_in.numel() // self.size
         if self.size * n <= self.staging.elements(flat_in.dtype):  # one chunk: the input is read where it is
             staged = self.staging.view(flat_in.dtype, self.size * n)
-            self.ctx.ccl.all_to_all(staged, flat_in, group=self.group)
+            self.ctx.ccl.all_to_all_single(staged, flat_in, group=self.group)
             flat_out.copy_(staged)
             return
         self.all_to_all_segments(list(flat_out.view(self.size, n).unbind(0)),
@@ -212,7 +212,7 @@ class GroupCollectives:
             for j, src in enumerate(inps):
                 piece = src.view(-1)[start:start + width]
                 staged_in[j, :piece.numel()].copy_(piece)
-            self.ctx.ccl.all_to_all(staged_out.view(-1), staged_in.view(-1), group=self.group)
+            self.ctx.ccl.all_to_all_single(staged_out.view(-1), staged_in.view(-1), group=self.group)
             for j, dst in enumerate(outs):
                 piece = dst.view(-1)[start:start + width]
                 piece.copy_(staged_out[j, :piece.numel()])

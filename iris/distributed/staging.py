@@ -16,7 +16,6 @@ reduce_scatter and reduce stage their input, all_gather and all_to_all their out
 """
 
 import os
-import weakref
 
 import torch
 
@@ -25,7 +24,8 @@ ALIGN = 256
 # few percent of moving 64 MiB over NVLink at ~370 GB/s); on the cpu backend 1 MiB, since its heaps are small.
 DEFAULT_STAGING_BYTES = {"cuda": 64 << 20, "cpu": 1 << 20}
 
-_stagings = weakref.WeakKeyDictionary()  # Iris -> Staging
+# A context's Staging hangs off the context (``ctx._staging``). Not a WeakKeyDictionary: its value refers to its
+# key (Staging.ctx), which keeps a dropped context and its whole heap alive for the life of the process.
 
 
 class Staging:
@@ -50,7 +50,7 @@ def staging_for(ctx, staging_bytes=None):
     """The context's ``Staging``, made on first call. Collective on first call (every rank of the context, same
     ``staging_bytes``): it allocates on the heap. ``staging_bytes`` defaults to ``IRIS_STAGING_BYTES`` or 64 MiB
     on GPUs, 1 MiB on the cpu backend, and at most half of what is left of the heap."""
-    staging = _stagings.get(ctx)
+    staging = getattr(ctx, "_staging", None)
     if staging is not None:
         if staging_bytes is not None and staging_bytes != staging.nbytes:
             raise ValueError(f"iris staging: this context already stages through {staging.nbytes} bytes; "
@@ -67,5 +67,5 @@ def staging_for(ctx, staging_bytes=None):
         raise ValueError(f"iris staging: staging_bytes={staging_bytes!r} must be an int of at least {ALIGN} bytes "
                          "(IRIS_STAGING_BYTES, or a larger heap_size)")
     staging_bytes -= staging_bytes % ALIGN
-    staging = _stagings[ctx] = Staging(ctx, staging_bytes)
+    staging = ctx._staging = Staging(ctx, staging_bytes)
     return staging

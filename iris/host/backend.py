@@ -238,3 +238,7 @@ if BACKEND == "cpu":
         install(os.environ["IRIS_LAUNCH_LOG"])
     if DEBUG:
         patch_interpreter_asserts()
+else:  # kernels written for upstream Iris pass AMD-only launch options, which Triton's CUDA launcher refuses
+    from iris.host import amd_options
+
+    amd_options.install()

@@ -1,9 +1,18 @@
-"""Rank-aware logging under the ``iris`` logger, as the standard library advises for a library: a
-``NullHandler`` and nothing else at import, propagation left on, so the application's logging configuration
-decides what is shown. ``iris.set_logger_level`` (or ``add_rank_handler``) adds a handler that prints
-``[Iris] [rank/world] message``; ``RankFormatter`` gives the same prefix to a handler of the application's."""
+"""Rank-aware logging under the ``iris`` logger: records print as ``[Iris] [rank/world] message`` on stderr.
+
+Default level: WARNING, so errors and warnings (``ctx.error``, ``ctx.warning``, the library's notes about what it
+ignores) are always seen, while ``ctx.info`` / ``ctx.debug`` stay quiet. ``IRIS_LOG_LEVEL`` (DEBUG, INFO, WARNING,
+ERROR, or a number) or ``iris.set_logger_level`` change it; ``IRIS_LOG_LEVEL=INFO`` gives upstream Iris's
+default. Not INFO by default: every rank of every process prints, so at 8 ranks one INFO line a call is 8 lines a
+call in every program that uses the library; that is the application's choice to make, while an error that prints
+nothing makes a failed check look like a pass.
+
+The application's own logging configuration wins: when the root logger has handlers, records reach them by
+propagation and the rank handler stays silent, so nothing prints twice. ``RankFormatter`` gives the same prefix
+to a handler of the application's."""
 
 import logging
+import os
 
 DEBUG = logging.DEBUG
 INFO = logging.INFO
@@ -26,28 +35,56 @@ class RankFormatter(logging.Formatter):
 IrisFormatter = RankFormatter  # upstream Iris's name
 
 
-logger.addHandler(logging.NullHandler())  # the library's own: records go nowhere until someone asks for them
-_handler = None  # the rank-prefixed stderr handler, added by ``set_logger_level`` / ``add_rank_handler``
+_LEVELS = {"DEBUG": DEBUG, "INFO": INFO, "WARNING": WARNING, "WARN": WARNING, "ERROR": ERROR}
+DEFAULT_LEVEL = WARNING
+
+
+def level_from_env(value=None):
+    """The level ``IRIS_LOG_LEVEL`` names (a name or a number); the default when unset; ValueError otherwise."""
+    value = os.environ.get("IRIS_LOG_LEVEL", "") if value is None else value
+    text = value.strip().upper()
+    if not text:
+        return DEFAULT_LEVEL
+    if text.lstrip("-").isdigit():
+        return int(text)
+    if text not in _LEVELS:
+        raise ValueError(f"IRIS_LOG_LEVEL={value!r}: use DEBUG, INFO, WARNING or ERROR (or a number)")
+    return _LEVELS[text]
+
+
+def _app_has_no_handlers(record):
+    return not logging.getLogger().handlers  # else the record reaches the application's handlers instead
+
+
+_handler = None  # the rank-prefixed stderr handler
 
 
 def add_rank_handler(stream=None):
-    """Print the ``iris`` logger's records as ``[Iris] [rank/world] message`` on ``stream`` (stderr by default).
-    Once: a second call returns the handler already added. ``set_logger_level`` calls it, so that asking for a
-    level is enough to see the messages; an application that configures logging itself need not call either
-    (the records also reach the root logger's handlers)."""
+    """Print the ``iris`` logger's records as ``[Iris] [rank/world] message`` on ``stream`` (stderr by default),
+    unless the application configured handlers on the root logger. Once: a second call returns the handler
+    already added (made at import)."""
     global _handler
     if _handler is None:
         _handler = logging.StreamHandler(stream)
         _handler.setFormatter(RankFormatter())
+        _handler.addFilter(_app_has_no_handlers)
         logger.addHandler(_handler)
     return _handler
 
 
 def set_logger_level(level):
-    """Set the level of the ``iris`` logger (``iris.DEBUG``, ``iris.INFO``, ``iris.WARNING``, ``iris.ERROR``) and
-    print its records with the rank prefix (``add_rank_handler``)."""
+    """Set the level of the ``iris`` logger (``iris.DEBUG``, ``iris.INFO``, ``iris.WARNING``, ``iris.ERROR``)."""
     logger.setLevel(level)
     add_rank_handler()
+
+
+try:
+    logger.setLevel(level_from_env())
+except ValueError as bad:
+    logger.setLevel(DEFAULT_LEVEL)
+    add_rank_handler()
+    logger.warning(f"{bad}; using WARNING")
+add_rank_handler()
 
 
 class RankLogger:

@@ -35,6 +35,7 @@ from iris.device.rma import store
 from iris.device.sync import call_epoch, fence_async_proxy, finish_call, group_barrier, next_tile, wait_until
 from iris.ops import common
 from iris.ops.copy_schedule import CopySchedule, copy_sms
+from iris.ops.upstream_layouts import all_gather_matmul_k, is_k_sharded
 from iris.ops.gemm import corner, descriptors_fit, mainloop, num_programs, operand, store_tile, strides, tile_coords
 
 COPY_K = 128  # columns per step of a communication program's copy: [BLOCK_M, COPY_K] per store
@@ -143,14 +144,22 @@ def _all_gather_matmul_engines_kernel(a, gathered, b, out, strides, shape, sync,
 
 
 def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
-    """``out`` ([M, N], anywhere) = ``cat([A_r for r in group], dim=0) @ B (+ bias)``; ``A`` [M / W, K] is this
-    rank's row block, ``B`` [K, N] the same on every rank. Collective; stream-ordered. The fused kernel needs
-    block_m to divide M / W; otherwise (or with variant="bulk") A is gathered first, then multiplied.
+    """Two shardings of A, told apart by shape (``upstream_layouts.py``):
 
-        ref = torch.cat([A_r for r in group], dim=0) @ B + bias
+    - upstream Iris's: ``A`` [M, K / W] this rank's column block, ``out`` [M, N] = ``cat([A_r], dim=1) @ B
+      (+ bias[:, None])``, bias one per row; run bulk-synchronous.
+    - ours: ``A`` [M / W, K] this rank's row block, ``out`` ([M, N], anywhere) = ``cat([A_r for r in group], dim=0)
+      @ B (+ bias)``, bias one per column. The fused kernel needs block_m to divide M / W; otherwise (or with
+      variant="bulk") A is gathered first, then multiplied.
+
+    ``B`` [K, N] is the same on every rank. Collective; stream-ordered.
+
+        ref = torch.cat([A_r for r in group], dim=0) @ B + bias     # ours; dim=1 and bias[:, None] upstream's
     """
     caller = "ops.all_gather_matmul"
     config = common.resolve_config(config, caller)
+    if is_k_sharded(out, a, b, ctx.group_sync(group, caller).size):
+        return all_gather_matmul_k(ctx, out, a, b, bias, group, config, caller)
     common.check_operands(caller, out, a, b)
     sync = ctx.group_sync(group, caller)
     m_local, K = a.shape

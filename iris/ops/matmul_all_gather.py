@@ -25,6 +25,7 @@ from iris.device.sync import count_published, group_barrier
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
+from iris.ops.upstream_layouts import is_row_sharded, matmul_all_gather_rows
 from iris.ops.copy_schedule import CopySchedule, bands_before, copy_sms, output_bands
 from iris.ops.gemm import (add_partials, band_of, corner, descriptors_fit, first_unit, leave_partial, mainloop,
                            num_programs, operand, split_tail, stream_program, stream_share, strides, tile_coords)
@@ -156,13 +157,22 @@ def _matmul_all_gather_kernel(a, b, out, strides, shape, sync, trace, stream_k, 
 
 
 def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
-    """``out`` ([M, N], on the heap) = ``cat([A @ B_r for r in group], dim=1) (+ bias)``; ``A`` [M, K] is the same
-    on every rank, ``B`` [K, N / W] is this rank's column block. Collective; stream-ordered.
+    """Two shardings, told apart by shape (``upstream_layouts.py``); ``out`` [M, N] on the heap:
 
-        ref = torch.cat([A @ B_r for r in group], dim=1) + bias
+    - upstream Iris's: ``A`` [M / W, K] this rank's row block, ``B`` [K, N] the same on every rank: ``out`` =
+      ``cat([A_r @ B (+ bias_r[:, None]) for r in group], dim=0)``, bias one per row of A; run bulk-synchronous.
+    - ours (the paper's GEMM + All-Scatter, fused): ``A`` [M, K] the same on every rank, ``B`` [K, N / W] this
+      rank's column block: ``out`` = ``cat([A @ B_r for r in group], dim=1) (+ bias)``, bias one per column.
+
+    Collective; stream-ordered.
+
+        ref = torch.cat([A @ B_r for r in group], dim=1) + bias      # ours
+        ref = torch.cat([A_r @ B for r in group], dim=0)             # upstream's
     """
     caller = "ops.matmul_all_gather"
     config = common.resolve_config(config, caller)
+    if is_row_sharded(out, a, b, ctx.group_sync(group, caller).size):
+        return matmul_all_gather_rows(ctx, out, a, b, bias, group, config, caller)
     common.check_operands(caller, out, a, b)
     ctx.check_symmetric(out, caller, "out")
     sync = ctx.group_sync(group, caller)

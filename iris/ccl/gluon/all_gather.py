@@ -39,15 +39,15 @@ def _all_gather_gluon_kernel(out, inp, n, sync, GROUP_SIZE: gl.constexpr, HINT: 
 
 def launch(ctx, out_flat, inp_flat, n, plan, hint):
     """Launch on ``plan``'s grid (``iris.ccl.common.plan``); the block must fill whole warps."""
-    check_block(plan, "ccl.all_gather")
+    check_block(plan.block, plan.warps, "ccl.all_gather")
     _all_gather_gluon_kernel[plan.grid](out_flat, inp_flat, n, plan.sync.args(ctx), GROUP_SIZE=plan.sync.size,
                                         HINT=hint, BLOCK=plan.block, THREADS_PER_WARP=WARP_SIZE,
                                         num_warps=plan.warps)
 
 
-def check_block(plan, caller):
-    threads = WARP_SIZE * plan.warps
-    if plan.block % threads:
+def check_block(block, warps, caller):
+    threads = WARP_SIZE * warps
+    if block % threads:
         raise ValueError(f"{caller}: use_gluon=True needs block_size a multiple of 32 * num_warps = {threads} (one "
-                         f"BlockedLayout over the program's threads), got block_size={plan.block}; raise block_size "
+                         f"BlockedLayout over the program's threads), got block_size={block}; raise block_size "
                          f"or lower num_warps")

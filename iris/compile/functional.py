@@ -19,31 +19,48 @@ allocates on the heap or synchronises the host after its first call at a shape, 
 replays it in a CUDA graph.
 """
 
+import weakref
+
 import torch
 
 from iris.distributed.collectives import GroupCollectives
 from iris.distributed.staging import staging_for
 
-_bound = None  # GroupCollectives of the whole world of the bound context
+# The bound context, held weakly: a context the program drops (``del ctx; gc.collect()``) gives its heap back
+# even while bound, and the ops then say that none is bound. Its collectives (and staging buffer) hang off the
+# context itself, so they go with it.
+_iris_ctx = None  # weakref.ref to the bound Iris, or None
 
 
 def set_context(ctx, staging_bytes=None):
     """Bind ``torch.ops.iris.*`` to ``ctx`` (an ``iris.Iris``). Collective: every rank, with the same
-    ``staging_bytes`` (see ``iris.distributed.staging.staging_for``), before the ops run or are traced."""
-    global _bound
+    ``staging_bytes`` (see ``iris.distributed.staging.staging_for``), before the ops run or are traced. The
+    binding does not keep ``ctx`` alive."""
+    global _iris_ctx
     from iris.host.context import Iris
 
     if not isinstance(ctx, Iris):
-        raise TypeError(f"iris.compile.set_context: expected an iris context (iris.iris(...)), got "
+        raise TypeError(f"iris.compile.set_context: Expected an Iris instance (ctx = iris.iris(...)), got "
                         f"{type(ctx).__name__}")
-    _bound = GroupCollectives(ctx, staging_for(ctx, staging_bytes), range(ctx.get_num_ranks()), None)
+    ctx._compile_world = GroupCollectives(ctx, staging_for(ctx, staging_bytes), range(ctx.get_num_ranks()), None)
+    _iris_ctx = weakref.ref(ctx)
+
+
+def get_context():
+    """The context ``set_context`` bound; RuntimeError when none is (or it was dropped)."""
+    ctx = _iris_ctx() if _iris_ctx is not None else None
+    if ctx is None:
+        raise RuntimeError("iris.compile: Iris context not set; call iris.compile.set_context(ctx) on every rank "
+                           "first (ctx = iris.iris(...))")
+    return ctx
 
 
 def _world(op):
-    if _bound is None:
-        raise RuntimeError(f"torch.ops.iris.{op}: no iris context is bound; call iris.compile.set_context(ctx) on "
-                           "every rank first (ctx = iris.iris(...))")
-    return _bound
+    try:
+        return get_context()._compile_world
+    except RuntimeError:
+        raise RuntimeError(f"torch.ops.iris.{op}: Iris context not set; call iris.compile.set_context(ctx) on "
+                           "every rank first (ctx = iris.iris(...))") from None
 
 
 def _rows_divided(op, x, size):
@@ -199,5 +216,5 @@ def matmul_reduce_scatter(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 matmul_reduce_scatter.register_fake(_matmul_reduce_scatter_out)
 
 
-__all__ = ["set_context", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "matmul_all_reduce",
+__all__ = ["set_context", "get_context", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "matmul_all_reduce",
            "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"]
