@@ -202,3 +202,12 @@ def test_gluon_paths_compile_for_sm90_as_the_triton_paths(gluon_ptx):
         ops = gluon_ptx[name]["ops"]
         assert "st.global.v4.b32" in ops and "st.global.b32" not in ops, ops
         assert "fence.acq_rel.sys" in ops and "ld.global.sys.acquire.b32" in ops, ops  # the barriers' release/acquire
+
+
+def test_upstream_module_paths_are_one_class():
+    from iris.device.gluon import IrisDeviceCtx as room
+    from iris.experimental.iris_gluon import IrisDeviceCtx as oldest
+    from iris.mem.gluon import Context
+    from iris.mem.gluon.context import Context as newest
+
+    assert room is oldest is Context is newest is IrisDeviceCtx
