@@ -5,8 +5,10 @@
         ctx = iris.DeviceContext.initialize(context, RANK, WORLD_SIZE)
         x = ctx.load(buf + offs, from_rank=(RANK + 1) % WORLD_SIZE)
 
-``context`` is ``Iris.get_device_context()``: an int64 tensor ``[rank, world_size, heap bytes, world_size,
-heap_base_0, ...]`` (upstream Iris's two words first; the two words before the bases serve debug mode).
+``context`` is ``Iris.get_device_context()``: an int64 tensor laid out as upstream Iris's, ``[rank, world_size,
+heap_base_0, ..., heap_base_{W-1}, trace_enabled, max_events, event counter, operation counter, 13 trace buffer
+addresses]`` (the tracing words zero until ``ctx.tracing.enable``), then one word of ours, the bytes each base
+addresses, which debug mode reads.
 Each method is the free function of the same name with ``heap_bases`` and the calling rank filled in,
 so the memory-ordering contracts are those of ``iris.device.rma`` and ``iris.device.atomics``.
 
@@ -21,8 +23,8 @@ import triton.language as tl
 
 from iris.device import atomics, rma
 
-# Length of the header in the context tensor, before the heap bases: [rank, world_size, heap bytes, world_size].
-CONTEXT_HEADER = tl.constexpr(4)
+# Length of the header in the context tensor, before the heap bases: [rank, world_size].
+CONTEXT_HEADER = tl.constexpr(2)
 
 
 class _Methods:
