@@ -3,12 +3,15 @@ the NVIDIA compiler does, and ``ccl.Config(use_gluon=True)`` runs the Gluon all_
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
 import iris.ccl
 from conftest import on_gpu
+from iris.device.trace_events import TraceEvent
 from iris.gluon import IrisDeviceCtx
 from rank_utils import new_context, poison_value, rank_data
 
@@ -211,3 +214,54 @@ def test_upstream_module_paths_are_one_class():
     from iris.mem.gluon.context import Context as newest
 
     assert room is oldest is Context is newest is IrisDeviceCtx
+
+
+@gluon.jit
+def _traced_gluon_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, buf, n, BLOCK: gl.constexpr):
+    ctx = IrisDeviceCtx.initialize(context_tensor, tracing=True)
+    layout: gl.constexpr = gl.BlockedLayout([BLOCK // (32 * gl.num_warps())], [32], [gl.num_warps()], [0])
+    offs = gl.arange(0, BLOCK, layout=layout)
+    peer = (ctx.cur_rank + 1) % ctx.num_ranks
+    mask = offs < n
+    handle = ctx.tracing.record_event_start(event_id=TraceEvent().put, target_rank=peer, address=buf + offs,
+                                            pid_m=gl.program_id(0), pid_n=7, mask=mask)
+    ctx.store(buf + offs, offs, peer, mask=mask)
+    ctx.tracing.record_event_end(handle)
+
+
+@triton.jit
+def _traced_triton_kernel(context, buf, n, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr, BLOCK: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, RANK, WORLD_SIZE, tracing=True)
+    offs = tl.arange(0, BLOCK)
+    peer = (RANK + 1) % WORLD_SIZE
+    mask = offs < n
+    handle = ctx.tracing.record_event_start(event_id=TraceEvent().put, target_rank=peer, address=buf + offs,
+                                            pid_m=tl.program_id(0), pid_n=7, mask=mask)
+    ctx.store(buf + offs, offs, peer, mask=mask)
+    ctx.tracing.record_event_end(handle)
+
+
+def _tracing_body():
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    buf = ctx.zeros(BLOCK, dtype=torch.int32)
+    ctx.tracing.enable(max_events=8)
+    ctx.barrier()
+    context = ctx.get_device_context()
+    enabled_word = int(context[2 + world].item())
+    _traced_gluon_kernel[(1,)](IrisDeviceCtx, context, buf, N, BLOCK=BLOCK, num_warps=4)
+    _traced_triton_kernel[(1,)](context, buf, N, RANK=rank, WORLD_SIZE=world, BLOCK=BLOCK, num_warps=4)
+    ctx.barrier()
+    events, dropped = ctx.tracing.device_events()
+    return enabled_word, events, dropped, buf.data_ptr(), bool(torch.equal(buf[:N].cpu(), torch.arange(N).int()))
+
+
+def test_tracing_from_gluon_and_triton_kernels_records_the_same_events(pools):
+    for rank, (enabled_word, events, dropped, address, stored) in enumerate(pools(3).run(_tracing_body)):
+        assert enabled_word == 1 and dropped == 0 and stored
+        assert len(events) == 2, events  # one from the Gluon kernel, one from the Triton kernel, same fields
+        for e in events:
+            assert e["name"] == "put" and e["cur_rank"] == rank and e["target_rank"] == (rank + 1) % 3, e
+            assert e["pid_n"] == 7 and e["address"] == address and e["payload_size"] == N * 4, e
+            assert e["duration_cycles"] > e["timestamp"], e  # ended after it started
+        assert events[0]["duration_cycles"] <= events[1]["timestamp"]  # the Gluon kernel ran first

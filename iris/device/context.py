@@ -8,7 +8,8 @@
 ``context`` is ``Iris.get_device_context()``: an int64 tensor laid out as upstream Iris's, ``[rank, world_size,
 heap_base_0, ..., heap_base_{W-1}, trace_enabled, max_events, event counter, operation counter, 13 trace buffer
 addresses]`` (the tracing words zero until ``ctx.tracing.enable``), then one word of ours, the bytes each base
-addresses, which debug mode reads.
+addresses, which debug mode reads. ``initialize(..., tracing=True)`` makes ``ctx.tracing`` record
+(``iris/device/user_tracing.py``).
 Each method is the free function of the same name with ``heap_bases`` and the calling rank filled in,
 so the memory-ordering contracts are those of ``iris.device.rma`` and ``iris.device.atomics``.
 
@@ -22,6 +23,7 @@ import triton
 import triton.language as tl
 
 from iris.device import atomics, rma
+from iris.device.user_tracing import DeviceTracing
 
 # Length of the header in the context tensor, before the heap bases: [rank, world_size].
 CONTEXT_HEADER = tl.constexpr(2)
@@ -30,8 +32,10 @@ CONTEXT_HEADER = tl.constexpr(2)
 class _Methods:
     """The method bodies shared by both forms; kept free of anything the compiler cannot parse."""
 
-    def initialize(context, rank: tl.constexpr, world_size: tl.constexpr):
-        return DeviceContext(rank, world_size, context + CONTEXT_HEADER)
+    def initialize(context, rank: tl.constexpr, world_size: tl.constexpr, tracing: tl.constexpr = False):
+        heap_bases = context + CONTEXT_HEADER
+        return DeviceContext(rank, world_size, heap_bases,
+                             DeviceTracing(tracing, tl.full((), rank, tl.int32), heap_bases + world_size))
 
     def load(self, pointer, from_rank, mask=None, other=None, cache_modifier: tl.constexpr = None,
              volatile: tl.constexpr = False, hint: tl.constexpr = None):
@@ -98,10 +102,11 @@ _METHOD_NAMES = [name for name in vars(_Methods) if not name.startswith("_")]
 
 def _interpreted_class():
     class DeviceContext:
-        def __init__(self, rank, world_size, heap_bases):
+        def __init__(self, rank, world_size, heap_bases, tracing):
             self.rank = tl.constexpr(rank)
             self.world_size = tl.constexpr(world_size)
             self.heap_bases = heap_bases
+            self.tracing = tracing
 
     for name in _METHOD_NAMES:
         fn = vars(_Methods)[name]
@@ -116,12 +121,14 @@ def _compiled_class():
         rank: tl.constexpr
         world_size: tl.constexpr
         heap_bases: tl.tensor
+        tracing: DeviceTracing
 
         @triton.constexpr_function
-        def __init__(self, rank, world_size, heap_bases):
+        def __init__(self, rank, world_size, heap_bases, tracing):
             self.rank = tl.constexpr(rank)
             self.world_size = tl.constexpr(world_size)
             self.heap_bases = heap_bases
+            self.tracing = tracing
 
     for name in _METHOD_NAMES:
         fn = triton.jit(vars(_Methods)[name])

@@ -9,7 +9,8 @@
 
     kernel[(1,)](IrisDeviceCtx, shmem.get_device_context(), buf, peer, BLOCK=1024, num_warps=4)
 
-The rank and world size are runtime values read from the context tensor (Triton's ``DeviceContext`` takes them
+``initialize(context_tensor, tracing=True)`` makes ``ctx.tracing.record_event_start`` / ``record_event_end`` record
+the same events as the Triton context's (``iris/device/user_tracing.py``). The rank and world size are runtime values read from the context tensor (Triton's ``DeviceContext`` takes them
 as constexprs). Every method is the ``iris.device`` function of the same name with the heap bases and the calling
 rank filled in: one translate and one memory model for Triton and Gluon. So ``sem`` / ``scope`` mean what they
 mean there (a release or acq_rel atomic first synchronises the program, ``bar.sync``, so that every warp's earlier
@@ -32,6 +33,7 @@ from triton.experimental.gluon import language as gl
 
 from iris.device import atomics, rma
 from iris.device.context import CONTEXT_HEADER
+from iris.device.user_tracing import DeviceTracing
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -51,7 +53,8 @@ class _Methods:
     def initialize(context_tensor, tracing: gl.constexpr = False):
         cur_rank = gl.load(context_tensor + 0).to(gl.int32)
         num_ranks = gl.load(context_tensor + 1).to(gl.int32)
-        return IrisDeviceCtx(cur_rank, num_ranks, context_tensor + CONTEXT_HEADER)
+        heap_bases = context_tensor + CONTEXT_HEADER
+        return IrisDeviceCtx(cur_rank, num_ranks, heap_bases, DeviceTracing(tracing, cur_rank, heap_bases + num_ranks))
 
     def load(self, pointer, from_rank, mask=None, other=None, cache_modifier: gl.constexpr = None,
              volatile: gl.constexpr = False, hint: gl.constexpr = None):
@@ -129,10 +132,11 @@ _METHOD_NAMES = [name for name in vars(_Methods) if not name.startswith("_")]
 
 def _interpreted_class():
     class IrisDeviceCtx:
-        def __init__(self, cur_rank, num_ranks, heap_bases):
+        def __init__(self, cur_rank, num_ranks, heap_bases, tracing):
             self.cur_rank = cur_rank
             self.num_ranks = num_ranks
             self.heap_bases = heap_bases
+            self.tracing = tracing
 
     for name in _METHOD_NAMES:
         fn = vars(_Methods)[name]
@@ -147,12 +151,14 @@ def _compiled_class():
         cur_rank: gl.tensor
         num_ranks: gl.tensor
         heap_bases: gl.tensor
+        tracing: DeviceTracing
 
         @gluon.constexpr_function
-        def __init__(self, cur_rank, num_ranks, heap_bases):
+        def __init__(self, cur_rank, num_ranks, heap_bases, tracing):
             self.cur_rank = cur_rank
             self.num_ranks = num_ranks
             self.heap_bases = heap_bases
+            self.tracing = tracing
 
     for name in _METHOD_NAMES:
         fn = gluon.jit(vars(_Methods)[name])
