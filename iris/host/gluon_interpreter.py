@@ -208,4 +208,14 @@ def install():
         for name, member in list(vars(module).items()):
             if isinstance(member, JITFunction):
                 setattr(module, name, GluonInterpretedFunction(member.fn))
+    # kernels decorated before iris was imported (a module that imports triton first, under TRITON_INTERPRET=1) are
+    # GluonJITFunctions: launching or calling one runs its interpreted twin
+    def twin(fn):
+        if "_iris_twin" not in fn.__dict__:
+            fn._iris_twin = GluonInterpretedFunction(fn.fn)
+        return fn._iris_twin
+
+    runtime.GluonJITFunction.run = lambda self, *args, grid, warmup, **kwargs: twin(self).run(
+        *args, grid=grid, warmup=warmup, **kwargs)
+    runtime.GluonJITFunction.__call__ = lambda self, *args, **kwargs: twin(self)(*args, **kwargs)
     gluon._iris_interpreted = True
