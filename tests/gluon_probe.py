@@ -12,8 +12,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
+
 from iris.ccl.gluon.all_gather import _all_gather_gluon_kernel
 from iris.ccl.gluon.all_to_all import _all_to_all_gluon_kernel
+from iris.device.translate import translate
 from iris.gluon import IrisDeviceCtx
 
 triton_all_gather = sys.modules["iris.ccl.all_gather"]  # the module: iris.ccl's attribute is the function
@@ -38,6 +41,26 @@ def triton_store_kernel(context, src, dst, peer, BLOCK: tl.constexpr, HINT: tl.c
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ctx.store(dst + offs, tl.load(src + offs), peer, hint=HINT)
     ctx.atomic_xchg(dst, 1, peer, sem="release", scope="sys")
+
+
+@gluon.jit
+def tma_put_kernel(out, inp, rows, cols, heap_bases, rank, peer, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """A [BLOCK_M, BLOCK_N] bf16 tile to the peer's heap with one TMA bulk copy from shared memory, through a
+    descriptor made on the device over the translated address (the Hopper path past upstream, compiled only)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.bfloat16)
+    offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    x = gl.load(inp + offs_m[:, None] * cols + offs_n[None, :])  # [BLOCK_M, BLOCK_N]
+    smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_N], smem_layout, x)
+    fence_async_shared()  # the generic-proxy stores to shared memory, before the async proxy reads them
+    remote = translate(out, rank, peer, heap_bases, None, None, "tma_put")
+    desc = tma.make_tensor_descriptor(remote, [rows, cols], [cols, 1], [BLOCK_M, BLOCK_N], smem_layout)
+    tma.async_copy_shared_to_global(desc, [gl.program_id(0) * BLOCK_M, 0], smem)
+    # Triton 3.6's tma.store_wait(0) is cp.async.bulk.wait_group.read: the shared source may be reused, but the
+    # writes need not be complete; a peer's flag may only be released after the full wait
+    gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; mov.u32 $0, 0;", "=r", [], dtype=gl.int32,
+                              is_pure=False, pack=1)
 
 
 def summary(kernel):
@@ -65,6 +88,9 @@ def main():
     out["gluon_all_to_all"] = summary(launch_compile(_all_to_all_gluon_kernel, ptr(torch.bfloat16),
                                                      ptr(torch.bfloat16), 4096, 4096, 3, SYNC, GROUP_SIZE=4, HINT=16,
                                                      BLOCK=BLOCK, THREADS_PER_WARP=32, num_warps=8))
+    tma_ptx = launch_compile(tma_put_kernel, ptr(torch.bfloat16), ptr(torch.bfloat16), 4096, 128, ptr(torch.int64),
+                             3, 2, BLOCK_M=64, BLOCK_N=128, num_warps=4).asm["ptx"]
+    out["tma_put"] = sorted(set(re.findall(r"(?:^|\s)((?:cp\.async\.bulk|fence|tensormap\.cp)[\w.:]*)", tma_ptx)))
     print("RESULT" + json.dumps(out))
 
 

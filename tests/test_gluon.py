@@ -205,6 +205,11 @@ def test_gluon_paths_compile_for_sm90_as_the_triton_paths(gluon_ptx):
         ops = gluon_ptx[name]["ops"]
         assert "st.global.v4.b32" in ops and "st.global.b32" not in ops, ops
         assert "fence.acq_rel.sys" in ops and "ld.global.sys.acquire.b32" in ops, ops  # the barriers' release/acquire
+    # a tile to a peer by TMA: one bulk tensor copy from shared memory over a device-made descriptor, and the full
+    # wait for its writes (not only the .read wait that frees the shared source)
+    tma_ops = gluon_ptx["tma_put"]
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in tma_ops, tma_ops
+    assert "cp.async.bulk.wait_group" in tma_ops and "fence.proxy.async.shared::cta" in tma_ops, tma_ops
 
 
 def test_upstream_module_paths_are_one_class():
