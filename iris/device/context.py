@@ -34,8 +34,7 @@ class _Methods:
 
     def initialize(context, rank: tl.constexpr, world_size: tl.constexpr, tracing: tl.constexpr = False):
         heap_bases = context + CONTEXT_HEADER
-        return DeviceContext(rank, world_size, heap_bases,
-                             DeviceTracing(tracing, tl.full((), rank, tl.int32), heap_bases + world_size))
+        return DeviceContext(rank, world_size, heap_bases, DeviceTracing(tracing, heap_bases))
 
     def load(self, pointer, from_rank, mask=None, other=None, cache_modifier: tl.constexpr = None,
              volatile: tl.constexpr = False, hint: tl.constexpr = None):
@@ -102,11 +101,11 @@ _METHOD_NAMES = [name for name in vars(_Methods) if not name.startswith("_")]
 
 def _interpreted_class():
     class DeviceContext:
-        def __init__(self, rank, world_size, heap_bases, tracing):
+        def __init__(self, rank, world_size, heap_bases, tracing=None):
             self.rank = tl.constexpr(rank)
             self.world_size = tl.constexpr(world_size)
             self.heap_bases = heap_bases
-            self.tracing = tracing
+            self.tracing = DeviceTracing(False, heap_bases) if tracing is None else tracing
 
     for name in _METHOD_NAMES:
         fn = vars(_Methods)[name]
@@ -124,11 +123,11 @@ def _compiled_class():
         tracing: DeviceTracing
 
         @triton.constexpr_function
-        def __init__(self, rank, world_size, heap_bases, tracing):
+        def __init__(self, rank, world_size, heap_bases, tracing=None):
             self.rank = tl.constexpr(rank)
             self.world_size = tl.constexpr(world_size)
             self.heap_bases = heap_bases
-            self.tracing = tracing
+            self.tracing = DeviceTracing(False, heap_bases) if tracing is None else tracing
 
     for name in _METHOD_NAMES:
         fn = triton.jit(vars(_Methods)[name])

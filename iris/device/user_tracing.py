@@ -72,43 +72,50 @@ def _payload_bytes(address, mask):
         return mask.to(tl.int32) * elem_bytes
 
 
+@triton.jit
+def _words(heap_bases):
+    """The tracing words: after the bases, whose count (the world size) sits just before them."""
+    return heap_bases + tl.load(heap_bases - 1)
+
+
 class _Methods:
     def record_event_start(self, event_id: tl.constexpr, target_rank, address, pid_m, pid_n, mask=None):
         """Open one event; returns the handle ``record_event_end`` closes. A no-op (handle 0) without tracing."""
         if not self.enabled:
             return 0
-        start = _now(self.words)
-        slot = tl.atomic_add(_words_ptr(self.words, _COUNTER, tl.int32), 1, sem="relaxed")
-        if slot < tl.load(self.words + _MAX_EVENTS):
-            tl.store(_words_ptr(self.words, _EVENT_ID, tl.int32) + slot, event_id)
-            tl.store(_words_ptr(self.words, _PID, tl.int32) + slot, tl.program_id(0))
-            tl.store(_words_ptr(self.words, _PID_M, tl.int32) + slot, pid_m)
-            tl.store(_words_ptr(self.words, _PID_N, tl.int32) + slot, pid_n)
-            tl.store(_words_ptr(self.words, _CUR_RANK, tl.int32) + slot, self.cur_rank)
-            tl.store(_words_ptr(self.words, _TARGET, tl.int32) + slot, target_rank)
-            tl.store(_words_ptr(self.words, _XCC, tl.int32) + slot, 0)
-            tl.store(_words_ptr(self.words, _CU, tl.int32) + slot, _sm_id())
-            tl.store(_words_ptr(self.words, _START, tl.int64) + slot, start)
-            tl.store(_words_ptr(self.words, _ADDRESS, tl.int64) + slot, _first_address(address))
-            tl.store(_words_ptr(self.words, _END, tl.int64) + slot, 0)
-            tl.store(_words_ptr(self.words, _OP_INDEX, tl.int32) + slot, start.to(tl.int32))
-            tl.store(_words_ptr(self.words, _PAYLOAD, tl.int32) + slot, _payload_bytes(address, mask))
+        words = _words(self.heap_bases)
+        start = _now(words)
+        slot = tl.atomic_add(_words_ptr(words, _COUNTER, tl.int32), 1, sem="relaxed")
+        if slot < tl.load(words + _MAX_EVENTS):
+            tl.store(_words_ptr(words, _EVENT_ID, tl.int32) + slot, event_id)
+            tl.store(_words_ptr(words, _PID, tl.int32) + slot, tl.program_id(0))
+            tl.store(_words_ptr(words, _PID_M, tl.int32) + slot, pid_m)
+            tl.store(_words_ptr(words, _PID_N, tl.int32) + slot, pid_n)
+            tl.store(_words_ptr(words, _CUR_RANK, tl.int32) + slot, tl.load(self.heap_bases - 2))  # context[0]
+            tl.store(_words_ptr(words, _TARGET, tl.int32) + slot, target_rank)
+            tl.store(_words_ptr(words, _XCC, tl.int32) + slot, 0)
+            tl.store(_words_ptr(words, _CU, tl.int32) + slot, _sm_id())
+            tl.store(_words_ptr(words, _START, tl.int64) + slot, start)
+            tl.store(_words_ptr(words, _ADDRESS, tl.int64) + slot, _first_address(address))
+            tl.store(_words_ptr(words, _END, tl.int64) + slot, 0)
+            tl.store(_words_ptr(words, _OP_INDEX, tl.int32) + slot, start.to(tl.int32))
+            tl.store(_words_ptr(words, _PAYLOAD, tl.int32) + slot, _payload_bytes(address, mask))
         return slot
 
     def record_event_end(self, handle):
         """Close the event ``handle`` opened (its end time)."""
         if self.enabled:
-            end = _now(self.words)
-            if handle < tl.load(self.words + _MAX_EVENTS):
-                tl.store(_words_ptr(self.words, _END, tl.int64) + handle, end)
+            words = _words(self.heap_bases)
+            end = _now(words)
+            if handle < tl.load(words + _MAX_EVENTS):
+                tl.store(_words_ptr(words, _END, tl.int64) + handle, end)
 
 
 def _interpreted_class():
     class DeviceTracing:
-        def __init__(self, enabled, cur_rank, words):
+        def __init__(self, enabled, heap_bases):
             self.enabled = tl.constexpr(enabled)
-            self.cur_rank = cur_rank
-            self.words = words
+            self.heap_bases = heap_bases
 
     for name in ("record_event_start", "record_event_end"):
         setattr(DeviceTracing, name, vars(_Methods)[name])
@@ -120,14 +127,12 @@ def _compiled_class():
 
     class DeviceTracing:
         enabled: tl.constexpr
-        cur_rank: tl.tensor
-        words: tl.tensor
+        heap_bases: tl.tensor
 
         @triton.constexpr_function
-        def __init__(self, enabled, cur_rank, words):
+        def __init__(self, enabled, heap_bases):
             self.enabled = tl.constexpr(enabled)
-            self.cur_rank = cur_rank
-            self.words = words
+            self.heap_bases = heap_bases
 
     for name in ("record_event_start", "record_event_end"):
         setattr(DeviceTracing, name, triton.jit(vars(_Methods)[name]))

@@ -54,7 +54,7 @@ class _Methods:
         cur_rank = gl.load(context_tensor + 0).to(gl.int32)
         num_ranks = gl.load(context_tensor + 1).to(gl.int32)
         heap_bases = context_tensor + CONTEXT_HEADER
-        return IrisDeviceCtx(cur_rank, num_ranks, heap_bases, DeviceTracing(tracing, cur_rank, heap_bases + num_ranks))
+        return IrisDeviceCtx(cur_rank, num_ranks, heap_bases, DeviceTracing(tracing, heap_bases))
 
     def load(self, pointer, from_rank, mask=None, other=None, cache_modifier: gl.constexpr = None,
              volatile: gl.constexpr = False, hint: gl.constexpr = None):
@@ -136,7 +136,7 @@ def _interpreted_class():
             self.cur_rank = cur_rank
             self.num_ranks = num_ranks
             self.heap_bases = heap_bases
-            self.tracing = tracing
+            self.tracing = DeviceTracing(False, heap_bases) if tracing is None else tracing
 
     for name in _METHOD_NAMES:
         fn = vars(_Methods)[name]
@@ -158,7 +158,7 @@ def _compiled_class():
             self.cur_rank = cur_rank
             self.num_ranks = num_ranks
             self.heap_bases = heap_bases
-            self.tracing = tracing
+            self.tracing = DeviceTracing(False, heap_bases) if tracing is None else tracing
 
     for name in _METHOD_NAMES:
         fn = gluon.jit(vars(_Methods)[name])
