@@ -48,11 +48,14 @@ def check_offset(offset, elem_bytes, from_rank, to_rank, heap_bases, mask, op: t
     inside = offset + elem_bytes <= extent
     if mask is not None:
         inside = inside | ~mask
-    # Broadcast against a 1-element block so that scalar and block pointers reduce the same way.
-    inside_any_shape = inside | tl.zeros((1,), tl.int1)
-    outside = tl.sum((~inside_any_shape).to(tl.int32))
+    # Scalar and block pointers reduce apart: a block made here would need a layout in Gluon kernels
+    if inside.type.is_block():
+        outside = tl.sum((~inside).to(tl.int32))
+        first_bad = tl.max(tl.where(inside, 0, offset))
+    else:
+        outside = (~inside).to(tl.int32)
+        first_bad = offset
     if outside > 0:
-        first_bad = tl.max(tl.where(inside_any_shape, 0, offset))
         tl.device_print("iris debug: " + op + " outside the heap: from_rank, to_rank, byte offset, heap bytes",
                         from_rank, to_rank, first_bad, extent)
     tl.device_assert(outside == 0, "iris." + op + ": address outside the target rank's symmetric heap (IRIS_DEBUG)")
