@@ -107,7 +107,7 @@ for fn, args, meta in [
     (_all_reduce_one_shot_kernel, (*data, SYNC), reduce_meta),
     (_all_reduce_two_shot_kernel, (*data, N_ELEMENTS // 2, SYNC), reduce_meta),
     (_all_gather_kernel, (*data, SYNC), move_meta),
-    (_all_to_all_kernel, (*data, SYNC), move_meta),
+    (_all_to_all_kernel, (ptr(), ptr(), 1, N_ELEMENTS, 64, SYNC), move_meta),  # (rows, n, col_programs)
     (_pull_from_root_kernel, (*data, 7, 2, SYNC), {**move_meta, "ROOT_COPIES": True}),
     (_root_pulls_kernel, (*data, 2, SYNC), {**reduce_meta, "REDUCE": True}),
     (_reduce_scatter_push_kernel, (*data, (ptr(), ptr(torch.int32), 4096), 64, SYNC), {**reduce_meta, "SEGMENT": 4}),

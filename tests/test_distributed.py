@@ -42,7 +42,7 @@ class Calls:
     def __init__(self, ctx):
         self.counts = {}
         for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send",
-                     "recv"):
+                     "recv", "all_to_all_single", "reduce_scatter_tensor"):
             setattr(ctx.ccl, name, self._wrap(name, getattr(ctx.ccl, name)))
 
     def _wrap(self, name, fn):
@@ -100,22 +100,22 @@ def _collectives_body(dtype, staging_bytes):
     expect("all_gather_into_tensor", "all_gather", tri, torch.cat(parts))
     outs = [poisoned(parts[rank]) for _ in range(world)]
     dist.all_gather(outs, parts[rank], group=group)
-    expect("all_gather (lists)", "all_to_all", torch.cat(outs), torch.cat(parts))
+    expect("all_gather (lists)", "all_to_all_single", torch.cat(outs), torch.cat(parts))
 
     # reduce_scatter_tensor and reduce_scatter (lists)
     tri = poisoned(parts[rank])
     dist.reduce_scatter_tensor(tri, full[rank], group=group)
-    expect("reduce_scatter_tensor", "reduce_scatter", tri, ref_ops.reduce_scatter(
+    expect("reduce_scatter_tensor", "reduce_scatter_tensor", tri, ref_ops.reduce_scatter(
         [x.cpu() for x in full], rank))
     tri = poisoned(parts[rank])
     dist.reduce_scatter(tri, list(full[rank].chunk(world)), group=group, op=dist.ReduceOp.MAX)
-    expect("reduce_scatter (lists) max", "reduce_scatter", tri, ref_ops.reduce_scatter(
+    expect("reduce_scatter (lists) max", "reduce_scatter_tensor", tri, ref_ops.reduce_scatter(
         [x.cpu() for x in full], rank, "max"))
 
     # all_to_all_single: equal splits, then uneven ones (rank r sends 1 + (r + 2 j) % 3 rows to rank j)
     tri = poisoned(full[rank])
     dist.all_to_all_single(tri, full[rank], group=group)
-    expect("all_to_all_single", "all_to_all", tri, ref_ops.all_to_all_single([x.cpu() for x in full], rank))
+    expect("all_to_all_single", "all_to_all_single", tri, ref_ops.all_to_all_single([x.cpu() for x in full], rank))
 
     def rows_sent(src, dst):
         return (1 + (src + 2 * dst) % 3) * (ROWS // 10 + 1)
@@ -127,13 +127,13 @@ def _collectives_body(dtype, staging_bytes):
     tri = poisoned(uneven[rank], (sum(out_splits), COLS))
     dist.all_to_all_single(tri, uneven[rank], out_splits, in_splits, group=group)
     ref = torch.cat([uneven[j].split([rows_sent(j, q) for q in range(world)])[rank] for j in range(world)])
-    expect("all_to_all_single uneven", "all_to_all", tri, ref)
+    expect("all_to_all_single uneven", "all_to_all_single", tri, ref)
 
     # all_to_all (lists of different shapes)
     ins = list(uneven[rank].split(in_splits))
     outs = [poisoned(uneven[rank], (n, COLS)) for n in out_splits]
     dist.all_to_all(outs, ins, group=group)
-    expect("all_to_all (lists)", "all_to_all", torch.cat(outs), ref)
+    expect("all_to_all (lists)", "all_to_all_single", torch.cat(outs), ref)
 
     # broadcast and reduce from / to rank 1; reduce leaves the other ranks' tensors as they were
     root = 1
@@ -232,7 +232,7 @@ def _functional_body(compiled):
                           refs):
         compare(fails, name, t, r)
     ran = calls.take()
-    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+    for op in ("all_reduce", "all_gather", "reduce_scatter_tensor", "all_to_all_single"):
         if op not in ran:
             fails.append(f"ctx.ccl.{op} did not run (ran {ran})")
     return fails

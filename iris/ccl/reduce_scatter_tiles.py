@@ -4,7 +4,7 @@ at its own tiles only; every other element of its ``out`` is left as it was.
 The tiles are upstream's: ``block_m x block_n`` tiles of [M, N] numbered in grouped order (``group_m`` tile rows
 per group, column-major inside a group), handed to the ranks either in blocks (``distribution=1``: rank r owns
 tiles ``[r * T, (r + 1) * T)`` with ``T = cdiv(tiles, W)``) or by striding (``distribution=0``: tiles r, r + W,
-...). Without a config: 32 x 64 tiles, groups of 6 tile rows, blocks, as upstream's default; an
+...). Without a config: 32 x 64 tiles, groups of 4 tile rows, blocks, as upstream's default; an
 ``iris.ccl.Config`` sets ``block_size_m``, ``block_size_n``, ``swizzle_size`` and ``all_reduce_distribution``.
 
 Pull: barrier (inputs ready)  ->  for each of our tiles: out[tile] = op over members 0..W-1 of inp[tile]
@@ -28,7 +28,7 @@ class TileLayout:
 
     block_m: int = 32
     block_n: int = 64
-    group_m: int = 6
+    group_m: int = 4
     distribution: int = 1  # 1: a block of consecutive tiles per rank; 0: every W-th tile
 
     def owned(self, M, N, index, size):

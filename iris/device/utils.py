@@ -14,16 +14,18 @@ import triton.language as tl
 from iris.device.translate import INTERPRETED
 
 
-def _host_ns():
-    return time.monotonic_ns()
+if INTERPRETED:  # two definitions: the GPU compiler refuses any Python function a kernel references
+    def _host_ns():
+        return time.monotonic_ns()
 
-
-@triton.jit
-def read_realtime():
-    """The global timer (int64 nanoseconds on NVIDIA); not ordered with memory operations around it."""
-    if INTERPRETED:
+    @triton.jit
+    def read_realtime():
+        """The host's monotonic clock in nanoseconds (the interpreter has no GPU timer)."""
         return tl.full((), _host_ns(), tl.int64)
-    else:
+else:
+    @triton.jit
+    def read_realtime():
+        """The global timer (int64 nanoseconds on NVIDIA); not ordered with memory operations around it."""
         return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
                                          pack=1)
 

@@ -28,6 +28,15 @@ def _bind(fn, ctx):
     def bound(out, a, b, *args, **kwargs):
         if args and args[0] is ctx:  # the reference API passes the context once more
             args = args[1:]
+        # Upstream's signature is (out, A, B, bias, async_op, config, workspace): its async_op (ours are stream-
+        # ordered and end with an in-kernel barrier either way) and workspace (ours live in ctx.workspaces) have
+        # nothing to select here, and a positional async_op must not land in ``group``.
+        kwargs.pop("async_op", None)
+        kwargs.pop("workspace", None)
+        if len(args) >= 2 and isinstance(args[1], bool):  # upstream's positional (bias, async_op, config, ...)
+            if len(args) >= 3:
+                kwargs["config"] = args[2]
+            args = args[:1]
         return fn(ctx, out, a, b, *args, **kwargs)
 
     bound.__name__, bound.__doc__ = fn.__name__, fn.__doc__

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Code written for upstream Iris, on one H200 (ranks share it: IRIS_BACKEND=simulation) and at world size 1:
+#   bash scripts/gpu_compat.sh                                  # ~3 minutes
+#   UPSTREAM=/path/to/upstream/iris bash scripts/gpu_compat.sh  # + upstream's examples and tests, ~10 minutes more
+# 1. tests/test_compat.py at GPU sizes (upstream's and torch's layouts, both shardings of the gather ops, a dropped
+#    context freed, upstream's names, AMD-only launch options through the CUDA launcher), 2 and 3 ranks sharing;
+# 2. twenty 8 GiB contexts made and dropped (scripts/compat_dropped_contexts.py), 2 ranks sharing and 1 rank;
+# 3. with UPSTREAM set: upstream's examples and its test_functional.py / test_process_group.py, unchanged
+#    (scripts/run_upstream.py), 2 ranks sharing the GPU.
+# Writes under $OUT (tests.log, dropped.log, upstream.log, upstream.json); prints a short table last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${OUT:-results-local}
+mkdir -p "$OUT_DIR"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" IRIS_TEST_SCALE=gpu
+unset TRITON_INTERPRET
+
+: > "$OUT_DIR/tests.log"
+t_sim=$( { IRIS_BACKEND=simulation timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_compat.py \
+          >> "$OUT_DIR/tests.log" 2>&1; echo $?; } )
+IRIS_BACKEND=simulation timeout 100 python3 scripts/compat_dropped_contexts.py --world-size 2 --count 20 \
+  --heap-mib 8192 > "$OUT_DIR/dropped.log" 2>&1
+t_drop=$?
+IRIS_BACKEND=cuda timeout 60 python3 scripts/compat_dropped_contexts.py --world-size 1 --count 20 \
+  --heap-mib 8192 >> "$OUT_DIR/dropped.log" 2>&1
+t_one=$?
+t_up="skipped (UPSTREAM unset)"
+if [ -n "${UPSTREAM:-}" ]; then
+  IRIS_BACKEND=simulation timeout 900 python3 scripts/run_upstream.py "$UPSTREAM" --world-size 2 --timeout 120 \
+    --json "$OUT_DIR/upstream.json" > "$OUT_DIR/upstream.log" 2>&1
+  t_up="exit $?"
+fi
+
+echo
+echo "=== gpu_compat summary"
+printf '%-44s %s\n' "tests/test_compat.py (2 ranks share the GPU)" "exit $t_sim, $(grep -E '[0-9]+ (passed|failed)' "$OUT_DIR/tests.log" | head -1)"
+printf '%-44s %s\n' "20 dropped 8 GiB contexts, 2 ranks sharing" "exit $t_drop, $(grep 'dropped contexts' "$OUT_DIR/dropped.log" | head -1)"
+printf '%-44s %s\n' "20 dropped 8 GiB contexts, world size 1" "exit $t_one, $(grep 'dropped contexts' "$OUT_DIR/dropped.log" | sed -n 2p)"
+printf '%-44s %s\n' "upstream examples and tests" "$t_up"
+[ -s "$OUT_DIR/upstream.log" ] && sed -n '/^upstream Iris against/,$p' "$OUT_DIR/upstream.log"
+exit 0

@@ -1,0 +1,184 @@
+"""Run upstream Iris's examples and torch.compile / process-group tests, unchanged, against this repository's iris.
+
+    python scripts/run_upstream.py /path/to/upstream/iris [--world-size 2] [--timeout 300] [--json out.json]
+
+Takes a checkout of upstream Iris (nothing of it is copied here). Each ``examples/NN_name/example.py`` runs under
+``torchrun --nproc_per_node=W --standalone`` with ``--validate`` when it takes one, then
+``tests/compile/test_functional.py`` and every ``tests/**/test_process_group*.py`` run under torchrun with pytest
+(a small plugin initialises torch.distributed from torchrun's environment first, as upstream's own runner does).
+``PYTHONPATH`` puts this repository first, so ``import iris`` is ours, then the checkout (its ``examples.common``
+helpers). On one GPU with ``IRIS_BACKEND=simulation`` the ranks share it: a ``sitecustomize`` maps
+``torch.cuda.set_device(r)`` to ``r % device_count`` (the harness's stand-in for a machine with W GPUs, not a
+change to the library). On the cpu backend (no GPU) upstream code that calls ``torch.cuda`` cannot run; such
+runs are counted under that reason.
+
+Prints one row per run (ran / passed / failed with the reason) and a count table last.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Reasons, first match wins: (pattern in the output, reason)
+REASONS = [
+    (r"Torch not compiled with CUDA|No CUDA GPUs|Found no NVIDIA driver|torch\.cuda\.|device=.?cuda|"
+     r"CUDA driver|cudaGetDevice|invalid device ordinal", "calls torch.cuda (no GPU here)"),
+    (r"libamdhip64|hipError|rocm|HIP_|gfx9|is_hip|tl\.extra\.hip|amd", "AMD hardware or HIP only"),
+    (r"ModuleNotFoundError: No module named '([\w.]+)'", "missing module {0}"),
+    (r"ImportError: cannot import name '(\w+)' from '([\w.]+)'", "missing name {1}.{0}"),
+    (r"AttributeError: module '([\w.]+)' has no attribute '(\w+)'", "missing name {0}.{1}"),
+    (r"AttributeError: '(\w+)' object has no attribute '(\w+)'", "missing attribute {0}.{1}"),
+    (r"KeyError: 'Keyword argument (\w+) was specified but unrecognised'", "launch option {0} refused"),
+    (r"out of memory|OutOfMemory", "out of memory"),
+    (r"(?m)^E\s+(\w+(?:Error|Exception): [^\n]{0,100})", "{0}"),  # pytest's first error line
+]
+FAILED_CHECK = re.compile(r"validation failed|mismatch|\bFAILED\b|\bfailed\b|assert(ion)?error", re.I)
+
+PLUGIN = '''
+import os, torch, torch.distributed as dist
+def pytest_configure(config):
+    if "RANK" in os.environ and not dist.is_initialized():
+        cuda = torch.cuda.is_available() and os.environ.get("IRIS_BACKEND") != "cpu"
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl" if cuda else "gloo")
+'''
+
+SITECUSTOMIZE = '''
+import os
+if os.environ.get("IRIS_BACKEND") == "simulation":
+    import torch
+    _set_device = torch.cuda.set_device
+    def set_device(device):
+        count = torch.cuda.device_count()
+        index = torch.device(device).index if not isinstance(device, int) else device
+        return _set_device(index % count if count and index is not None else device)
+    torch.cuda.set_device = set_device
+'''
+
+
+def reason(text):
+    for pattern, why in REASONS:
+        found = re.search(pattern, text)
+        if found:
+            return why.format(*found.groups())
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return (lines[-1][:120] if lines else "no output")
+
+
+def world_size_of(source, default):
+    """The rank count an example's docstring asks for (``--nproc_per_node=N``), else ``default``."""
+    found = re.search(r"--nproc_per_node[= ](\d+)", source)
+    return int(found.group(1)) if found else default
+
+
+def run(cmd, env, cwd, timeout):
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        return proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return None, out + f"\n(timed out after {timeout} s)"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("upstream", help="path of an upstream Iris checkout")
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
+    parser.add_argument("--only", default="", help="regex: run only the examples / tests whose path matches")
+    parser.add_argument("--json", help="write every row here")
+    args = parser.parse_args()
+    root = os.path.abspath(args.upstream)
+    helper = tempfile.mkdtemp(prefix="iris-upstream-")
+    with open(os.path.join(helper, "iris_upstream_dist.py"), "w") as f:
+        f.write(PLUGIN)
+    with open(os.path.join(helper, "sitecustomize.py"), "w") as f:
+        f.write(SITECUSTOMIZE)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([HERE, helper, root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.setdefault("IRIS_LOG_LEVEL", "INFO")  # upstream's default: its examples report through ctx.info
+    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    on_cpu = env.get("IRIS_BACKEND") == "cpu" or not _gpu_visible()
+    if on_cpu:
+        env.update(IRIS_BACKEND="cpu", TRITON_INTERPRET="1")  # before the examples import triton
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+
+    jobs = []
+    for path in sorted(glob.glob(os.path.join(root, "examples", "*", "example.py"))):
+        with open(path) as f:
+            source = f.read()
+        extra = ["--validate"] if "--validate" in source else []
+        ranks = world_size_of(source, args.world_size)
+        jobs.append(("example", os.path.relpath(path, root),
+                     torchrun + [f"--nproc_per_node={ranks}", path] + extra))
+    tests = glob.glob(os.path.join(root, "tests", "compile", "test_functional.py"))
+    tests += glob.glob(os.path.join(root, "tests", "**", "test_process_group*.py"), recursive=True)
+    for path in sorted(set(tests)):
+        jobs.append(("test", os.path.relpath(path, root),
+                     torchrun + [f"--nproc_per_node={args.world_size}", "-m", "pytest", "-q", "-p",
+                                 "iris_upstream_dist", "-p", "no:cacheprovider", path]))
+    if args.only:
+        jobs = [job for job in jobs if re.search(args.only, job[1])]
+
+    rows = []
+    for kind, name, cmd in jobs:
+        rc, out = run(cmd, env, root, args.timeout)
+        row = {"kind": kind, "name": name, "rc": rc}
+        if kind == "test":
+            counts = dict((k, int(v)) for v, k in re.findall(r"(\d+) (passed|failed|skipped|error)", out))
+            row["counts"] = counts
+            row["status"] = "passed" if rc == 0 and counts.get("passed") else "failed"
+        else:
+            row["status"] = "passed" if rc == 0 and not FAILED_CHECK.search(out) else "failed"
+        if row["status"] != "passed":
+            row["reason"] = ("timeout" if rc is None else
+                             "a check failed" if rc == 0 else reason(out))
+            row["tail"] = out[-3000:]
+        rows.append(row)
+        detail = f" {row.get('counts')}" if kind == "test" else ""
+        print(f"{row['status']:7s} {name}{detail}{'  -- ' + row['reason'] if 'reason' in row else ''}", flush=True)
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print_table(rows, "cpu" if on_cpu else env.get("IRIS_BACKEND", "cuda"))
+    return 0
+
+
+def print_table(rows, backend):
+    print(f"\nupstream Iris against this iris ({backend} backend)")
+    print(f"{'kind':8s} {'ran':>4s} {'passed':>7s} {'failed':>7s}")
+    for kind in ("example", "test"):
+        mine = [r for r in rows if r["kind"] == kind]
+        passed = sum(r["status"] == "passed" for r in mine)
+        print(f"{kind:8s} {len(mine):4d} {passed:7d} {len(mine) - passed:7d}")
+    reasons = {}
+    for r in rows:
+        if "reason" in r:
+            reasons.setdefault(r["reason"], []).append(os.path.basename(os.path.dirname(r["name"])) or r["name"])
+    for why, names in sorted(reasons.items(), key=lambda item: -len(item[1])):
+        print(f"  {len(names):3d} failed: {why}  ({', '.join(names[:6])}{', ...' if len(names) > 6 else ''})")
+    for r in rows:
+        if r["kind"] == "test":
+            print(f"  {r['name']}: {r.get('counts')}")
+
+
+def _gpu_visible():
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
