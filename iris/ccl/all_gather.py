@@ -46,6 +46,11 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
     common.expect_numel(out, p.sync.size * n, caller, "out", f"group size {p.sync.size} * inp.numel() {n}")
     # A slot starts at group_index * n elements: 16-byte aligned only when n keeps it so.
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
+    if p.config.use_gluon:
+        from iris.ccl.gluon.all_gather import launch
+
+        launch(ctx, out_flat, inp_flat, n, p, hint)
+        return common.done(ctx, async_op)
     _all_gather_kernel[p.grid](out_flat, inp_flat, n, p.sync.args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
                                BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)

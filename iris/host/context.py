@@ -22,6 +22,7 @@ from iris.host.logging import RankLogger
 from iris.host.memory import CudaIpcMemory, SharedMemory
 from iris.host.vmem import GrowableMemory
 from iris.device.context import CONTEXT_HEADER
+from iris.device.debug import TRACE_WORDS
 from iris.device.debug import enable as enable_debug
 from iris.host.tensors import TensorFactory
 from iris.host import topology as _topology
@@ -131,14 +132,14 @@ class Iris(TensorFactory, RankLogger):
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, exchange, local_barrier, self.groups, self.topology,
                                  StoreReports(self._store, f"iris/watchdog/{self._serial}"))
-        # [rank, world_size, bytes each base addresses, world_size, base_0, ...]: upstream Iris's [rank, world_size]
-        # first; heap_bases is a view of the tail, so the two words before it (read by debug mode) are the extent
-        # and the world size.
-        header = [self.cur_rank, self.num_ranks, memory.size, self.num_ranks]
-        self._device_context = torch.tensor(header + self.heap.bases, dtype=torch.int64, device=self._device)
-        self.heap_bases = self._device_context[CONTEXT_HEADER.value:]
+        # Upstream Iris's layout, [rank, world_size, base_0, ..., tracing words], then the bytes each base addresses
+        # (debug mode's extent, iris/device/debug.py). heap_bases is a view of the bases; the words around it stay
+        # in reach of the kernels that get it. A rank on another node has a negative code for a base.
+        self._device_context = torch.tensor(bases_table(self.cur_rank, self.num_ranks, self.heap.bases, memory.size),
+                                            dtype=torch.int64, device=self._device)
+        self.heap_bases = self._device_context[CONTEXT_HEADER.value:CONTEXT_HEADER.value + self.num_ranks]
         # Growth keeps every base (the ranges are reserved up front) and widens the extent debug mode checks.
-        self.heap.on_grow(lambda capacity: self._device_context[2].fill_(capacity))
+        self.heap.on_grow(lambda capacity: self._device_context[-1].fill_(capacity))
         # upstream's host copy-engine methods (iris/host/copy_engines.py); None when off
         self.copy_engines = CopyEngines(self) if self.enable_copy_engine else None
         self.barrier()
@@ -231,8 +232,10 @@ class Iris(TensorFactory, RankLogger):
         return self.heap_bases
 
     def get_device_context(self):
-        """int64 tensor for ``iris.DeviceContext.initialize``: ``[rank, world_size, ...]`` as upstream Iris, then
-        (opaque) ``heap bytes, world_size, heap_base_0, ...``."""
+        """int64 tensor for ``iris.DeviceContext.initialize`` and Gluon's ``IrisDeviceCtx.initialize``, laid out as
+        upstream Iris's: ``[rank, world_size, heap_base_0, ..., heap_base_{W-1}, trace_enabled, max_events,
+        event counter address, operation counter address, 13 trace buffer addresses]`` (the tracing words are
+        zero until ``tracing.enable``), then the bytes each base addresses (read by debug mode)."""
         return self._device_context
 
     def get_copy_engine_ctx(self):
@@ -370,10 +373,11 @@ class Iris(TensorFactory, RankLogger):
         entry r is the address of this tensor on rank r (entry ``cur_rank`` is its own ``data_ptr()``)."""
         tensor = self.empty(*size, dtype=dtype)
         offset = self.heap.offset_of(tensor)
-        # Preceded, like every bases table iris hands out, by [bytes addressable from each base, world_size].
-        table = [tensor.numel() * tensor.element_size(), self.num_ranks] + [
-            b + offset if direct else b for b, direct in zip(self.heap.bases, self.direct)]  # off-node codes stay
-        return tensor, torch.tensor(table, dtype=torch.int64, device=self._device)[2:]
+        # Laid out as every bases table iris hands out (the device context's layout), for debug mode's words; the
+        # off-node codes stay as they are.
+        bases = [b + offset if direct else b for b, direct in zip(self.heap.bases, self.direct)]
+        table = bases_table(self.cur_rank, self.num_ranks, bases, tensor.numel() * tensor.element_size())
+        return tensor, torch.tensor(table, dtype=torch.int64, device=self._device)[2:2 + self.num_ranks]
 
     # ------------------------------------------------------------------ synchronisation
     def _group_ranks(self, group, caller):
@@ -501,6 +505,11 @@ class Iris(TensorFactory, RankLogger):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def bases_table(rank, world_size, bases, extent):
+    """The words of a device context (``get_device_context``) with tracing off."""
+    return [rank, world_size] + list(bases) + [0] * TRACE_WORDS.value + [extent]
 
 
 def _one_of(caller, required=True, **names):
