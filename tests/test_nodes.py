@@ -115,6 +115,16 @@ def _every_collective(ctx):
     assert ctx.rail.bytes_handed == world * CHUNK * item  # the node's L * W slices over L ranks
     results["all_to_all"] = tri.cpu()
 
+    # upstream's layout, (M, N * W) split along dim 1: column block q of every rank's input, in rank order, is q's
+    rows = 2
+    cols = [rank_data(r, rows * world * CHUNK, dtype, "cpu", salt=5).view(rows, world * CHUNK) for r in range(world)]
+    tri = ctx.full((rows, world * CHUNK), -77, dtype=dtype)
+    ctx.ccl.all_to_all(tri, cols[rank].to(tri.device))
+    ref = torch.cat([c[:, rank * CHUNK:(rank + 1) * CHUNK] for c in cols], dim=1)
+    assert torch.equal(tri.cpu(), ref), (tri, ref)
+    full = ctx.empty(world * CHUNK, dtype=dtype)
+    assert "runs within one node only" in error_message(ctx.ccl.reduce_scatter, full, wide)
+
     root = world - 1
     data = rank_data(root, N, dtype, ctx.get_device(), salt=4)
     tri = data.clone() if rank == root else torch.full((N,), -77, dtype=dtype, device=ctx.get_device())

@@ -107,8 +107,14 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
 
 
 def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
-    """``ccl.reduce_scatter`` across nodes (module docstring): ``out`` = slice ``rank`` of the reduction."""
+    """``ccl.reduce_scatter`` across nodes (module docstring): ``out`` = slice ``rank`` of the reduction (torch's
+    layout). Upstream's full-size ``out``, which keeps each rank's tiles and leaves the others, runs within one
+    node only."""
     caller = "ccl.reduce_scatter"
+    if out.numel() == inp.numel() and ctx.num_ranks > 1:
+        raise ValueError(f"{caller}: a full-size out ({out.numel()} elements, upstream's block-of-tiles layout) runs "
+                         f"within one node only, and this world spans {ctx.num_nodes} nodes; pass out of "
+                         f"inp.numel() / {ctx.num_ranks} elements (torch's layout, also ccl.reduce_scatter_tensor)")
     inp_flat, out_flat, op = _reduce_checks(ctx, caller, out, inp, op)
     nodes, local = _shape(ctx)
     n = common.split_rows(inp, ctx.num_ranks, caller, "inp")
@@ -124,8 +130,28 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
 
 
 def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
-    """``ccl.all_to_all`` across nodes (module docstring): slice q of rank r's ``inp`` is slice r of q's ``out``."""
+    """``ccl.all_to_all`` across nodes, upstream's layout: a tensor of 2 or more dims is split along dim 1
+    (``iris/ccl/all_to_all.py``), so its column blocks are moved to slices of dim 0, exchanged as
+    ``all_to_all_single``, and moved back; a 1-D tensor is ``all_to_all_single`` itself."""
+    if inp.dim() < 2:
+        return all_to_all_single(ctx, out, inp, async_op=async_op)
     caller = "ccl.all_to_all"
+    common.same_dtype(out, inp, caller)
+    if out.shape != inp.shape or inp.shape[1] % ctx.num_ranks:
+        raise ValueError(f"{caller}: out {tuple(out.shape)} and inp {tuple(inp.shape)} must be one (M, N * "
+                         f"{ctx.num_ranks}) shape, dim 1 split into {ctx.num_ranks} column blocks")
+    rows = inp.shape[0]
+    by_block = inp.reshape(rows, ctx.num_ranks, -1).transpose(0, 1).contiguous()  # [W, M, n]: slice q for rank q
+    arrived = torch.empty_like(by_block)
+    all_to_all_single(ctx, arrived, by_block)
+    out.view(rows, ctx.num_ranks, -1).copy_(arrived.transpose(0, 1))
+    return common.done(ctx, async_op)
+
+
+def all_to_all_single(ctx, out, inp, group=None, async_op=False, config=None):
+    """``ccl.all_to_all_single`` across nodes (module docstring): slice q along dim 0 of rank r's ``inp`` is slice
+    r of q's ``out``."""
+    caller = "ccl.all_to_all_single"
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
     common.expect_numel(out, inp.numel(), caller, "out", "inp.numel()")
@@ -252,4 +278,6 @@ def barrier(ctx, group=None):
 
 
 COLLECTIVES = {f.__name__: f for f in (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, gather,
-                                       scatter, send, recv, all_reduce_rmsnorm)}
+                                       scatter, send, recv, all_reduce_rmsnorm, all_to_all_single)}
+# torch's names for the torch layouts (iris/ccl/__init__.py)
+COLLECTIVES.update(reduce_scatter_tensor=reduce_scatter, all_gather_into_tensor=all_gather)
