@@ -17,6 +17,7 @@ from iris.host.copy_engine import CopyQueue
 from iris.host.groups import GroupTable, region_bytes
 from iris.host.allocator import align_up
 from iris.host.heap import SymmetricHeap
+from iris.host.launches import LaunchCache
 from iris.host.logging import RankLogger
 from iris.host.memory import CudaIpcMemory, SharedMemory
 from iris.host.vmem import GrowableMemory
@@ -121,6 +122,7 @@ class Iris(TensorFactory, RankLogger):
         context = weakref.ref(self)
         self.groups.on_agreed(lambda ranks: context()._watch_group(ranks))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
+        self.launches = LaunchCache()  # eager calls' remembered launches (iris/host/launches.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
         # [rank, world_size, bytes each base addresses, world_size, base_0, ...]: upstream Iris's [rank, world_size]
         # first; heap_bases is a view of the tail, so the two words before it (read by debug mode) are the extent
