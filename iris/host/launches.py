@@ -37,6 +37,9 @@ from iris.host import private
 LIMIT = 4096
 
 
+_PLAIN = (str, int, float)  # extras a key holds; anything else (a ReduceOp, a bad eps) takes the general path
+
+
 def _none():
     return None
 
@@ -58,6 +61,9 @@ def key_of(name, group, config, tensors, *extra):
     general path then raises its error)."""
     if checking(config):
         return None
+    for value in extra:
+        if type(value) not in _PLAIN:
+            return None
     key = [name, id(group), id(config), *extra]
     starts = []
     for t in tensors:
@@ -105,6 +111,20 @@ class Launch:
         self._tail = tuple(tail)
         self._device = private.current_device()
         self._direct = (launcher[0], launcher[1], grid[0], grid[1], grid[2])
+
+
+class SlicedLaunch(Launch):
+    """A ``Launch`` that passes its second tensor as elements [start, stop) of its flat view (reduce_scatter's
+    pull reads this rank's slice of its input)."""
+
+    __slots__ = ("start", "stop")
+
+    def __init__(self, kernel, grid, static, meta, start, stop):
+        super().__init__(kernel, grid, static, meta)
+        self.start, self.stop = start, stop
+
+    def __call__(self, first, second):
+        super().__call__(first, second.view(-1)[self.start:self.stop])
 
 
 class LaunchCache:
