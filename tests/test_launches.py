@@ -249,3 +249,38 @@ def _allocation_body():
 def test_allocations_own_their_bytes_until_the_last_alias(pools):
     fails = [f for fs in pools(2).run(_allocation_body) for f in fs]
     assert not fails, "\n".join(fails)
+
+
+def _torch_paths_body():
+    """The "iris" backend's all_reduce and torch.ops.iris.all_reduce, repeated: a remembered route (tensors on the
+    heap as they are, or one staged chunk) gives the general path's result, and a change of shape, dtype or
+    placement (heap or not) is picked up."""
+    import iris.compile
+    import iris.distributed
+
+    ctx = new_context(1 << 22)
+    iris.distributed.set_context(ctx)
+    iris.compile.set_context(ctx)
+    group = dist.new_group(backend="iris")
+    rank, world, fails = ctx.get_rank(), ctx.get_num_ranks(), []
+    cases = [((37, 7), torch.float32, False), ((37, 7), torch.float32, True), ((7, 37), torch.float32, False),
+             ((37, 7), torch.bfloat16, False), ((37, 7), torch.float32, False), ((37, 7), torch.float32, True)]
+    for round_, (shape, dtype, on_heap) in enumerate(cases):  # the last two repeat the first two
+        xs = [_data(r, shape, dtype, salt=round_) for r in range(world)]
+        t = ctx.empty(shape, dtype=dtype).copy_(xs[rank]) if on_heap else xs[rank].clone()
+        ctx.barrier()
+        dist.all_reduce(t, group=group)
+        if not _close(t, ref_ops.all_reduce(xs, "sum")):
+            fails.append(f"rank {rank}: dist.all_reduce {shape} {dtype} on_heap={on_heap} round {round_}")
+        y = torch.ops.iris.all_reduce(xs[rank])
+        if not _close(y, ref_ops.all_reduce(xs, "sum")):
+            fails.append(f"rank {rank}: torch.ops.iris.all_reduce {shape} {dtype} round {round_}")
+    if ctx.launches.hits == 0:
+        fails.append(f"rank {rank}: no launch was taken from the cache")
+    ctx.barrier()
+    return fails
+
+
+def test_torch_paths_remember_their_routes(pools):
+    fails = [f for fs in pools(2).run(_torch_paths_body) for f in fs]
+    assert not fails, "\n".join(fails)

@@ -37,7 +37,8 @@ from iris.host import private
 LIMIT = 4096
 
 
-_PLAIN = (str, int, float)  # extras a key holds; anything else (a ReduceOp, a bad eps) takes the general path
+# extras a key holds; anything else (a ReduceOp, a bad eps) takes the general path
+_PLAIN = (str, int, float, torch.device)
 
 
 def _none():
