@@ -153,6 +153,24 @@ def _symmetric(n, dtype, dev):
     return lambda: torch.ops.symm_mem.one_shot_all_reduce(t, "sum", name)
 
 
+def _check(ctx, nccl):
+    """After the timed calls (remembered launches by then): iris's all_reduce and reduce_scatter against NCCL's on
+    the same inputs, element by element."""
+    dev, world = ctx.get_device(), ctx.get_num_ranks()
+    torch.manual_seed(1234 + ctx.get_rank())
+    inp, out = ctx.empty(4096, dtype=torch.float32).normal_(), ctx.empty(4096, dtype=torch.float32).fill_(float("nan"))
+    ref = inp.clone()
+    for _ in range(2):
+        ctx.ccl.all_reduce(out, inp)
+    dist.all_reduce(ref, group=nccl)
+    piece, ref_piece = torch.full((4096 // world,), float("nan"), device=dev), torch.empty(4096 // world, device=dev)
+    ctx.ccl.reduce_scatter(piece, inp)
+    dist.reduce_scatter_tensor(ref_piece, inp.clone(), group=nccl)
+    good = torch.allclose(out, ref, rtol=1e-5, atol=1e-5) and torch.allclose(piece, ref_piece, rtol=1e-5, atol=1e-5)
+    return f"ok (all_reduce and reduce_scatter match NCCL; {ctx.launches.hits} cached launches)" if good else \
+        "WRONG: iris and NCCL differ"
+
+
 def _row(ctx, env, op, provider, variant, seconds):
     """One result row (the harness's schema) from sorted per-call seconds (or one figure)."""
     seconds = seconds if isinstance(seconds, list) else [seconds]
@@ -190,6 +208,7 @@ def main(out, count, quick):
                          _row(ctx, env, op, provider, "profile_issue", issue)]
                 cells += [kernel * 1e6, issue * 1e6]
             table.append(cells)
+    skipped.append(f"check: {_check(ctx, nccl)}")
     everyone = all_gather_object(table)
     if ctx.get_rank() != 0:
         return None

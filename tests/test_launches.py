@@ -168,6 +168,7 @@ def test_keys_tell_calls_apart():
     assert launches.key_of("op", None, CollectiveConfig(check=True), (a, b)) is None
     assert launches.key_of("op", None, config, (a, [1.0])) is None  # not a tensor: the general path raises
     assert launches.key_of("op", None, config, (a, b), object()) is None
+    assert launches.key_of("op", None, "fast", (a, b)) is not None  # a bad config: the general path raises
 
 
 class _FakeKernel:
