@@ -216,6 +216,22 @@ def test_direct_launch_passes_what_triton_would(monkeypatch):
     assert len(direct) == 1
 
 
+def test_launch_hooks_are_seen():
+    """A profiler's launch hook sends remembered launches back through Triton's path (which calls it)."""
+    from triton import knobs
+
+    from iris.host import private
+
+    assert private.no_launch_hooks()
+    hook = lambda metadata: None  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert not private.no_launch_hooks()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert private.no_launch_hooks()
+
+
 def _allocation_body():
     """The allocation path: each tensor owns its bytes until its last alias goes, whatever made the alias."""
     ctx = new_context(1 << 22)

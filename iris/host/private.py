@@ -119,25 +119,35 @@ _DRIVER = []
 
 def _driver():
     if not _DRIVER:
-        from triton import knobs
         from triton.runtime import driver
 
-        _DRIVER.append((knobs.runtime, driver.active.get_current_device, driver.active.get_current_stream))
+        _DRIVER.append((driver.active.get_current_device, driver.active.get_current_stream))
     return _DRIVER[0]
+
+
+def _unhooked(hook):
+    """True for a launch hook slot that calls nothing: None (older Triton) or an empty ``HookChain`` (3.6 keeps
+    one in each slot and passes it to every launch)."""
+    if hook is None:
+        return True
+    calls = getattr(hook, "calls", None)
+    return isinstance(calls, list) and not calls
 
 
 def no_launch_hooks():
     """True when no launch hook is set (a profiler's, which needs Triton's own launch path)."""
-    runtime = _driver()[0]
-    return runtime.launch_enter_hook is None and runtime.launch_exit_hook is None
+    from triton import knobs
+
+    runtime = knobs.runtime
+    return _unhooked(runtime.launch_enter_hook) and _unhooked(runtime.launch_exit_hook)
 
 
 def current_device():
-    return _driver()[1]()
+    return _driver()[0]()
 
 
 def current_stream(device):
-    return _driver()[2](device)
+    return _driver()[1](device)
 
 
 def default_store():
