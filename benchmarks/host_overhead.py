@@ -85,6 +85,7 @@ def _calls(ctx, nccl, iris_group, quick):
 
     dev = ctx.get_device()
     world, rank = ctx.get_num_ranks(), ctx.get_rank()
+    anchor = dist.get_backend(nccl)  # "nccl" on GPUs, "gloo" on the cpu backend
     n = 4096  # 8 KiB of bf16
     dtype = torch.bfloat16
     calls = {}
@@ -94,19 +95,19 @@ def _calls(ctx, nccl, iris_group, quick):
     symmetric = _symmetric(n, dtype, dev)
     calls["all_reduce 8 KiB"] = {
         "iris": lambda: ctx.ccl.all_reduce(out, inp),
-        "nccl": lambda: dist.all_reduce(plain, group=nccl),
+        anchor: lambda: dist.all_reduce(plain, group=nccl),
         "symm_mem one_shot": symmetric,
     }
     gathered, gathered_plain = ctx.empty(world * n, dtype=dtype), torch.empty(world * n, dtype=dtype, device=dev)
     calls["all_gather 8 KiB/rank"] = {
         "iris": lambda: ctx.ccl.all_gather(gathered, inp),
-        "nccl": lambda: dist.all_gather_into_tensor(gathered_plain, plain, group=nccl),
+        anchor: lambda: dist.all_gather_into_tensor(gathered_plain, plain, group=nccl),
     }
     full, full_plain = ctx.empty(world * n, dtype=dtype).normal_(), torch.randn(world * n, dtype=dtype, device=dev)
     piece = torch.empty(n, dtype=dtype, device=dev)
     calls["reduce_scatter 8 KiB/rank"] = {
         "iris": lambda: ctx.ccl.reduce_scatter(piece, full),
-        "nccl": lambda: dist.reduce_scatter_tensor(piece, full_plain, group=nccl),
+        anchor: lambda: dist.reduce_scatter_tensor(piece, full_plain, group=nccl),
     }
     tokens, hidden = (2, 64) if quick else (8, 4096)
     x = ctx.empty(tokens, hidden, dtype=dtype).normal_()
@@ -121,13 +122,13 @@ def _calls(ctx, nccl, iris_group, quick):
 
     calls[f"all_reduce_rmsnorm {tokens}x{hidden}"] = {
         "iris": lambda: ctx.ccl.all_reduce_rmsnorm(normed, residual_out, x, residual, weight),
-        "nccl + rms_norm": nccl_then_norm,
+        f"{anchor} + rms_norm": nccl_then_norm,
     }
     backend_t = torch.randn(n, dtype=dtype, device=dev)
     calls["torch.distributed all_reduce 8 KiB"] = {
         "iris backend": lambda: dist.all_reduce(backend_t, group=iris_group),
         "torch.ops.iris": lambda: torch.ops.iris.all_reduce(backend_t),
-        "nccl": lambda: dist.all_reduce(plain, group=nccl),
+        anchor: lambda: dist.all_reduce(plain, group=nccl),
     }
     for nbytes in (1 << 10, 1 << 20, 64 << 20):
         calls[f"empty {report.format_bytes(nbytes)}"] = {

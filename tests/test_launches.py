@@ -97,7 +97,6 @@ def _cached_calls_body():
         ("all_reduce fp32 (37, 7) again", all_reduce_case((37, 7), torch.float32), True),
         ("all_reduce shape (7, 37)", all_reduce_case((7, 37), torch.float32), False),
         ("all_reduce dtype bf16", all_reduce_case((37, 7), torch.bfloat16), False),
-        ("all_reduce dtype int32", all_reduce_case((37, 7), torch.int32), False),
         ("all_reduce misaligned by 4 bytes", all_reduce_case((37, 7), torch.float32, offset=1), False),
         ("all_reduce in place", all_reduce_case((37, 7), torch.float32, in_place=True), False),
         ("all_reduce config one_shot", all_reduce_case((37, 7), torch.float32, config=one_shot), False),
@@ -106,7 +105,6 @@ def _cached_calls_body():
         ("all_gather 33", all_gather_case(33, torch.float16), False),
         ("all_gather 34", all_gather_case(34, torch.float16), False),
         ("reduce_scatter 19", reduce_scatter_case(19, torch.float32), False),
-        ("reduce_scatter 19 int64", reduce_scatter_case(19, torch.int64), False),
         ("all_reduce_rmsnorm 3x40", rmsnorm_case(3, 40, 1e-6), False),
         ("all_reduce_rmsnorm eps", rmsnorm_case(3, 40, 1e-2), False),
     ]

@@ -1,15 +1,17 @@
 """Launches remembered from call to call: an eager collective's host path at the cost of one kernel launch.
 
 A launcher's general path checks its arguments, resolves the group and the config, picks the grid and the
-constexprs, and lets Triton's ``JITFunction.run`` bind, specialise and look up the compiled kernel: 20-40 us of
-Python on an H200 host for an 8 KiB all_reduce whose kernel runs in a few. Everything it computes is a function
+constexprs, and lets Triton's ``JITFunction.run`` bind, specialise and look up the compiled kernel: ~80 us of
+Python before Triton's part on a loaded 2-core host for an 8 KiB all_reduce (3.6 us on a hit), whose kernel runs
+in 2.3 us on an H200. Everything it computes is a function
 of the call's key (op, shapes, dtypes, which tensors alias, their 16-byte alignment, group, config), so the
 general path ends by storing a ``Launch`` under that key in the context's ``LaunchCache``, and the next call with
 the same key does only what must be done per call:
 
-    key = (op, shapes, dtypes, aliasing, alignment, id(group), id(config))     # the launcher builds it
-    launch = ctx.launches.get(key, group, config)   # None: the general path, which stores one
-    launch(out, inp)                                # the compiled kernel, launched directly
+    key = key_of(op, group, config, (out, inp))      # shapes, dtypes, aliasing, alignment, ids
+    if ctx.launches.run(ctx, key, group, config, (out, inp)):   # a hit: checks, then the compiled kernel
+        return
+    ... general path ...; ctx.launches.put(key, group, config, Launch(kernel, grid, static, meta))(out, inp)
 
 What a hit still does: the per-call checks whose answer is not in the key (a tensor on the heap: one address
 compare), the peer-failure check, the current stream, and the launch. Triton's CUDA launcher is called directly
@@ -45,11 +47,6 @@ def _none():
     return None
 
 
-def aligned(tensor):
-    """Triton specialises a pointer on 16-byte alignment (vector widths); the key carries it."""
-    return tensor.data_ptr() & 15 == 0
-
-
 def checking(config):
     """Check mode (``config.check`` or ``IRIS_CCL_CHECK=1``) compares every call across ranks: never cached."""
     return getattr(config, "check", False) or os.environ.get("IRIS_CCL_CHECK") == "1"  # a bad config: not cached
@@ -70,7 +67,7 @@ def key_of(name, group, config, tensors, *extra):
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             return None
-        start = t.data_ptr()
+        start = t.data_ptr()  # Triton specialises a pointer on its 16-byte alignment (vector widths)
         key += (t.shape, t.dtype, t.is_contiguous(), start & 15 == 0, starts.index(start) if start in starts else -1)
         starts.append(start)
     return tuple(key)
@@ -133,11 +130,12 @@ class LaunchCache:
 
     def __init__(self, limit=LIMIT):
         self.limit = limit
-        self._entries = {}  # key -> (launch, group weakref or _none, config, extra)
+        self._entries = {}  # key -> (launch, group weakref or _none, config, on_heap)
         self.hits = self.misses = 0
 
     def get(self, key, group, config):
-        """The launch stored under ``key`` for this ``group`` and ``config`` objects, and its extra, or None."""
+        """The entry ``(launch, group reference, config, on_heap)`` stored under ``key`` for these ``group`` and
+        ``config`` objects, or None."""
         entry = self._entries.get(key)
         if entry is None or entry[1]() is not group or entry[2] is not config:
             self.misses += 1
@@ -170,9 +168,3 @@ class LaunchCache:
                 return False
         launch(*tensors)
         return True
-
-    def clear(self):
-        self._entries.clear()
-
-    def __len__(self):
-        return len(self._entries)
