@@ -201,7 +201,8 @@ def main(out, count, quick):
             _sync(dev)
             returns = _return_times(fn, count, dev)
             loop = _back_to_back(fn, count, dev)
-            rows += [_row(ctx, env, op, provider, "return", returns), _row(ctx, env, op, provider, "back_to_back", loop)]
+            rows += [_row(ctx, env, op, provider, "return", returns),
+                     _row(ctx, env, op, provider, "back_to_back", loop)]
             cells = [op, provider, statistics.median(returns) * 1e6, loop * 1e6]
             if not op.startswith("empty"):
                 kernel, issue = _profile(fn, dev, min(count, PROFILED_CALLS))

@@ -27,7 +27,7 @@ def _close(tri, ref):
 
 def _cached_calls_body():
     ctx = new_context(1 << 22)
-    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     cache, fails = ctx.launches, []
     one_shot, two_shot = CollectiveConfig(algorithm="one_shot"), CollectiveConfig(algorithm="two_shot")
     pair = dist.new_group(list(range(world)))  # the same ranks, another group: another slot and key
@@ -62,7 +62,7 @@ def _cached_calls_body():
             xs = [_data(r, (n,), dtype, salt=round_) for r in range(world)]
             out = ctx.empty(world * n, dtype=dtype).fill_(-7)
             ctx.barrier()
-            ctx.ccl.all_gather(out, xs[rank].clone())
+            ctx.ccl.all_gather(out, xs[rank].to(dev))
             ctx.barrier()
             return _close(out, torch.cat(xs))
         return check
@@ -71,7 +71,7 @@ def _cached_calls_body():
         def check(round_):
             xs = [_data(r, (world * n,), dtype, salt=round_) for r in range(world)]
             inp = ctx.empty(world * n, dtype=dtype).copy_(xs[rank])
-            out = torch.full((n,), -7, dtype=dtype)
+            out = torch.full((n,), -7, dtype=dtype, device=dev)
             ctx.barrier()
             ctx.ccl.reduce_scatter(out, inp)
             ctx.barrier()
@@ -81,15 +81,15 @@ def _cached_calls_body():
     def rmsnorm_case(tokens, hidden, eps):
         def check(round_):
             xs = [_data(r, (tokens, hidden), torch.float32, salt=round_) for r in range(world)]
-            residual, weight = _data(99, (tokens, hidden), torch.float32), _data(98, (hidden,), torch.float32)
+            residual = _data(99, (tokens, hidden), torch.float32).to(dev)
+            weight = _data(98, (hidden,), torch.float32).to(dev)
             inp = ctx.empty(tokens, hidden).copy_(xs[rank])
             out, residual_out = torch.full_like(residual, -7), torch.full_like(residual, -7)
             ctx.barrier()
             ctx.ccl.all_reduce_rmsnorm(out, residual_out, inp, residual, weight, eps=eps)
             ctx.barrier()
-            summed = ref_ops.all_reduce(xs, "sum") + residual
-            normed = summed * torch.rsqrt(summed.pow(2).mean(-1, keepdim=True) + eps) * weight
-            return _close(residual_out, summed) and _close(out, normed)
+            ref_out, ref_residual = ref_ops.all_reduce_rmsnorm(xs, residual.cpu(), weight.cpu(), eps)
+            return _close(residual_out, ref_residual) and _close(out, ref_out)
         return check
 
     cases = [  # (name, check, expect a hit the first time: the key was seen before)
@@ -115,7 +115,7 @@ def _cached_calls_body():
     inp, out = ctx.ones(37, 7), ctx.empty(37, 7)
     ctx.ccl.all_reduce(out, inp)
     ctx.barrier()
-    message = error_message(ctx.ccl.all_reduce, out, torch.ones(37, 7))
+    message = error_message(ctx.ccl.all_reduce, out, torch.ones(37, 7, device=dev))
     if "not on the symmetric heap" not in message:
         fails.append(f"rank {rank}: an off-heap input on a cached key: {message}")
     # Check mode is never cached: every call compares across ranks.
@@ -277,17 +277,17 @@ def _torch_paths_body():
     iris.distributed.set_context(ctx)
     iris.compile.set_context(ctx)
     group = dist.new_group(backend="iris")
-    rank, world, fails = ctx.get_rank(), ctx.get_num_ranks(), []
+    rank, world, dev, fails = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device(), []
     cases = [((37, 7), torch.float32, False), ((37, 7), torch.float32, True), ((7, 37), torch.float32, False),
              ((37, 7), torch.bfloat16, False), ((37, 7), torch.float32, False), ((37, 7), torch.float32, True)]
     for round_, (shape, dtype, on_heap) in enumerate(cases):  # the last two repeat the first two
         xs = [_data(r, shape, dtype, salt=round_) for r in range(world)]
-        t = ctx.empty(shape, dtype=dtype).copy_(xs[rank]) if on_heap else xs[rank].clone()
+        t = ctx.empty(shape, dtype=dtype).copy_(xs[rank]) if on_heap else xs[rank].to(dev)
         ctx.barrier()
         dist.all_reduce(t, group=group)
         if not _close(t, ref_ops.all_reduce(xs, "sum")):
             fails.append(f"rank {rank}: dist.all_reduce {shape} {dtype} on_heap={on_heap} round {round_}")
-        y = torch.ops.iris.all_reduce(xs[rank])
+        y = torch.ops.iris.all_reduce(xs[rank].to(dev))
         if not _close(y, ref_ops.all_reduce(xs, "sum")):
             fails.append(f"rank {rank}: torch.ops.iris.all_reduce {shape} {dtype} round {round_}")
     if ctx.launches.hits == 0:
