@@ -282,7 +282,7 @@ def _torch_paths_body():
              ((37, 7), torch.bfloat16, False), ((37, 7), torch.float32, False), ((37, 7), torch.float32, True)]
     for round_, (shape, dtype, on_heap) in enumerate(cases):  # the last two repeat the first two
         xs = [_data(r, shape, dtype, salt=round_) for r in range(world)]
-        t = ctx.empty(shape, dtype=dtype).copy_(xs[rank]) if on_heap else xs[rank].to(dev)
+        t = ctx.empty(shape, dtype=dtype).copy_(xs[rank]) if on_heap else xs[rank].to(dev, copy=True)
         ctx.barrier()
         dist.all_reduce(t, group=group)
         if not _close(t, ref_ops.all_reduce(xs, "sum")):
