@@ -3,7 +3,9 @@
 Every rank holds a K-slice (A_r [M, K / W], B_r [K / W, N]) and the result is the sum of the partial
 products. Here each tile of A_r @ B_r is atomically added into the same tile of every rank's ``out`` the
 moment it is computed: no staging buffer, no second pass, and the adds of tile i travel while tile i + 1
-computes. The price is fp32 atomics on the link (one per element per rank) and an ``out`` zeroed first.
+computes. The price is fp32 atomics on the link (one per element per rank), an ``out`` zeroed first, and
+determinism: the adds land in whatever order the ranks' programs reach them, so the ranks' results and two
+runs' results may differ in their last bits (the library's reductions sum in one order and do not).
 Compare 35 (one-shot with per-tile flags) and ``ctx.ops.matmul_all_reduce`` (reduce-scatter + all-gather
 inside the GEMM).
 

@@ -65,13 +65,21 @@ def finish(acc, OP: tl.constexpr, GROUP_SIZE: tl.constexpr):
 @triton.jit
 def reduce_from_group(ptr, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE: tl.constexpr,
                       OP: tl.constexpr, ACC_FP32: tl.constexpr, HINT: tl.constexpr):
-    """``OP`` over every member of ``ptr[offs]`` (``ptr`` the block's start, ``offs`` 32-bit; ours read locally),
-    finished (avg divides) and in the accumulation type: fp32 when ``ACC_FP32`` (fp16/bf16 inputs), else the
-    input type."""
-    acc = tl.load(ptr + offs, mask=mask)  # [BLOCK]
+    """``OP`` over every member of ``ptr[offs]`` (``ptr`` the block's start, ``offs`` 32-bit), finished (avg
+    divides) and in the accumulation type: fp32 when ``ACC_FP32`` (fp16/bf16 inputs), else the input type.
+
+    The members are combined in group order (member 0's block, then 1's, ... on every rank, ours among them),
+    so every rank that reduces the same block rounds the same way and gets the same bits: the order rule of
+    every reduction in iris (``docs/design.md``). Unrolled, so that the members' loads are all in flight before
+    the first add; alone in its group, a rank reads its block directly (no translation: the member and heap-base
+    loads a translated address waits for cost 0.05-0.12 us of a world-size-1 one-shot all_reduce on one H200)."""
+    if GROUP_SIZE == 1:
+        acc = tl.load(ptr + offs, mask=mask)  # [BLOCK]
+    else:
+        acc = load(ptr + offs, rank, tl.load(members), heap_bases, mask=mask, hint=HINT)  # [BLOCK]
     if ACC_FP32:
         acc = acc.to(tl.float32)
-    for i in range(1, GROUP_SIZE):
-        peer = peer_at(members, group_index, i, GROUP_SIZE)
-        acc = combine(acc, load(ptr + offs, rank, peer, heap_bases, mask=mask, hint=HINT).to(acc.dtype), OP)
+    for i in tl.static_range(1, GROUP_SIZE):
+        x = load(ptr + offs, rank, tl.load(members + i), heap_bases, mask=mask, hint=HINT)  # [BLOCK]
+        acc = combine(acc, x.to(acc.dtype), OP)
     return finish(acc, OP, GROUP_SIZE)

@@ -74,16 +74,28 @@ def _reduce_scatter_push_kernel(out, inp, n, staged, segments, sync, GROUP_SIZE:
             src_index = (group_index + GROUP_SIZE - i) % GROUP_SIZE
             wait_until(segment_flags + src_index * flag_stride + s, epoch, rank, tl.load(members + src_index),
                        "reduce_scatter push")
+        # in group order, ours among them (reduce_from_group's rule): every slice rounds as all_reduce's would
         for start in range(first, end, BLOCK):
             offs = tl.arange(0, BLOCK)
             mask = tail_mask(start, end, BLOCK)
-            acc = tl.load(inp + group_index * n64 + start + offs, mask=mask)  # [BLOCK]
+            acc = tl.load(_slice_of(0, inp, staging, group_index, n64) + start + offs, mask=mask)  # [BLOCK]
             if ACC_FP32:
                 acc = acc.to(tl.float32)
-            for i in range(1, GROUP_SIZE):
-                src_index = (group_index + GROUP_SIZE - i) % GROUP_SIZE
-                acc = combine(acc, tl.load(staging + src_index * n64 + start + offs, mask=mask).to(acc.dtype), OP)
+            for src_index in range(1, GROUP_SIZE):
+                x = tl.load(_slice_of(src_index, inp, staging, group_index, n64) + start + offs, mask=mask)
+                acc = combine(acc, x.to(acc.dtype), OP)
             tl.store(out + start + offs, finish(acc, OP, GROUP_SIZE).to(out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _slice_of(src_index, inp, staging, group_index, n64):
+    """Where member ``src_index``'s contribution to our slice lies here: in our input for ourselves, else in its
+    row of our staging."""
+    if src_index == group_index:
+        src = inp + group_index * n64
+    else:
+        src = staging + src_index * n64
+    return src
 
 
 def pushes(plan, slice_bytes, caller):

@@ -4,8 +4,8 @@ Fused schedule (one persistent kernel). The output rows are split into W row blo
 Every rank computes its partial product for every tile and pushes those of peers' row blocks into a staging
 slot on the owner's heap, stamped with a per-tile flag. A rank's own unit of a tile trails that tile's peer
 units by ``lag`` tiles (``_unit``). For reduce_scatter the lag is two waves of tiles: its own unit of a tile
-comes when the peers' partials for it have landed, so the epilogue only waits on the flags, adds the staged
-tiles to its fp32 accumulator and stores, while every wave mixes programs pushing partials with programs
+comes when the peers' partials for it have landed, so the epilogue only waits on the flags, sums its own and
+the staged partials in fp32 in group order (each rounded to the staging dtype first, as they travel) and stores, while every wave mixes programs pushing partials with programs
 adding them, so only part of the programs store to the link at a time. For all_reduce each tile's own unit
 follows that tile's peer units (lag 0), and the finished tile is pushed to every rank's ``out``: a
 reduce-scatter and an all-gather, both inside the GEMM, the all-gather spread over the whole kernel.
@@ -13,7 +13,8 @@ reduce_scatter raises the flag of a pushed partial after the program's next K lo
 stores (``_walk_order`` gives both choices and what they measured).
 
     rank q:  barrier | units (block d != q, tile t): partial -> staging[q] on d, flag[q, t] = call number
-                     | units (block q, tile t): partial + sum over s != q of staging[s][t] (after flag[s, t])
+                     | units (block q, tile t): sum over s in group order of staging[s][t] (after flag[s, t]),
+                       our own partial in place of staging[q][t]
                        -> out (all_reduce: push to every rank, barrier)
 
 The units of all row blocks form one persistent loop, so the tiles of every block share the waves. Flags are
@@ -86,15 +87,23 @@ def _own_unit(acc, t, pid_m, pid_n, band, out, out_strides, shape, sync, reduce,
     stride_om, stride_on = out_strides
     offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
     n_mask = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N
-    for back in range(1, GROUP_SIZE):
-        src_index = (group_index + GROUP_SIZE - back) % GROUP_SIZE
-        if COPY_ENGINE:  # the band holding the tile, set by the peer's side stream after its copy
-            wait_until(band_flags + src_index * bands + band, 1, rank, tl.load(members + src_index),
-                       "matmul_reduce band")
+    # Every rank's partial in the form the peers' travel in (staging's dtype), summed in fp32 in group order
+    # (``reduce_from_group``'s rule), so a tile's bits do not depend on which rank owns it.
+    total = tl.full([BLOCK_M, BLOCK_N], -0.0, tl.float32)  # -0.0 + x is x for every x, -0.0 included
+    for src_index in range(GROUP_SIZE):
+        if src_index == group_index:
+            part = acc.to(staging.dtype.element_ty).to(tl.float32)
         else:
-            wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index), "matmul_reduce")
-        slot = corner(staging, src_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
-        acc += tl.load(slot + offs, mask=n_mask, other=0.0).to(tl.float32)
+            if COPY_ENGINE:  # the band holding the tile, set by the peer's side stream after its copy
+                wait_until(band_flags + src_index * bands + band, 1, rank, tl.load(members + src_index),
+                           "matmul_reduce band")
+            else:
+                wait_until(tile_flags + src_index * tiles + t, epoch, rank, tl.load(members + src_index),
+                           "matmul_reduce")
+            slot = corner(staging, src_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
+            part = tl.load(slot + offs, mask=n_mask, other=0.0).to(tl.float32)
+        total += part
+    acc = total
     if ALL_REDUCE:  # rows group_index * M_local + ... of every rank's out
         ptrs = corner(out, group_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, stride_om, stride_on) + \
             tl.arange(0, BLOCK_M)[:, None] * stride_om + tl.arange(0, BLOCK_N)[None, :] * stride_on

@@ -1,0 +1,144 @@
+"""Tile all_reduce: the calling program's tile of ``dst_view`` ends as the sum over ranks of their tile.
+
+Five schedules, upstream's, each called by a kernel on a tile it owns (the kernel walks the tiles):
+
+    atomic     tile.data atomically added into every rank's dst tile             (float atomics: not deterministic)
+    spinlock   tile.data added into every rank's dst tile under that tile's lock, ranks taking turns 0, 1, ..., W-1
+    one_shot   every rank's tile read once its lock says it is ready, summed, stored into our dst
+    two_shot   as one_shot on the tiles this rank owns (start_tile, stride), then stored into every rank's dst
+    ring       every rank's src tile read (no locks: all src ready before the kernel), summed, stored into our dst
+
+Every sum but atomic's adds the ranks' tiles in rank order 0..W-1 in fp32 for fp16/bf16 (``widen``), whichever
+rank computes it, so every rank's dst holds the same bits. Reference (sum over ranks): ``iris/x/reference.py``.
+
+Visibility: the loads of peers' tiles follow an acquire of their lock (one_shot, two_shot) or the kernel's start
+(ring: the caller made every src ready before it, a host or device barrier); the stores into peers' dst (atomic,
+spinlock, two_shot) are plain stores, visible to a peer after this kernel ends and a barrier.
+"""
+
+import triton
+import triton.language as tl
+
+from iris.device.atomics import atomic_add, atomic_xchg
+from iris.device.rma import load, store
+from iris.x.common import tile_id, wait_for_peer, widen
+
+
+@triton.jit
+def _sum_over_ranks(ours, src_ptr, mask, lock, epoch, ctx, WAIT: tl.constexpr):
+    """Sum over ranks 0..W-1 of their tile at ``src_ptr``, ours given as ``ours``, widened; with ``WAIT`` each peer's
+    tile is read only once its ``lock`` (on the peer's heap) has reached ``epoch``."""
+    for r in tl.static_range(ctx.world_size):
+        if r == ctx.rank:
+            part = widen(ours)
+        else:
+            if WAIT:
+                wait_for_peer(lock, epoch, ctx.rank, r, ctx.heap_bases, "x.all_reduce")
+            part = widen(load(src_ptr, ctx.rank, r, ctx.heap_bases, mask=mask, other=0))
+        if r == 0:
+            acc = part
+        else:
+            acc = acc + part
+    return acc
+
+
+@triton.jit
+def all_reduce_atomic(tile, dst_view, ctx):
+    """``tile.data`` added into ``dst_view``'s tile on every rank (ours first, then the ranks after us) with relaxed
+    sys-scope atomics. Every rank's dst must hold zeros (or a base to add to) before any rank starts.
+
+    **Not deterministic** for floats: the ranks' adds land in whatever order they arrive, so the sum's rounding,
+    and with it the bits, can differ between runs and between ranks. Exact for integers. Visible to a peer once
+    this kernel has ended and a barrier followed."""
+    dst_ptr, mask = dst_view.tile_ptr(tile)
+    value = tile.data.to(dst_view.ptr.dtype.element_ty)
+    for i in tl.static_range(ctx.world_size):
+        dest = (ctx.rank + i) % ctx.world_size
+        atomic_add(dst_ptr, value, ctx.rank, dest, ctx.heap_bases, mask=mask, sem="relaxed", scope="sys")
+
+
+@triton.jit
+def all_reduce_spinlock(tile, dst_view, locks, ctx):
+    """``tile.data`` added into ``dst_view``'s tile on every rank under that tile's lock on that rank (``locks``:
+    one int32 per tile on the heap, zeroed once; ``locks + tile_id`` guards the tile).
+
+    Deterministic: the lock holds whose turn it is, and the ranks take it in order 0, 1, ..., W-1, so every rank's
+    dst tile is ``((dst + x_0) + x_1) + ...``, the same bits everywhere. Each partial sum is stored in dst's dtype:
+    fp16/bf16 round after every rank's add (the schedule keeps its sums in dst, which has no room for fp32).
+    The last rank hands the lock back to 0, as upstream's spinlock leaves it free, so the same locks serve the next
+    call: a rank cannot meet a stale turn of its own, since it passed its turn on before its next call could start.
+    Turns are taken with a sys-scope acquire and passed on with a release after the tile's stores."""
+    dst_ptr, mask = dst_view.tile_ptr(tile)
+    lock = locks + tile_id(tile, dst_view)
+    ours = widen(tile.data)
+    for i in tl.static_range(ctx.world_size):
+        dest = (ctx.rank + i) % ctx.world_size  # ours first: rank 0 never waits, so every turn comes
+        while atomic_add(lock, 0, ctx.rank, dest, ctx.heap_bases, sem="acquire", scope="sys") != ctx.rank:
+            pass
+        current = load(dst_ptr, ctx.rank, dest, ctx.heap_bases, mask=mask, other=0)
+        total = (widen(current) + ours).to(dst_view.ptr.dtype.element_ty)
+        store(dst_ptr, total, ctx.rank, dest, ctx.heap_bases, mask=mask)
+        atomic_xchg(lock, (ctx.rank + 1) % ctx.world_size, ctx.rank, dest, ctx.heap_bases, sem="release",
+                    scope="sys")
+
+
+@triton.jit
+def all_reduce_one_shot(tile, src_view, dst_view, locks, ctx, epoch=1):
+    """``dst_view``'s tile (ours only) = sum over ranks of their ``src_view`` tile, ours taken from ``tile.data``.
+
+    ``locks`` (one int32 per tile on the heap) says when a peer's tile is ready: the peer stores its tile into its
+    ``src_view`` and then raises ``locks[tile_id]`` with a sys-scope release (upstream's kernels set it to 1); we
+    wait until the peer's lock has reached ``epoch`` (1 by default; a lock raised by one per call takes the call's
+    number). Summed in rank order 0..W-1 (fp32 for fp16/bf16): the same bits on every rank."""
+    src_ptr, mask = src_view.tile_ptr(tile)
+    dst_ptr, dst_mask = dst_view.tile_ptr(tile)
+    acc = _sum_over_ranks(tile.data, src_ptr, mask, locks + tile_id(tile, dst_view), epoch, ctx, True)
+    tl.store(dst_ptr, acc.to(dst_view.ptr.dtype.element_ty), mask=dst_mask)
+
+
+@triton.jit
+def all_reduce_two_shot(tile, src_view, dst_view, locks, start_tile, stride, ctx, epoch=1):
+    """One-shot's sum, computed only by the rank that owns the tile (tile ids ``start_tile, start_tile + stride,
+    ...``; ranks pass ``rank, world_size`` to interleave), which stores it into every rank's ``dst_view`` (ours,
+    then the ranks after us). A tile this rank does not own is left to its owner. Locks and ``epoch`` as in
+    ``all_reduce_one_shot``. The same bits on every rank (one rank computes each tile, in rank order)."""
+    tid = tile_id(tile, dst_view)
+    if (tid >= start_tile) & ((tid - start_tile) % stride == 0):
+        src_ptr, mask = src_view.tile_ptr(tile)
+        dst_ptr, dst_mask = dst_view.tile_ptr(tile)
+        acc = _sum_over_ranks(tile.data, src_ptr, mask, locks + tid, epoch, ctx, True)
+        result = acc.to(dst_view.ptr.dtype.element_ty)
+        for i in tl.static_range(ctx.world_size):
+            store(dst_ptr, result, ctx.rank, (ctx.rank + i) % ctx.world_size, ctx.heap_bases, mask=dst_mask)
+
+
+@triton.jit
+def all_reduce_ring(tile, src_view, dst_view, ctx):
+    """``dst_view``'s tile (ours) = sum over ranks of their ``src_view`` tile, read from their heaps; no locks, so
+    every rank's src must be ready before the kernel starts (a barrier). ``tile`` needs no data.
+
+    Upstream's ring visits the peers in ring order (rank - 1, rank - 2, ...) and adds in that order, which gives
+    each rank other bits; here the sum runs in rank order 0..W-1 (fp32 for fp16/bf16), so every rank gets the same
+    bits. Upstream's second pass, which copies a peer's dst over ours, is left out: it reads a peer's dst that
+    nothing says is written yet, and would hold the same bits anyway."""
+    src_ptr, mask = src_view.tile_ptr(tile)
+    dst_ptr, dst_mask = dst_view.tile_ptr(tile)
+    ours = tl.load(src_ptr, mask=mask, other=0)
+    acc = _sum_over_ranks(ours, src_ptr, mask, src_ptr, 0, ctx, False)
+    tl.store(dst_ptr, acc.to(dst_view.ptr.dtype.element_ty), mask=dst_mask)
+
+
+@triton.jit
+def all_reduce(tile, src_view, dst_view, config, ctx, epoch=1):
+    """The all_reduce ``config.variant_code`` names (``AllReduceConfig``), with ``config.locks_ptr`` as its locks;
+    two_shot splits the tiles as ``rank, world_size``."""
+    if config.variant_code == 0:
+        all_reduce_atomic(tile, dst_view, ctx)
+    elif config.variant_code == 1:
+        all_reduce_ring(tile, src_view, dst_view, ctx)
+    elif config.variant_code == 2:
+        all_reduce_one_shot(tile, src_view, dst_view, config.locks_ptr, ctx, epoch)
+    elif config.variant_code == 3:
+        all_reduce_two_shot(tile, src_view, dst_view, config.locks_ptr, ctx.rank, ctx.world_size, ctx, epoch)
+    else:
+        all_reduce_spinlock(tile, dst_view, config.locks_ptr, ctx)
