@@ -18,6 +18,7 @@ from iris.host.copy_engines import CopyEngines, disabled_error, resolve_engines
 from iris.host.groups import GroupTable, region_bytes
 from iris.host.allocator import align_up
 from iris.host.heap import SymmetricHeap
+from iris.host.launches import LaunchCache
 from iris.host.logging import RankLogger
 from iris.host.memory import CudaIpcMemory, SharedMemory
 from iris.host.vmem import GrowableMemory
@@ -130,6 +131,7 @@ class Iris(TensorFactory, RankLogger):
         context = weakref.ref(self)
         self.groups.on_agreed(lambda ranks: context()._watch_group(ranks))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
+        self.launches = LaunchCache()  # eager calls' remembered launches (iris/host/launches.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, exchange, local_barrier, self.groups, self.topology,
                                  StoreReports(self._store, f"iris/watchdog/{self._serial}"))
         # Upstream Iris's layout, [rank, world_size, base_0, ..., tracing words], then the bytes each base addresses
