@@ -152,7 +152,6 @@ def _bad_input_body():
     return {
         "columns": error_message(ctx.ccl.all_to_all, ctx.zeros(4, 5), ctx.zeros(4, 5)),
         "shape": error_message(ctx.ccl.reduce_scatter, ctx.zeros(8, 4), ctx.zeros(4, 8)),
-        "gluon": error_message(iris.ccl.Config, use_gluon=True),
         "block": error_message(iris.ccl.Config, block_size_m=24),
         "config": error_message(ctx.ccl.all_gather, ctx.zeros(8), ctx.zeros(4), config="fast"),
         "row_bias": error_message(ctx.ops.matmul_all_gather, ctx.zeros(8, 4), torch.ones(4, 4), torch.ones(4, 4),
@@ -165,7 +164,6 @@ def test_bad_input_names_the_layout(pools):
     assert "ccl.all_to_all: inp has 5 columns along dim 1, which the group of 2 ranks does not divide" in r["columns"]
     assert "use ccl.all_to_all_single" in r["columns"]
     assert "ccl.reduce_scatter: out is (8, 4) but inp is (4, 8)" in r["shape"]
-    assert "use_gluon=True is not available yet" in r["gluon"] and "use_gluon=False" in r["gluon"]
     assert "block_size_m=24 must be a positive power of two" in r["block"]
     assert "config must be an iris.ccl.CollectiveConfig or iris.ccl.Config, got str" in r["config"]
     assert "ops.matmul_all_gather: bias is (3,), expected (4,)" in r["row_bias"]

@@ -136,7 +136,7 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
             raise ValueError(f"{caller}: out is {tuple(out.shape)} but inp is {tuple(inp.shape)}; a full-size out "
                              "(upstream's layout) has inp's shape")
         return reduce_scatter_tiles(ctx, out, inp, op, group, async_op, config, caller)
-    return _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller)
+    return _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, key)
 
 
 def reduce_scatter_tensor(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
@@ -146,11 +146,15 @@ def reduce_scatter_tensor(ctx, out, inp, op="sum", group=None, async_op=False, c
         ref = reduce(op, [inp_r for r in group]).chunk(group_size)[group_rank]
     """
     caller = "ccl.reduce_scatter_tensor"
+    key = launches.key_of(caller, group, config, (out, inp), op)
+    if ctx.launches.run(ctx, key, group, config, (out, inp)):  # the pull's launch (iris/host/launches.py)
+        return common.done(ctx, async_op)
     common.precheck(caller, group, config, (out, inp), str(op))
-    return _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller)
+    return _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, key)
 
 
-def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller):
+def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, key):
+    """The slice form of both names; the pull's launch is remembered under ``key`` (the caller's)."""
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
     op = common.reduce_op(op, inp.dtype, caller)
