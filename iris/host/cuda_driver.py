@@ -144,7 +144,7 @@ def device_attribute(attribute, ordinal):
 
 # ---------------------------------------------------------------- virtual memory (allocator_type="vmem")
 # Physical chunks made with cuMemCreate, mapped into address ranges reserved once, exported to the node's other
-# ranks as POSIX file descriptors. Never cuMulticastCreate: NVLink multicast stays off (docs/design.md section 3).
+# ranks as POSIX file descriptors. Never cuMulticastCreate: NVLink multicast stays off (docs/design.md, "Memory-model rules").
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1

@@ -4,7 +4,7 @@ Each group of ranks owns an int32 array ``flags[ROWS, world_size]`` in a region 
 heap: one of ``slots(world_size)`` such arrays. Row 0 serves ``device_barrier``; row ``1 + p`` serves program
 ``p`` of a collective kernel. On rank q's heap, ``flags[row, r]`` counts how many times rank r has signalled that
 row to q. Counts only grow, so no flag is ever reset and a second call can never read the first call's flag
-(docs/design.md section 3); they wrap, and every comparison is wrap-safe (``iris/device/sync.py``).
+(docs/design.md, "Memory-model rules"); they wrap, and every comparison is wrap-safe (``iris/device/sync.py``).
 
 Slot 0 is the whole world's. Any other group's slot is agreed by its members at the group's first use: each
 publishes the slots it already uses (through the store, so pairs and groups without a process group of their own
