@@ -2,10 +2,11 @@
 # The whole GPU tier in one call, for a machine with 2+ NVIDIA GPUs:
 #   scripts/gpu_tier.sh [OUT_DIR]
 # 1. the test suite at real sizes on the cuda backend (same test bodies as the CPU tier),
-# 2. the benchmarks named in BENCH (default "micro ccl ops"): the microbenchmarks (benchmarks/run_all.py,
+# 2. the benchmarks named in BENCH (default "micro ccl ops host_overhead"): the microbenchmarks (benchmarks/run_all.py,
 #    including the 1 GiB put/get/store check), the collectives against NCCL and torch symmetric memory
 #    (benchmarks/ccl.py), the fused ops against cuBLAS + NCCL (benchmarks/ops.py), and "soak" (SOAK_COUNT
-#    random collectives, default 10000, each checked: benchmarks/soak.py),
+#    random collectives, default 10000, each checked: benchmarks/soak.py), and the host time per eager call
+#    (benchmarks/host_overhead.py, at world size 1),
 # then a short summary table last. Full logs and results go to OUT_DIR (default $OUT or results-local).
 # SKIP_TESTS=1 or SKIP_BENCH=1 leave out a half. TESTS="test_rma test_ops ..." runs only those test files
 # (default: every tests/test_*.py but test_examples); each file runs on its own with its failures reported as
@@ -49,7 +50,7 @@ fi
 
 bench_rc=0
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  for bench in ${BENCH:-micro ccl ops}; do
+  for bench in ${BENCH:-micro ccl ops host_overhead}; do
     extra=()
     case $bench in
       micro) script=benchmarks/run_all.py; dir=microbench ;;

@@ -15,6 +15,7 @@ import sys
 import time
 
 import iris  # noqa: F401  (the cuda backend: no interpreter)
+import sm90
 import triton
 from triton.backends.compiler import GPUTarget
 
@@ -57,8 +58,7 @@ def _compile(record):
     try:
         if "<locals>" in qualname:
             raise RuntimeError("a kernel defined inside a function cannot be imported; define it at module level")
-        source = triton.compiler.ASTSource(fn=_kernel(filename, qualname), signature=signature,
-                                           constexprs=constexprs, attrs=attrs)
+        source = sm90.source(_kernel(filename, qualname), signature, constexprs, attrs)
         triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     except Exception as e:
         messages = []

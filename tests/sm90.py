@@ -18,8 +18,17 @@ def launch_compile(fn, *args, **kwargs):
     bound, specialization, launch_options = create_function_from_signature(fn.signature, fn.params, BACKEND)(
         *args, **kwargs)
     _, signature, constexprs, attrs = fn._pack_args(BACKEND, options, bound, specialization, launch_options)
-    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=TARGET, options=options)
+    return triton.compile(source(fn, signature, constexprs, attrs), target=TARGET, options=options)
+
+
+def source(fn, signature, constexprs, attrs):
+    """What ``triton.compile`` takes for ``fn``: Gluon kernels have a source of their own (layouts, no passes that
+    pick them)."""
+    if fn.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource(fn, signature, constexprs, attrs)
+    return triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
 
 
 def ptr(dtype=torch.bfloat16):

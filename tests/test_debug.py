@@ -6,6 +6,8 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 import iris
 from conftest import on_gpu
@@ -59,6 +61,35 @@ def test_debug_mode_checks_addresses_and_ranks(debug_pool):
         assert r["ok"]
         assert "iris.load: address outside the target rank's symmetric heap (IRIS_DEBUG)" in r["off_heap"]
         assert "iris.store: a rank argument is outside [0, world_size) (IRIS_DEBUG)" in r["bad_rank"]
+
+
+@gluon.jit
+def _gluon_load_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, src, dst, peer, BLOCK: gl.constexpr):
+    ctx = IrisDeviceCtx.initialize(context_tensor)
+    offs = gl.arange(0, BLOCK, layout=gl.BlockedLayout([BLOCK // 32], [32], [1], [0]))
+    gl.store(dst + offs, ctx.load(src + offs, peer))
+
+
+def _gluon_debug_body():
+    from iris.gluon import IrisDeviceCtx
+
+    ctx = new_context(heap_size=1 << 16)
+    peer = 1 - ctx.get_rank()
+    local = torch.zeros(64, dtype=torch.int32)
+    on_heap = ctx.arange(64, dtype=torch.int32)
+    ctx.barrier()
+    _gluon_load_kernel[(1,)](IrisDeviceCtx, ctx.get_device_context(), on_heap, local, peer, BLOCK=64, num_warps=1)
+    ok = torch.equal(local, torch.arange(64, dtype=torch.int32))
+    off_heap = error_message(lambda: _gluon_load_kernel[(1,)](IrisDeviceCtx, ctx.get_device_context(), local, local,
+                                                              peer, BLOCK=64, num_warps=1))
+    ctx.barrier()
+    return ok, off_heap
+
+
+@pytest.mark.skipif(on_gpu(), reason="on GPUs a device assert ends the process's CUDA context: see the GPU form")
+def test_debug_mode_checks_gluon_kernels_the_same_way(debug_pool):
+    for ok, off_heap in debug_pool.run(_gluon_debug_body):
+        assert ok and "iris.load: address outside the target rank's symmetric heap (IRIS_DEBUG)" in off_heap
 
 
 def _skipped_barrier_body():

@@ -80,9 +80,9 @@ def test_identity_and_tables(pools, world_size):
     for rank, r in enumerate(results):
         assert r["rank"] == rank and r["world"] == world_size and r["cu"] >= 1
         assert len(r["bases"]) == world_size and len(set(r["bases"])) == world_size
-        # [rank, world_size] first, as upstream Iris; then [extent, world_size] before the bases (debug mode reads them)
-        assert r["context"][:2] + r["context"][3:] == [rank, world_size, world_size] + r["bases"]
-        assert r["context"][2] >= 1 << 22  # the bytes each base addresses
+        # upstream's layout: [rank, world, bases, 17 tracing words (off: zero)], then the bytes each base addresses
+        assert r["context"][:2 + world_size] == [rank, world_size] + r["bases"]
+        assert r["context"][2 + world_size:-1] == [0] * 17 and r["context"][-1] >= 1 << 22
         assert r["peer_bases"] == [b + r["offset"] for b in r["bases"]]
         assert r["peer_bases"][rank] == r["ptr"]
         assert r["offset"] == results[0]["offset"]

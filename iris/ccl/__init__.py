@@ -1,5 +1,9 @@
 """Collectives written as Triton kernels on the symmetric heap: ``ctx.ccl.<collective>(out, inp, ...)``."""
 
+import inspect
+
+from iris.ccl import hierarchical
+
 from iris.ccl.all_gather import all_gather
 from iris.ccl.all_reduce import all_reduce
 from iris.ccl.all_reduce_rmsnorm import all_reduce_rmsnorm
@@ -20,12 +24,14 @@ _COLLECTIVES["all_reduce_rmsnorm"] = all_reduce_rmsnorm
 
 class CCL:
     """``ctx.ccl``: the collectives bound to one context. Each method is the function of the same name in
-    ``iris.ccl`` with ``ctx`` filled in; see those for semantics."""
+    ``iris.ccl`` with ``ctx`` filled in; see those for semantics. On several nodes a call over the world runs the
+    hierarchical algorithm of the same name (``iris/ccl/hierarchical.py``), a call within one node the kernel."""
 
     def __init__(self, ctx):
         self._ctx = ctx
         for name, fn in _COLLECTIVES.items():
-            setattr(self, name, _bind(fn, ctx))
+            across = hierarchical.COLLECTIVES[name] if ctx.num_nodes > 1 else None
+            setattr(self, name, _bind(fn, ctx, across))
 
     def barrier(self, group=None):
         """Device-side barrier over ``group`` (``ctx.device_barrier``): stream-ordered, graph-capturable."""
@@ -40,8 +46,13 @@ class CCL:
                              expt_assignment=expt_assignment, dtype=torch.bfloat16 if dtype is None else dtype)
 
 
-def _bind(fn, ctx):
+def _bind(fn, ctx, across=None):
+    signature = inspect.signature(fn)
+
     def bound(*args, **kwargs):
+        if across is not None and ("group" not in signature.parameters or ctx.spans_nodes(
+                signature.bind(ctx, *args, **kwargs).arguments.get("group"), fn.__name__)):
+            return across(ctx, *args, **kwargs)
         return fn(ctx, *args, **kwargs)
 
     bound.__name__, bound.__doc__ = fn.__name__, fn.__doc__

@@ -11,6 +11,7 @@ import triton.language as tl
 from iris.ccl import common
 from iris.ccl.device import first_block, program_row, store_to_group, tail_mask
 from iris.device.sync import group_barrier
+from iris.host import launches
 
 
 @triton.jit
@@ -37,6 +38,9 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
         ref = torch.cat([inp_r for r in group], dim=0)
     """
     caller = "ccl.all_gather"
+    key = launches.key_of(caller, group, config, (out, inp))
+    if ctx.launches.run(ctx, key, group, config, (out, inp)):  # iris/host/launches.py
+        return common.done(ctx, async_op)
     common.precheck(caller, group, config, (out, inp))
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
@@ -46,6 +50,12 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
     common.expect_numel(out, p.sync.size * n, caller, "out", f"group size {p.sync.size} * inp.numel() {n}")
     # A slot starts at group_index * n elements: 16-byte aligned only when n keeps it so.
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
-    _all_gather_kernel[p.grid](out_flat, inp_flat, n, p.sync.args(ctx), GROUP_SIZE=p.sync.size, HINT=hint,
-                               BLOCK=p.block, num_warps=p.warps)
+    if p.config.use_gluon:
+        from iris.ccl.gluon.all_gather import launch
+
+        launch(ctx, out_flat, inp_flat, n, p, hint)
+        return common.done(ctx, async_op)
+    launch = launches.Launch(_all_gather_kernel, p.grid, (n, p.sync.args(ctx)),
+                             dict(GROUP_SIZE=p.sync.size, HINT=hint, BLOCK=p.block, num_warps=p.warps))
+    ctx.launches.put(key, group, config, launch, on_heap=((0, out.numel() * out.element_size()),))(out_flat, inp_flat)
     return common.done(ctx, async_op)

@@ -17,6 +17,7 @@ from iris.ccl import common
 from iris.ccl.config import ALL_REDUCE_ALGORITHMS
 from iris.ccl.device import first_block, program_row, reduce_from_group, store_to_group, tail_mask
 from iris.device.sync import group_barrier
+from iris.host import launches
 
 
 @triton.jit
@@ -66,6 +67,9 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
         ref = reduce(op, [inp_r for r in group])     # see iris/ccl/reference.py
     """
     caller = "ccl.all_reduce"
+    key = launches.key_of(caller, group, config, (out, inp), op)
+    if ctx.launches.run(ctx, key, group, config, (out, inp)):  # iris/host/launches.py
+        return common.done(ctx, async_op)
     common.precheck(caller, group, config, (out, inp), str(op))
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
@@ -83,11 +87,14 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
                          "written); use algorithm='two_shot' or 'auto', or a separate out")
     meta = dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=common.accumulate_in_fp32(inp.dtype),
                 HINT=common.vector_hint(inp, out), BLOCK=p.block, num_warps=p.warps)
+    nbytes = n * inp.element_size()
     if algorithm == "one_shot":
-        _all_reduce_one_shot_kernel[p.grid](out_flat, inp_flat, n, p.sync.args(ctx), **meta)
+        launch = launches.Launch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx)), meta)
+        ctx.launches.put(key, group, config, launch, on_heap=((1, nbytes),))(out_flat, inp_flat)
     else:
         ctx.check_symmetric(out, caller, "out")
         # Shards start on 16-element boundaries so the vector hint holds on every rank's shard.
         shard = triton.cdiv(triton.cdiv(n, p.sync.size), 16) * 16
-        _all_reduce_two_shot_kernel[p.grid](out_flat, inp_flat, n, shard, p.sync.args(ctx), **meta)
+        launch = launches.Launch(_all_reduce_two_shot_kernel, p.grid, (n, shard, p.sync.args(ctx)), meta)
+        ctx.launches.put(key, group, config, launch, on_heap=((0, nbytes), (1, nbytes)))(out_flat, inp_flat)
     return common.done(ctx, async_op)

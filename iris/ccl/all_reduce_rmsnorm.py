@@ -22,6 +22,7 @@ import triton.language as tl
 from iris.ccl import common
 from iris.ccl.device import program_row, reduce_from_group
 from iris.device.sync import group_barrier
+from iris.host import launches
 
 # A row is held whole in one program's registers: 32768 fp32 values over 16 warps are 64 per thread.
 MAX_HIDDEN = 32768
@@ -66,6 +67,9 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
         out = residual_out * rsqrt(mean(residual_out ** 2, -1) + eps) * weight
     """
     caller = "ccl.all_reduce_rmsnorm"
+    key = launches.key_of(caller, group, config, (out, residual_out, inp, residual, weight), eps)
+    if ctx.launches.run(ctx, key, group, config, (out, residual_out, inp, residual, weight)):  # iris/host/launches.py
+        return out, residual_out
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"{caller}: eps={eps!r} must be a number >= 0 (RMSNorm adds it to the mean square)")
     tensors = dict(out=out, residual_out=residual_out, inp=inp, residual=residual)
@@ -94,16 +98,17 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
                              "separate tensor (residual_out may be residual)")
     ctx.check_symmetric(inp, caller, "inp")
     rows = inp.numel() // hidden
-    config = common.resolve_config(config, caller)
+    resolved = common.resolve_config(config, caller)
     sync = ctx.group_sync(group, caller)
     on_cpu = ctx.get_device().type == "cpu"
     block_h = triton.next_power_of_2(hidden)
     # 8 warps hold a 4096-wide row as 16 values a thread (two 16-byte bf16 loads per rank)
-    warps = config.num_warps or (4 if on_cpu else min(16, max(4, block_h // 512)))
-    programs = max(1, min(rows, config.comm_sms or (4 if on_cpu else 64)))
+    warps = resolved.num_warps or (4 if on_cpu else min(16, max(4, block_h // 512)))
+    programs = max(1, min(rows, resolved.comm_sms or (4 if on_cpu else 64)))
     hint = common.vector_hint(out, residual_out, inp, residual) if hidden % 16 == 0 else None
     if rows:
-        _all_reduce_rmsnorm_kernel[(programs,)](
-            out, residual_out, inp, residual, weight, rows, hidden, float(eps), sync.args(ctx), GROUP_SIZE=sync.size,
-            HINT=hint, BLOCK_H=block_h, num_warps=warps)
+        launch = launches.Launch(_all_reduce_rmsnorm_kernel, (programs,), (rows, hidden, float(eps), sync.args(ctx)),
+                                 dict(GROUP_SIZE=sync.size, HINT=hint, BLOCK_H=block_h, num_warps=warps))
+        ctx.launches.put(key, group, config, launch, on_heap=((2, inp.numel() * inp.element_size()),))(
+            out, residual_out, inp, residual, weight)
     return out, residual_out

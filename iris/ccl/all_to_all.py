@@ -80,6 +80,11 @@ def _launch(ctx, out, inp, dim, group, async_op, config, caller):
     col_programs = min(p.programs, triton.cdiv(max(n, 1), block))
     programs = col_programs * max(1, min(p.programs // col_programs, rows))
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
+    if p.config.use_gluon:
+        from iris.ccl.gluon.all_to_all import launch
+
+        launch(ctx, out_flat, inp_flat, rows, n, col_programs, programs, block, p, hint)
+        return common.done(ctx, async_op)
     if rows * n:
         _all_to_all_kernel[(programs,)](out_flat, inp_flat, rows, n, col_programs, p.sync.args(ctx),
                                         GROUP_SIZE=p.sync.size, HINT=hint, BLOCK=block, num_warps=p.warps)

@@ -83,6 +83,9 @@ class Plan:
         return (self.programs,)
 
 
+GLUON_COLLECTIVES = ("ccl.all_gather", "ccl.all_to_all", "ccl.all_to_all_single")  # those with a kernel in iris/ccl/gluon/
+
+
 def resolve_config(config, caller):
     """The ``CollectiveConfig`` of a call: the default, the one given, or the translation of upstream's
     ``iris.ccl.Config``."""
@@ -92,6 +95,9 @@ def resolve_config(config, caller):
     if not isinstance(config, CollectiveConfig):
         raise TypeError(f"{caller}: config must be an iris.ccl.CollectiveConfig or iris.ccl.Config, got "
                         f"{type(config).__name__}")
+    if config.use_gluon and caller not in GLUON_COLLECTIVES:
+        raise ValueError(f"{caller}: use_gluon=True, but only all_gather and all_to_all have a Gluon kernel; use "
+                         "use_gluon=False (the Triton kernel, same results)")
     return config
 
 

@@ -32,7 +32,11 @@ class CollectiveConfig:
     32 warps and 16384 elements, which keep enough stores in flight to fill the link (the push reduce_scatter:
     256 programs of 16 warps moving 8192, ``reduce_scatter.PUSH_LARGE_SHAPE``).
     ``check``: compare shapes and dtypes across ranks first (a host collective, so not inside CUDA graphs);
-    ``IRIS_CCL_CHECK=1`` turns it on everywhere."""
+    ``IRIS_CCL_CHECK=1`` turns it on everywhere.
+    ``use_gluon``: run the Gluon kernel (``iris/ccl/gluon/``; all_gather and all_to_all have one, as upstream);
+    its register layout is derived from ``threads_per_warp`` (32: the NVIDIA warp; upstream's default 64 is an
+    AMD wavefront and is refused) and ``num_warps``, so ``block_size`` must be a multiple of ``32 * num_warps``.
+    ``iris.ccl.Config`` (upstream's) translates to this."""
 
     algorithm: str = "auto"
     comm_sms: int | None = None
@@ -40,6 +44,8 @@ class CollectiveConfig:
     num_warps: int | None = None
     one_shot_max_bytes: int = 1 << 20
     check: bool = False
+    use_gluon: bool = False
+    threads_per_warp: int = 32
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -50,6 +56,9 @@ class CollectiveConfig:
             raise ValueError(f"CollectiveConfig: block_size={self.block_size} must be a power of two >= 16")
         if self.num_warps not in (None, 1, 2, 4, 8, 16, 32):
             raise ValueError(f"CollectiveConfig: num_warps={self.num_warps}; use 1, 2, 4, 8, 16 or 32")
+        if self.threads_per_warp != 32:
+            raise ValueError(f"CollectiveConfig: threads_per_warp={self.threads_per_warp}; NVIDIA warps have 32 "
+                             "threads (64 is an AMD wavefront): use threads_per_warp=32")
         if self.one_shot_max_bytes < 0:
             raise ValueError(f"CollectiveConfig: one_shot_max_bytes={self.one_shot_max_bytes} must be >= 0")
 
@@ -71,7 +80,9 @@ class Config:
     - ``num_xcds`` (AMD chiplets) is 1 on NVIDIA (``iris.hip.get_num_xcc()``); ``chunk_size``,
       ``num_stages``, ``threads_per_warp``, ``waves_per_eu``, the ring and gather variants are accepted and have
       no effect: our kernels choose their own shapes.
-    - ``use_gluon=True`` raises for now: the collectives here are Triton kernels.
+    - ``use_gluon=True`` runs the Gluon all_gather and all_to_all (``iris/ccl/gluon/``) with ``num_warps`` warps of
+      32 threads; other collectives raise, as upstream's do, and so do ``threads_per_warp`` other than 32 (an AMD
+      wavefront) and a non-persistent ``all_gather_variant``.
 
     A plain ``@dataclass`` like upstream's (its ``__post_init__`` fills ``num_xcds`` and ``chunk_size``)."""
 
@@ -95,9 +106,13 @@ class Config:
     waves_per_eu: int = 0
 
     def __post_init__(self):
-        if self.use_gluon:
-            raise ValueError("iris.ccl.Config: use_gluon=True is not available yet; the collectives here are Triton "
-                             "kernels: pass use_gluon=False (the default) to run them")
+        if self.use_gluon and self.threads_per_warp not in (None, 32):
+            raise ValueError(f"iris.ccl.Config: use_gluon=True with threads_per_warp={self.threads_per_warp}; NVIDIA "
+                             "warps have 32 threads (64 is an AMD wavefront): use threads_per_warp=32")
+        if self.use_gluon and self.all_gather_variant != "persistent":
+            raise ValueError(f"iris.ccl.Config: use_gluon=True with all_gather_variant={self.all_gather_variant!r}; "
+                             "the Gluon all_gather is the persistent one (upstream's TDM variants are gfx1250 "
+                             "tensor-data-mover code): use all_gather_variant='persistent'")
         if self.num_xcds is None:
             from iris import hip  # noqa: PLC0415  (iris.hip imports torch.cuda lazily too)
             self.num_xcds = hip.get_num_xcc()
@@ -123,4 +138,6 @@ class Config:
         by size, and 4 programs on the cpu backend, where each program runs in Python)."""
         algorithm = UPSTREAM_ALL_REDUCE.get(self.all_reduce_variant, "auto") if caller == "ccl.all_reduce" else "auto"
         comm_sms = None if self.comm_sms == Config.comm_sms else min(self.comm_sms, MAX_COMM_PROGRAMS)
+        if self.use_gluon:  # upstream's Gluon kernels take num_warps from here; ours too
+            return CollectiveConfig(algorithm=algorithm, comm_sms=comm_sms, use_gluon=True, num_warps=self.num_warps)
         return CollectiveConfig(algorithm=algorithm, comm_sms=comm_sms)

@@ -32,6 +32,7 @@ from iris.ccl.device import combine, finish, peer_at, program_row, tail_mask
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import fence_release_sys, group_barrier, wait_until
+from iris.host import launches
 
 SEGMENT_BLOCKS = 4  # blocks per flagged segment: one sys fence per 4 x 16 KiB of bf16 on the large shape
 # The push's bandwidth-bound shape: two programs per SM of 16 warps, each pushing 8192 elements a step. On
@@ -124,6 +125,9 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
         ref = where(tile of rank group_rank, reduce(op, [inp_r for r in group]), out)  # upstream's
     """
     caller = "ccl.reduce_scatter"
+    key = launches.key_of(caller, group, config, (out, inp), op)
+    if ctx.launches.run(ctx, key, group, config, (out, inp)):  # the pull's launch (iris/host/launches.py)
+        return common.done(ctx, async_op)
     common.precheck(caller, group, config, (out, inp), str(op))
     size = ctx.group_sync(group, caller).size
     if isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor) and size > 1 and out.numel() == inp.numel():
@@ -176,8 +180,10 @@ def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller):
                                                  BLOCK=p.block, SEGMENT=SEGMENT_BLOCKS, num_warps=p.warps)
         return common.done(ctx, async_op)
     ctx.check_symmetric(inp, caller, "inp")
-    mine = inp_flat[p.sync.index * n:(p.sync.index + 1) * n]
-    hint = common.vector_hint(out, mine) if aligned else None
-    _all_reduce_one_shot_kernel[p.grid](out_flat, mine, n, p.sync.args(ctx), GROUP_SIZE=p.sync.size, OP=op,
-                                        ACC_FP32=acc_fp32, HINT=hint, BLOCK=p.block, num_warps=p.warps)
+    start = p.sync.index * n
+    hint = common.vector_hint(out, inp_flat[start:start + n]) if aligned else None
+    launch = launches.SlicedLaunch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx)),
+                                   dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=acc_fp32, HINT=hint, BLOCK=p.block,
+                                        num_warps=p.warps), start, start + n)
+    ctx.launches.put(key, group, config, launch, on_heap=((1, inp.numel() * inp.element_size()),))(out_flat, inp_flat)
     return common.done(ctx, async_op)

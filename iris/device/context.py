@@ -5,8 +5,11 @@
         ctx = iris.DeviceContext.initialize(context, RANK, WORLD_SIZE)
         x = ctx.load(buf + offs, from_rank=(RANK + 1) % WORLD_SIZE)
 
-``context`` is ``Iris.get_device_context()``: an int64 tensor ``[rank, world_size, heap bytes, world_size,
-heap_base_0, ...]`` (upstream Iris's two words first; the two words before the bases serve debug mode).
+``context`` is ``Iris.get_device_context()``: an int64 tensor laid out as upstream Iris's, ``[rank, world_size,
+heap_base_0, ..., heap_base_{W-1}, trace_enabled, max_events, event counter, operation counter, 13 trace buffer
+addresses]`` (the tracing words zero until ``ctx.tracing.enable``), then one word of ours, the bytes each base
+addresses, which debug mode reads. ``initialize(..., tracing=True)`` makes ``ctx.tracing`` record
+(``iris/device/user_tracing.py``).
 Each method is the free function of the same name with ``heap_bases`` and the calling rank filled in,
 so the memory-ordering contracts are those of ``iris.device.rma`` and ``iris.device.atomics``.
 
@@ -20,16 +23,18 @@ import triton
 import triton.language as tl
 
 from iris.device import atomics, rma
+from iris.device.user_tracing import DeviceTracing
 
-# Length of the header in the context tensor, before the heap bases: [rank, world_size, heap bytes, world_size].
-CONTEXT_HEADER = tl.constexpr(4)
+# Length of the header in the context tensor, before the heap bases: [rank, world_size].
+CONTEXT_HEADER = tl.constexpr(2)
 
 
 class _Methods:
     """The method bodies shared by both forms; kept free of anything the compiler cannot parse."""
 
-    def initialize(context, rank: tl.constexpr, world_size: tl.constexpr):
-        return DeviceContext(rank, world_size, context + CONTEXT_HEADER)
+    def initialize(context, rank: tl.constexpr, world_size: tl.constexpr, tracing: tl.constexpr = False):
+        heap_bases = context + CONTEXT_HEADER
+        return DeviceContext(rank, world_size, heap_bases, DeviceTracing(tracing, heap_bases))
 
     def load(self, pointer, from_rank, mask=None, other=None, cache_modifier: tl.constexpr = None,
              volatile: tl.constexpr = False, hint: tl.constexpr = None):
@@ -96,10 +101,11 @@ _METHOD_NAMES = [name for name in vars(_Methods) if not name.startswith("_")]
 
 def _interpreted_class():
     class DeviceContext:
-        def __init__(self, rank, world_size, heap_bases):
+        def __init__(self, rank, world_size, heap_bases, tracing=None):
             self.rank = tl.constexpr(rank)
             self.world_size = tl.constexpr(world_size)
             self.heap_bases = heap_bases
+            self.tracing = DeviceTracing(False, heap_bases) if tracing is None else tracing
 
     for name in _METHOD_NAMES:
         fn = vars(_Methods)[name]
@@ -114,12 +120,14 @@ def _compiled_class():
         rank: tl.constexpr
         world_size: tl.constexpr
         heap_bases: tl.tensor
+        tracing: DeviceTracing
 
         @triton.constexpr_function
-        def __init__(self, rank, world_size, heap_bases):
+        def __init__(self, rank, world_size, heap_bases, tracing=None):
             self.rank = tl.constexpr(rank)
             self.world_size = tl.constexpr(world_size)
             self.heap_bases = heap_bases
+            self.tracing = DeviceTracing(False, heap_bases) if tracing is None else tracing
 
     for name in _METHOD_NAMES:
         fn = triton.jit(vars(_Methods)[name])

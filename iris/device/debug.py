@@ -3,18 +3,20 @@
 ``IRIS_DEBUG=1`` in the environment (or ``iris.iris(..., debug=True)`` before the first kernel compiles)
 turns on:
 
-- every translated address is checked to lie inside the target rank's heap (masked-off lanes excepted) and
-  both ranks to lie in ``[0, world_size)``; a violation prints the operation, the ranks and the byte offset
+- every translated address is checked to lie inside the target rank's heap (masked-off lanes excepted),
+  both ranks to lie in ``[0, world_size)`` and on this node (``ctx.direct``: off-node heaps are never mapped);
+  a violation prints the operation, the ranks (and both nodes, or the byte offset)
   and stops the kernel (a device assert on GPUs, a Python ``AssertionError`` on the cpu backend);
 - every device-side wait (``device_barrier``, collective handshakes) gives up after ``SPIN_LIMIT`` polls,
   printing which rank waited for which rank's flag and for what value.
 
 When off, ``ENABLED`` is a false constexpr and the checks are not compiled at all: the PTX is identical.
 
-The checks read two words that iris stores just before every bases table it hands out (``heap_bases``,
-``get_device_context``, ``allocate_symmetric``'s ``peer_bases``): ``table[-2]`` the bytes each base
-addresses and ``table[-1]`` the world size. A bases table built by hand has no such words; don't use one
-in debug mode.
+The checks read two words that every bases table iris hands out carries (``heap_bases``,
+``get_device_context``, ``allocate_symmetric``'s ``peer_bases``), each laid out as the device context is,
+``[rank, world_size, base_0, ..., base_{W-1}, TRACE_WORDS tracing words, extent]``: ``table[-1]`` the world size and
+``table[W + TRACE_WORDS]`` the bytes each base addresses. A bases table built by hand has no such words; don't use
+one in debug mode.
 """
 
 import os
@@ -24,6 +26,9 @@ import triton.language as tl
 
 ENABLED = tl.constexpr(os.environ.get("IRIS_DEBUG", "") == "1")
 # Polls before a wait gives up: 2**22 is a few seconds on a GPU; the interpreter polls far slower.
+# The tracing words after the bases in the device context, upstream Iris's: trace_enabled, max_events, the event
+# counter, the operation counter, then 13 buffer addresses.
+TRACE_WORDS = tl.constexpr(17)
 SPIN_LIMIT = tl.constexpr(int(os.environ.get("IRIS_DEBUG_SPIN_LIMIT", 1 << 22)))
 
 
@@ -35,20 +40,34 @@ def check_ranks(from_rank, to_rank, heap_bases, op: tl.constexpr):
         tl.device_print("iris debug: " + op + " rank out of range: from_rank, to_rank, world_size", from_rank,
                         to_rank, world_size)
     tl.device_assert(ok, "iris." + op + ": a rank argument is outside [0, world_size) (IRIS_DEBUG)")
+    # A rank on another node has a negative entry, -(1 + (this node << 16 | its node)) (iris/host/topology.py).
+    # (ranks out of range read entry 0: the assert above has already fired, and on GPUs a read past the table could
+    # land anywhere)
+    code = tl.minimum(tl.load(heap_bases + tl.where(ok, from_rank, 0)), tl.load(heap_bases + tl.where(ok, to_rank, 0)))
+    mapped = code > 0
+    if not mapped:
+        packed = -1 - code
+        tl.device_print("iris debug: " + op + " to a rank on another node: from_rank, to_rank, this node, its node",
+                        from_rank, to_rank, packed >> 16, packed & 0xFFFF)
+    tl.device_assert(mapped, "iris." + op + ": a rank on another node; heaps are mapped within a node only, see "
+                     "ctx.direct (IRIS_DEBUG)")
 
 
 @triton.jit
 def check_offset(offset, elem_bytes, from_rank, to_rank, heap_bases, mask, op: tl.constexpr):
-    extent = tl.load(heap_bases - 2).to(tl.uint64)
+    extent = tl.load(heap_bases + tl.load(heap_bases - 1) + TRACE_WORDS).to(tl.uint64)
     # An address below the base wraps to a huge unsigned offset, so one comparison covers both ends.
     inside = offset + elem_bytes <= extent
     if mask is not None:
         inside = inside | ~mask
-    # Broadcast against a 1-element block so that scalar and block pointers reduce the same way.
-    inside_any_shape = inside | tl.zeros((1,), tl.int1)
-    outside = tl.sum((~inside_any_shape).to(tl.int32))
+    # Scalar and block pointers reduce apart: a block made here would need a layout in Gluon kernels
+    if inside.type.is_block():
+        outside = tl.sum((~inside).to(tl.int32))
+        first_bad = tl.max(tl.where(inside, 0, offset))
+    else:
+        outside = (~inside).to(tl.int32)
+        first_bad = offset
     if outside > 0:
-        first_bad = tl.max(tl.where(inside_any_shape, 0, offset))
         tl.device_print("iris debug: " + op + " outside the heap: from_rank, to_rank, byte offset, heap bytes",
                         from_rank, to_rank, first_bad, extent)
     tl.device_assert(outside == 0, "iris." + op + ": address outside the target rank's symmetric heap (IRIS_DEBUG)")

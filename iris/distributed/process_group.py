@@ -62,6 +62,10 @@ def _create_context():
     return _bound
 
 
+_EVENTS = []  # recorded events whose Work is gone, reused by the next (list append and pop are atomic)
+_POOL = 64
+
+
 class Work(dist._Work):
     """The handle of one call. The kernels are already queued on the stream that was current at the call;
     ``wait()`` makes the current stream wait for them (host-blocking too with ``blocking``: barrier)."""
@@ -72,8 +76,18 @@ class Work(dist._Work):
         self._blocking = blocking
         self._result = list(result)
         if device.type == "cuda":
-            self._event = torch.cuda.Event()
+            # An event from the pool of those whose handles are gone: a fresh one's CUDA event is created at its
+            # first record, on every call otherwise. Re-recording is safe: a stream that waited on it captured
+            # the earlier record when it was told to wait.
+            # One recorded during a CUDA graph capture is a node of the graph (each replay records it again), so it
+            # never goes back to the pool.
+            self._event = _EVENTS.pop() if _EVENTS else torch.cuda.Event()
             self._event.record()
+            self._reusable = not torch.cuda.is_current_stream_capturing()
+
+    def __del__(self):
+        if self._event is not None and self._reusable and len(_EVENTS) < _POOL:
+            _EVENTS.append(self._event)
 
     def wait(self, timeout=None):
         if self._event is not None:

@@ -35,9 +35,23 @@ class OffsetAllocator:
 
     def reserve(self, nbytes, alignment=ALIGNMENT):
         """Offset of ``nbytes`` (rounded up to ``ALIGNMENT``) starting on a multiple of ``alignment``, or None."""
-        offset = best_fit(self.free, nbytes, alignment)
-        if offset is not None:
-            self.take(offset, nbytes)
+        # best_fit and take in one pass: this is every allocation's path, and the list is short (one block
+        # after an agreement that returned everything).
+        size = -(-(nbytes or 1) // ALIGNMENT) * ALIGNMENT
+        free, best, best_length = self.free, -1, 0
+        for i, (start, length) in enumerate(free):
+            first = -(-start // alignment) * alignment
+            if first + size <= start + length and (best < 0 or length < best_length):
+                best, best_length, offset = i, length, first
+        if best < 0:
+            return None
+        start = free[best][0]
+        rest = [(start, offset - start)] if offset > start else []
+        if start + best_length > offset + size:
+            rest.append((offset + size, start + best_length - offset - size))
+        free[best:best + 1] = rest
+        self.used[offset] = size
+        self.used_bytes += size
         return offset
 
     def take(self, offset, nbytes):

@@ -229,6 +229,9 @@ if DEBUG:
 if BACKEND == "cpu":
     enable_interpreter()
     fix_interpreter()
+    from iris.host.gluon_interpreter import install as interpret_gluon
+
+    interpret_gluon()  # before any user module decorates a @gluon.jit kernel
     if os.environ.get("IRIS_LAUNCH_LOG"):  # the CPU tier's record of what to compile for GPUs (launch_log.py)
         from iris.host.launch_log import install
 

@@ -18,13 +18,16 @@ from iris.host.copy_engines import CopyEngines, disabled_error, resolve_engines
 from iris.host.groups import GroupTable, region_bytes
 from iris.host.allocator import align_up
 from iris.host.heap import SymmetricHeap
+from iris.host.launches import LaunchCache
 from iris.host.logging import RankLogger
 from iris.host.memory import CudaIpcMemory, SharedMemory
 from iris.host.vmem import GrowableMemory
 from iris.device.context import CONTEXT_HEADER
+from iris.device.debug import TRACE_WORDS
 from iris.device.debug import enable as enable_debug
 from iris.host.tensors import TensorFactory
-from iris.host.watchdog import Watchdog
+from iris.host import topology as _topology
+from iris.host.watchdog import StoreReports, Watchdog
 
 ALLOCATORS = ("torch", "vmem")
 _context_serial = 0  # advances on every rank with each (collective) context creation
@@ -98,18 +101,29 @@ class Iris(TensorFactory, RankLogger):
         if len(set(sizes)) != 1:
             raise ValueError(f"iris.iris: ranks asked for different heap sizes {list(sizes)} (bytes, by rank); every "
                              "rank must pass the same heap_size")
+        # Heaps are mapped within a node only (iris/host/topology.py): the memory below is made by the node's ranks,
+        # which exchange handles among themselves; the world's table gets off-node codes for the others.
+        self.topology = _topology.discover(self.cur_rank, self.num_ranks, all_gather_object)
+        self.node_group = self.rail_group = self.rail_engine = None
+        exchange, local_barrier = all_gather_object, self._host_barrier
+        if self.topology.num_nodes > 1:
+            self.node_group, self.rail_group, self.rail_engine = _topology.make_groups(self.topology, self.backend)
+            exchange = functools.partial(all_gather_object, group=self.node_group)
+            local_barrier = functools.partial(self._host_barrier, self.topology.node_ranks())
+        local_rank, local_size = self.topology.local_rank, self.topology.local_world_size
         # [group flags | subgroup workspace area | user tensors (grows with allocator_type="vmem")]
         group_bytes, workspace_bytes = align_up(region_bytes(self.num_ranks)), align_up(workspace_size)
         total = group_bytes + workspace_bytes + align_up(heap_size)
         self.allocator_type = allocator_type
         if allocator_type == "vmem":
-            memory = GrowableMemory(total, self._device, self.cur_rank, self.num_ranks, all_gather_object)
+            memory = GrowableMemory(total, self._device, local_rank, local_size, exchange)
         elif on_cpu:
-            memory = SharedMemory(total, self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier)
+            memory = SharedMemory(total, local_rank, local_size, exchange, local_barrier)
         else:
-            memory = CudaIpcMemory(total, self._device, self.cur_rank, all_gather_object)
+            memory = CudaIpcMemory(total, self._device, local_rank, exchange)
         self.heap = SymmetricHeap(memory, heap_size, group_bytes, workspace_bytes, self.cur_rank, self.num_ranks,
                                   all_gather_object)
+        self.heap.bases = self.topology.world_bases(memory.bases)
         self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self._device,
                                  StoreExchange(self._store, self.cur_rank, self._serial, timeout_s))
         # A subgroup's slot comes back when its ProcessGroups go. Through a weak reference: the watchdog thread
@@ -117,15 +131,17 @@ class Iris(TensorFactory, RankLogger):
         context = weakref.ref(self)
         self.groups.on_agreed(lambda ranks: context()._watch_group(ranks))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine.py)
-        self.watchdog = Watchdog(self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier, self.groups)
-        # [rank, world_size, bytes each base addresses, world_size, base_0, ...]: upstream Iris's [rank, world_size]
-        # first; heap_bases is a view of the tail, so the two words before it (read by debug mode) are the extent
-        # and the world size.
-        header = [self.cur_rank, self.num_ranks, memory.size, self.num_ranks]
-        self._device_context = torch.tensor(header + self.heap.bases, dtype=torch.int64, device=self._device)
-        self.heap_bases = self._device_context[CONTEXT_HEADER.value:]
+        self.launches = LaunchCache()  # eager calls' remembered launches (iris/host/launches.py)
+        self.watchdog = Watchdog(self.cur_rank, self.num_ranks, exchange, local_barrier, self.groups, self.topology,
+                                 StoreReports(self._store, f"iris/watchdog/{self._serial}"))
+        # Upstream Iris's layout, [rank, world_size, base_0, ..., tracing words], then the bytes each base addresses
+        # (debug mode's extent, iris/device/debug.py). heap_bases is a view of the bases; the words around it stay
+        # in reach of the kernels that get it. A rank on another node has a negative code for a base.
+        self._device_context = torch.tensor(bases_table(self.cur_rank, self.num_ranks, self.heap.bases, memory.size),
+                                            dtype=torch.int64, device=self._device)
+        self.heap_bases = self._device_context[CONTEXT_HEADER.value:CONTEXT_HEADER.value + self.num_ranks]
         # Growth keeps every base (the ranges are reserved up front) and widens the extent debug mode checks.
-        self.heap.on_grow(lambda capacity: self._device_context[2].fill_(capacity))
+        self.heap.on_grow(lambda capacity: self._device_context[-1].fill_(capacity))
         # upstream's host copy-engine methods (iris/host/copy_engines.py); None when off
         self.copy_engines = CopyEngines(self) if self.enable_copy_engine else None
         self.barrier()
@@ -151,6 +167,55 @@ class Iris(TensorFactory, RankLogger):
         """The GPU index of this rank (several ranks share one in simulation mode); 0 on the cpu backend."""
         return self._device.index if self._device.type == "cuda" else 0
 
+    # ------------------------------------------------------------------ topology (iris/host/topology.py)
+    @property
+    def num_nodes(self):
+        """Nodes in the job: sets of ranks whose heaps map into one another (``IRIS_NODE_ID`` or the host name)."""
+        return self.topology.num_nodes
+
+    @property
+    def node(self):
+        """This rank's node, in ``[0, num_nodes)``; node n holds ranks ``[n * L, (n + 1) * L)``."""
+        return self.topology.node
+
+    @property
+    def local_rank(self):
+        """This rank's position in its node (``rank % local_world_size``)."""
+        return self.topology.local_rank
+
+    @property
+    def local_world_size(self):
+        """Ranks per node, ``L``: the same on every node."""
+        return self.topology.local_world_size
+
+    @property
+    def direct(self):
+        """Per rank: whether device code can reach its heap by load/store (same node), upstream's ``direct``."""
+        return self.topology.direct
+
+    def spans_nodes(self, group, caller):
+        """Whether ``group`` (None: the world) holds ranks of several nodes; such a group must be the world, which
+        the collectives run hierarchically (``iris/ccl/hierarchical.py``)."""
+        ranks = self._group_ranks(group, caller)
+        if not self.topology.spans_nodes(ranks):
+            return False
+        if len(ranks) != self.num_ranks:
+            nodes = sorted({self.topology.node_of(r) for r in ranks})
+            raise ValueError(f"{caller}: the group {ranks} spans nodes {nodes} but is not the world; across nodes "
+                             "the collectives run on the whole world; use a group within one node, or "
+                             "torch.distributed on a group of the NCCL/gloo backend")
+        return True
+
+    def check_direct(self, peer, caller, name="peer"):
+        """Raise at once when ``peer``'s heap is not mapped here (another node): host calls taking a peer rank."""
+        self.check_rank(peer, caller, name)
+        if not self.topology.direct[peer]:
+            raise ValueError(f"{caller}: {name}={peer} is on node {self.topology.node_of(peer)} and rank "
+                             f"{self.cur_rank} on node {self.node}; heaps are mapped within a node only, so only "
+                             f"ranks {self.topology.node_ranks()} can be reached directly; move data between nodes "
+                             "with the collectives (ctx.ccl) or torch.distributed")
+        return peer
+
     def get_cu_count(self):
         """Streaming multiprocessors of this rank's GPU (the CPU count on the cpu backend)."""
         if self._device.type == "cuda":
@@ -169,8 +234,10 @@ class Iris(TensorFactory, RankLogger):
         return self.heap_bases
 
     def get_device_context(self):
-        """int64 tensor for ``iris.DeviceContext.initialize``: ``[rank, world_size, ...]`` as upstream Iris, then
-        (opaque) ``heap bytes, world_size, heap_base_0, ...``."""
+        """int64 tensor for ``iris.DeviceContext.initialize`` and Gluon's ``IrisDeviceCtx.initialize``, laid out as
+        upstream Iris's: ``[rank, world_size, heap_base_0, ..., heap_base_{W-1}, trace_enabled, max_events,
+        event counter address, operation counter address, 13 trace buffer addresses]`` (the tracing words are
+        zero until ``tracing.enable``), then the bytes each base addresses (read by debug mode)."""
         return self._device_context
 
     def get_copy_engine_ctx(self):
@@ -234,6 +301,13 @@ class Iris(TensorFactory, RankLogger):
         from iris.ccl import CCL
 
         return CCL(self)
+
+    @functools.cached_property
+    def rail(self):
+        """The inter-node stage (``iris/ccl/rail.py``): this rank's rail group, and the bytes handed to it."""
+        from iris.ccl.rail import Rail
+
+        return Rail(self)
 
     @functools.cached_property
     def tracing(self):
@@ -301,9 +375,11 @@ class Iris(TensorFactory, RankLogger):
         entry r is the address of this tensor on rank r (entry ``cur_rank`` is its own ``data_ptr()``)."""
         tensor = self.empty(*size, dtype=dtype)
         offset = self.heap.offset_of(tensor)
-        # Preceded, like every bases table iris hands out, by [bytes addressable from each base, world_size].
-        table = [tensor.numel() * tensor.element_size(), self.num_ranks] + [b + offset for b in self.heap.bases]
-        return tensor, torch.tensor(table, dtype=torch.int64, device=self._device)[2:]
+        # Laid out as every bases table iris hands out (the device context's layout), for debug mode's words; the
+        # off-node codes stay as they are.
+        bases = [b + offset if direct else b for b, direct in zip(self.heap.bases, self.direct)]
+        table = bases_table(self.cur_rank, self.num_ranks, bases, tensor.numel() * tensor.element_size())
+        return tensor, torch.tensor(table, dtype=torch.int64, device=self._device)[2:2 + self.num_ranks]
 
     # ------------------------------------------------------------------ synchronisation
     def _group_ranks(self, group, caller):
@@ -351,7 +427,13 @@ class Iris(TensorFactory, RankLogger):
     def group_sync(self, group, caller):
         """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises
         ``iris.PeerError`` once a peer has failed (every collective starts here or at ``groups.get``)."""
-        return self.groups.get(self._group_ranks(group, caller), caller)
+        ranks = self._group_ranks(group, caller)
+        if self.topology.spans_nodes(ranks):
+            nodes = sorted({self.topology.node_of(r) for r in ranks})
+            raise ValueError(f"{caller}: the group {ranks} spans nodes {nodes}; iris kernels reach the ranks of one "
+                             "node only; the collectives of ctx.ccl run across nodes on the whole world (group=None) "
+                             "or on groups within one node")
+        return self.groups.get(ranks, caller)
 
     def device_barrier(self, group=None):
         """Collective over ``group``, asynchronous for the host, graph-capturable (after a first call outside
@@ -360,6 +442,10 @@ class Iris(TensorFactory, RankLogger):
         visible to work queued after it on every member. Sys-scope release/acquire counters on the heap."""
         from iris.device.sync import _device_barrier_kernel
 
+        if self.num_nodes > 1 and self.spans_nodes(group, "Iris.device_barrier"):  # node, rail, node (hierarchical.py)
+            from iris.ccl.hierarchical import barrier
+
+            return barrier(self)
         sync = self.group_sync(group, "Iris.device_barrier")
         _device_barrier_kernel[(1,)](sync.flags, self.heap_bases, sync.members, self.cur_rank,
                                      GROUP_SIZE=sync.size, num_warps=1)
@@ -421,6 +507,11 @@ class Iris(TensorFactory, RankLogger):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def bases_table(rank, world_size, bases, extent):
+    """The words of a device context (``get_device_context``) with tracing off."""
+    return [rank, world_size] + list(bases) + [0] * TRACE_WORDS.value + [extent]
 
 
 def _one_of(caller, required=True, **names):

@@ -26,7 +26,7 @@ _HOST_BASES = weakref.WeakKeyDictionary()  # Iris -> heap bases as Python ints (
 def peer_address(ctx, tensor, peer):
     """Address, in this process, of ``tensor``'s symmetric counterpart on rank ``peer``."""
     ctx.check_symmetric(tensor, "peer_address")
-    ctx.check_rank(peer, "peer_address", "peer")
+    ctx.check_direct(peer, "peer_address", "peer")
     if ctx not in _HOST_BASES:
         _HOST_BASES[ctx] = ctx.get_heap_bases().tolist()
     bases = _HOST_BASES[ctx]

@@ -220,7 +220,7 @@ class CopyEngines:
 
     # ------------------------------------------------------------------ checks
     def _lane(self, to_rank, channel, caller):
-        self.ctx.check_rank(to_rank, caller, "to_rank")
+        self.ctx.check_direct(to_rank, caller, "to_rank")  # another node's heap is not mapped
         if not isinstance(channel, int) or not 0 <= channel < self.channels:
             raise ValueError(f"{caller}: channel={channel!r} is outside [0, {self.channels}); set IRIS_CE_CHANNELS "
                              "for more")

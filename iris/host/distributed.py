@@ -35,8 +35,8 @@ def process_group_backend(backend):
     small objects through the process group, so gloo costs it nothing."""
     if backend == "cpu":
         return "gloo"
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    return "nccl" if backend == "cuda" and world_size <= torch.cuda.device_count() else "gloo"
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))  # on this node
+    return "nccl" if backend == "cuda" and ranks_here <= torch.cuda.device_count() else "gloo"
 
 
 def ensure_process_group(backend, device=None):

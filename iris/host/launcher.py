@@ -58,9 +58,17 @@ def _spawn_environment(backend, env=None):
         os.environ.update(saved)
 
 
-def _set_rank_environment(rank, world_size, port):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _set_rank_environment(rank, world_size, port, nodes=1):
+    """torchrun's variables for ``rank``; with ``nodes`` > 1 also ``IRIS_NODE_ID`` (the simulated node's host id,
+    ``iris/host/topology.py``) and, on GPUs, ``NCCL_HOSTID``, so that NCCL also sees the nodes apart."""
+    local = world_size // nodes
+    node, local_rank = divmod(rank, local)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank),
+                      LOCAL_WORLD_SIZE=str(local), GROUP_RANK=str(node), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    if nodes > 1:
+        host = f"{socket.gethostname()}-node{node}"
+        os.environ.update(IRIS_NODE_ID=host, NCCL_HOSTID=host)
 
 
 def _call(payload):
@@ -72,8 +80,8 @@ def _call(payload):
         return "err", traceback.format_exc()
 
 
-def _worker(rank, world_size, port, conn):
-    _set_rank_environment(rank, world_size, port)
+def _worker(rank, world_size, port, conn, nodes=1):
+    _set_rank_environment(rank, world_size, port, nodes)
     from iris.host import backend as _backend
     from iris.host.distributed import ensure_process_group
 
@@ -107,9 +115,14 @@ class RankPool:
     """``world_size`` long-lived rank processes (``env`` added to their environment); ``pool.run(fn, *args)``
     runs ``fn`` on all of them and returns the list of results, rank by rank. A failure on any rank raises
     ``RankError`` and tears the pool down (the other ranks may be stuck waiting for the failed one); the next
-    ``run`` starts it afresh."""
+    ``run`` starts it afresh. ``nodes`` > 1 simulates that many nodes of ``world_size // nodes`` ranks each
+    (contiguous ranks, one ``IRIS_NODE_ID`` per node: ``iris/host/topology.py``)."""
 
-    def __init__(self, world_size, backend=None, start_timeout_s=300, env=None):
+    def __init__(self, world_size, backend=None, start_timeout_s=300, env=None, nodes=1):
+        if not isinstance(nodes, int) or nodes < 1 or world_size % nodes:
+            raise ValueError(f"RankPool: nodes={nodes!r} must be a positive divisor of world_size={world_size} (every "
+                             "node runs the same number of ranks)")
+        self.nodes = nodes
         self.world_size = world_size
         self.backend = backend
         self.env = env
@@ -123,7 +136,7 @@ class RankPool:
         with _spawn_environment(self.backend, self.env):
             for rank in range(self.world_size):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker, args=(rank, self.world_size, port, child), daemon=True)
+                proc = ctx.Process(target=_worker, args=(rank, self.world_size, port, child, self.nodes), daemon=True)
                 proc.start()
                 child.close()
                 self._procs.append(proc)
@@ -213,16 +226,18 @@ class RankPool:
         self.close()
 
 
-def launch(fn, world_size, *args, backend=None, timeout_s=600, **kwargs):
+def launch(fn, world_size, *args, backend=None, timeout_s=600, nodes=1, **kwargs):
     """Run ``fn(*args, **kwargs)`` on ``world_size`` fresh rank processes and return the results by rank.
-    ``fn`` must be importable (defined at module level). ``backend`` overrides ``IRIS_BACKEND``."""
-    with RankPool(world_size, backend=backend) as pool:
+    ``fn`` must be importable (defined at module level). ``backend`` overrides ``IRIS_BACKEND``; ``nodes``
+    simulates that many nodes (``RankPool``)."""
+    with RankPool(world_size, backend=backend, nodes=nodes) as pool:
         return pool.run(fn, *args, timeout_s=timeout_s, **kwargs)
 
 
 def run(main, world_size=2, *args, **kwargs):
     """For scripts: under torchrun (``RANK`` is set) call ``main(*args)`` in this process; otherwise start
-    ``world_size`` ranks of it with ``launch``."""
+    ``world_size`` ranks of it with ``launch`` (``nodes=N``: as N simulated nodes)."""
     if "RANK" in os.environ:
+        kwargs.pop("nodes", None)  # torchrun made the nodes
         return [main(*args, **kwargs)]
     return launch(main, world_size, *args, **kwargs)

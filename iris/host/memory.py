@@ -92,6 +92,7 @@ class SharedMemory(_FixedSize):
         try:
             os.ftruncate(fd, size)
             paths = exchange(path)
+            self.paths = paths  # the node's segments, by local rank (the tests compare them with /proc/self/maps)
             self._maps = []
             for peer_path in paths:
                 if peer_path == path:

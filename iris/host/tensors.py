@@ -42,6 +42,18 @@ def _steps(steps, caller):
     return steps
 
 
+def _plain_shape(size):
+    """``size`` as a tuple when it is non-negative ints (``(n,)``, ``(m, n)``, ``((m, n),)``), else None."""
+    if len(size) == 1 and type(size[0]) is not int:
+        size = size[0]
+        if type(size) not in (tuple, list, torch.Size):
+            return None
+    for d in size:
+        if type(d) is not int or d < 0:
+            return None
+    return tuple(size)
+
+
 class TensorFactory:
     """Mixed into ``Iris``; needs ``self.heap`` and ``self.get_device()``."""
 
@@ -51,7 +63,12 @@ class TensorFactory:
     def empty(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False,
               pin_memory=False, memory_format=torch.contiguous_format):
         """Collective. An uninitialised heap tensor."""
-        return self._make("empty", size, dtype, lambda t: None, out=out, layout=layout, device=device,
+        if out is None and device is None and not requires_grad and layout is torch.strided and (
+                memory_format is torch.contiguous_format):
+            shape = _plain_shape(size)
+            if shape is not None:  # the common call, straight to the heap (the general path checks the same)
+                return self.heap.allocate_tensor(shape, dtype or torch.get_default_dtype(), "Iris.empty")
+        return self._make("empty", size, dtype, tensor_creation._nothing, out=out, layout=layout, device=device,
                           requires_grad=requires_grad, memory_format=memory_format)
 
     def zeros(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):

@@ -13,10 +13,18 @@ import json
 
 import torch
 
+from iris.device.debug import TRACE_WORDS
+from iris.device.trace_events import EVENT_NAMES
 from iris.device.tracing import EVENT_WORDS, OP_GEMM_TILE, OP_SCATTER_TILE, _read_clock_kernel
 from iris.host.distributed import all_gather_object
 
 OPS = {OP_GEMM_TILE.value: "gemm tile", OP_SCATTER_TILE.value: "scatter tile"}
+# The buffers user kernels' ctx.tracing.record_event_* fill (iris/device/user_tracing.py), upstream's, in the order of
+# their addresses in the device context's tracing words.
+USER_BUFFERS = (("event_id", torch.int32), ("pid", torch.int32), ("pid_m", torch.int32), ("pid_n", torch.int32),
+                ("cur_rank", torch.int32), ("target_rank", torch.int32), ("xcc_id", torch.int32),
+                ("cu_id", torch.int32), ("timestamp", torch.int64), ("address", torch.int64),
+                ("duration_cycles", torch.int64), ("op_index", torch.int32), ("payload_size", torch.int32))
 
 
 class Tracing:
@@ -35,6 +43,16 @@ class Tracing:
         self.clock = torch.zeros(1, dtype=torch.int64, device=dev)
         self._args = torch.tensor([max_events, self.counter.data_ptr(), self.buffer.data_ptr(),
                                    self.clock.data_ptr()], dtype=torch.int64, device=dev)
+        # upstream's per-field buffers for user kernels, and the tracing words of the device context that point at them
+        self.trace_buffers = {name: torch.zeros(max_events, dtype=dtype, device=dev) for name, dtype in USER_BUFFERS}
+        self.trace_counter = torch.zeros(1, dtype=torch.int32, device=dev)
+        self.op_index_counter = torch.zeros(1, dtype=torch.int32, device=dev)
+        self.max_events = max_events
+        words = [1, max_events, self.trace_counter.data_ptr(), self.op_index_counter.data_ptr()] + \
+            [self.trace_buffers[name].data_ptr() for name, _ in USER_BUFFERS]
+        assert len(words) == TRACE_WORDS.value
+        at = 2 + self.ctx.get_num_ranks()
+        self.ctx.get_device_context()[at:at + len(words)] = torch.tensor(words, dtype=torch.int64)
         self.enabled = True
         # Compile the clock read now: reset's first launch after its barrier would otherwise read each rank's
         # clock only after that rank's compile, tens of ms apart.
@@ -46,6 +64,8 @@ class Tracing:
         self._require("reset")
         self.counter.zero_()
         self.clock.zero_()
+        self.trace_counter.zero_()
+        self.op_index_counter.zero_()
         origin = torch.zeros(1, dtype=torch.int64, device=self.ctx.get_device())
         self.ctx.device_barrier()
         _read_clock_kernel[(1,)](self._args, origin, num_warps=1)  # back to back with the barrier on the stream
@@ -63,6 +83,18 @@ class Tracing:
         keys = ("op", "target", "bytes", "program", "sm", "start", "end", "rank")
         return [dict(zip(keys, row)) for row in rows], max(0, count - self.buffer.shape[0])
 
+    def device_events(self):
+        """This rank's events from user kernels (``ctx.tracing.record_event_start`` / ``end``) as dicts with
+        upstream's fields and the event's name (``iris.TraceEvent``), and how many were dropped (host-blocking)."""
+        self._require("device_events")
+        count = int(self.trace_counter.item())
+        kept = min(count, self.max_events)
+        columns = {name: buf[:kept].cpu().tolist() for name, buf in self.trace_buffers.items()}
+        events = [{name: columns[name][i] for name in columns} for i in range(kept)]
+        for e in events:
+            e["name"] = EVENT_NAMES.get(e["event_id"], f"event {e['event_id']}")
+        return events, count - kept
+
     def export(self, path):
         """Collective, host-blocking. Gather every rank's events; rank 0 writes Chrome trace JSON to ``path``
         and returns it (other ranks return None). One process row per rank, one thread row per SM
@@ -71,12 +103,13 @@ class Tracing:
         if self.ctx.get_device().type == "cuda":
             torch.cuda.synchronize(self.ctx.get_device())
         mine, dropped = self.events()
-        everyone = all_gather_object((mine, dropped, self.origin))
+        user, user_dropped = self.device_events()
+        everyone = all_gather_object((mine, dropped + user_dropped, self.origin, user))
         if self.ctx.get_rank() != 0:
             return None
         gpu = self.ctx.get_device().type == "cuda"
         trace = []
-        for rank, (events, lost, origin) in enumerate(everyone):
+        for rank, (events, lost, origin, user) in enumerate(everyone):
             trace.append({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"rank {rank}"}})
             for e in events:
                 scale = 1e-3 if gpu else 1.0  # ns -> us on GPUs; logical ticks on the cpu backend
@@ -85,6 +118,15 @@ class Tracing:
                     "tid": e["sm"] if gpu else e["program"],
                     "ts": (e["start"] - origin) * scale, "dur": max(e["end"] - e["start"], 0) * scale,
                     "args": {"target": e["target"], "bytes": e["bytes"], "program": e["program"], "sm": e["sm"]},
+                })
+            scale = 1e-3 if gpu else 1.0
+            for e in user:  # user kernels' events, named as upstream's; an event never ended shows as an instant
+                end = e["duration_cycles"] if e["duration_cycles"] else e["timestamp"]
+                trace.append({
+                    "name": e["name"], "ph": "X", "pid": rank, "tid": e["cu_id"] if gpu else e["pid"],
+                    "ts": (e["timestamp"] - origin) * scale if gpu else e["timestamp"],
+                    "dur": max(end - e["timestamp"], 0) * scale,
+                    "args": {k: e[k] for k in ("pid", "pid_m", "pid_n", "target_rank", "address", "payload_size")},
                 })
             if lost:
                 trace.append({"name": f"{lost} events dropped (raise max_events)", "ph": "i", "pid": rank,

@@ -15,6 +15,13 @@ when its process is gone without having published CLOSED. On the first failure t
    so every device wait for them completes (the data a kernel then reads from them is garbage, but the
    rank is raising anyway).
 
+Across nodes (``iris/host/topology.py``) the page holds this node's ranks only. A rank that sees a failure on its
+page, and a rank that fails itself, also report it through the process group's store (``StoreReports``: one
+counter and one key per report, the store every node already reaches); every watchdog reads new reports at each
+poll, so a failure on another node reaches every rank within a poll or two. A failure on another node poisons
+the flags of every rank of ours too: any of them may be waiting in the inter-node stage for the failed rank,
+and a rank waiting for such a rank would otherwise wait for ever.
+
 ``IRIS_WATCHDOG=0`` starts no thread. The page is made either way: its set-up is collective, so ranks
 whose environments differ still make the same calls.
 """
@@ -105,17 +112,48 @@ def _map_status_page(rank, world_size, exchange, barrier):
     return slots
 
 
+class StoreReports:
+    """Failure reports through a store, for the ranks of other nodes: ``post`` appends one, ``new`` returns those
+    not yet read. Keys live under ``prefix`` (one per context), a few bytes each."""
+
+    def __init__(self, store, prefix):
+        self.store, self.prefix, self.read = store, prefix, 0
+
+    def post(self, peer, pid, how, node):
+        index = self.store.add(f"{self.prefix}/count", 1) - 1
+        self.store.set(f"{self.prefix}/{index}", f"{peer} {pid} {node} {how}")
+
+    def new(self):
+        count = self.store.add(f"{self.prefix}/count", 0)
+        found = []
+        while self.read < count:
+            key = f"{self.prefix}/{self.read}"
+            if not self.store.check([key]):  # counted but not yet written: the next poll reads it
+                break
+            peer, pid, node, how = self.store.get(key).decode().split(" ", 3)
+            found.append((int(peer), int(pid), int(node), how))
+            self.read += 1
+        return found
+
+
 class Watchdog:
     """This rank's slot on the status page and the thread that watches the others' (module docstring).
     Holds no reference to the context, so a context dropped without ``close`` is still collected (and
     its ``__del__`` closes the watchdog)."""
 
-    def __init__(self, rank, world_size, exchange, barrier, groups):
+    def __init__(self, rank, world_size, exchange, barrier, groups, topology=None, reports=None):
+        """``exchange`` and ``barrier`` span this node's ranks (``topology``: the world's layout, None for one
+        node); ``reports`` (a ``StoreReports``) carries failures between nodes."""
         self.rank = rank
         self.world_size = world_size
         self.groups = groups
         self.owner = threading.get_ident()  # the thread PeerError is raised in
-        self._slots = _map_status_page(rank, world_size, exchange, barrier)
+        self._first, local = (0, world_size) if topology is None else (topology.node_ranks()[0],
+                                                                       topology.local_world_size)
+        self._node = 0 if topology is None else topology.node
+        self._local_ranks = list(range(self._first, self._first + local))
+        self._reports = reports if topology is not None and topology.num_nodes > 1 else None
+        self._slots = _map_status_page(rank - self._first, local, exchange, barrier)
         self._failed = set()
         self._stop = threading.Event()
         self._thread = None
@@ -134,8 +172,10 @@ class Watchdog:
         """Set this rank's state; only from RUNNING, so a rank that failed never reads as closed later
         (its context's ``__del__`` runs right after the failure is reported)."""
         slots = self._slots
-        if slots is not None and slots[self.rank, 1] == RUNNING:
-            slots[self.rank, 1] = state
+        if slots is not None and slots[self.rank - self._first, 1] == RUNNING:
+            slots[self.rank - self._first, 1] = state
+            if state == FAILED:
+                self._post(self.rank, os.getpid(), "raised an exception")
 
     def stop(self):
         self._stop.set()
@@ -160,16 +200,30 @@ class Watchdog:
         slots = self._slots
         if slots is None:
             return
-        for peer in range(self.world_size):
+        for peer in self._local_ranks:
             if peer == self.rank or peer in self._failed:
                 continue
-            pid, state = (int(v) for v in slots[peer])
+            pid, state = (int(v) for v in slots[peer - self._first])
             if state == FAILED:
                 self._fail(peer, pid, "raised an exception")
             elif state != CLOSED and pid and not _alive(pid):
-                self._fail(peer, pid, "died (its process is gone and never closed its iris context)")
+                how = "died (its process is gone and never closed its iris context)"
+                self._post(peer, pid, how)
+                self._fail(peer, pid, how)
+        if self._reports is not None:
+            for peer, pid, node, how in self._reports.new():
+                if peer != self.rank and peer not in self._failed:
+                    self._fail(peer, pid, f"on node {node} {how}", node)
 
-    def _fail(self, peer, pid, how):
+    def _post(self, peer, pid, how):
+        """Tell the other nodes (one report per failure: the failing rank, or the first of its node to see it die)."""
+        if self._reports is not None:
+            try:
+                self._reports.post(peer, pid, how, self._node)
+            except Exception:  # the store's host has gone: the job is ending anyway
+                pass
+
+    def _fail(self, peer, pid, how, node=None):
         self._failed.add(peer)
         message = (f"peer rank {peer} (pid {pid}) {how}; rank {self.rank} releases its device waits for rank "
                    f"{peer} and raises iris.PeerError (every later call that talks to peers raises it too)")
@@ -182,6 +236,10 @@ class Watchdog:
                 logger.error(message, extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
                 _raise_in(self.owner, message)
         self.groups.poison(peer)
+        if node is not None and node != self._node:  # our node's ranks may wait for it in the inter-node stage
+            for local_peer in self._local_ranks:
+                if local_peer != self.rank and local_peer not in self._failed:
+                    self.groups.poison(local_peer)
 
 
 def mark_failed(error):

@@ -28,6 +28,8 @@ def _bind(fn, ctx):
     def bound(out, a, b, *args, **kwargs):
         if args and args[0] is ctx:  # the reference API passes the context once more
             args = args[1:]
+        if ctx.num_nodes > 1:
+            single_node_only(ctx, fn.__name__)
         # Upstream's signature is (out, A, B, bias, async_op, config, workspace): its async_op (ours are stream-
         # ordered and end with an in-kernel barrier either way) and workspace (ours live in ctx.workspaces) have
         # nothing to select here, and a positional async_op must not land in ``group``.
@@ -41,6 +43,16 @@ def _bind(fn, ctx):
 
     bound.__name__, bound.__doc__ = fn.__name__, fn.__doc__
     return bound
+
+
+def single_node_only(ctx, name):
+    """The fused ops overlap their GEMM with loads and stores into every peer's heap, which exist within a node
+    only; across nodes, a GEMM followed by ``ctx.ccl``'s hierarchical collective is the correct path."""
+    raise NotImplementedError(
+        f"ops.{name}: single node only; this job has {ctx.num_nodes} nodes ({ctx.local_world_size} ranks each; rank "
+        f"{ctx.cur_rank} is on node {ctx.node}) and the fused ops read and write every peer's heap, which is mapped "
+        "within a node only; across nodes, run the GEMM with torch and the collective with ctx.ccl (e.g. "
+        "torch.matmul, then ctx.ccl.all_reduce), which runs hierarchically")
 
 
 __all__ = ["Ops", "OpsConfig", "matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"]

@@ -1,0 +1,238 @@
+"""Host time per eager call: what a training loop or a server pays on the CPU for each collective and heap
+allocation, beside the anchors in the same run.
+
+    python benchmarks/host_overhead.py --out results/1xH200/host_overhead --world-size 1
+    python benchmarks/host_overhead.py --out /tmp/host --quick                 # the cpu backend
+
+For each call three figures, in microseconds (``ms_*`` columns hold milliseconds, as everywhere):
+  - ``return``: the time for the call to return to Python (p20/p50/p80 over ``--count`` calls, with the device
+    drained every 64 calls so that a full launch queue never blocks the host);
+  - ``back_to_back``: ``--count`` calls issued in a loop, then one synchronisation, divided by the count: the
+    rate of an eager loop, bound by the host or by the GPU, whichever is slower;
+  - ``profile``: torch.profiler over 200 back-to-back calls of the small all_reduces: the GPU's kernel time per
+    call beside the host's issue time per call; the GPU is the bottleneck when the first is larger.
+Calls: all_reduce at 8 KiB bf16 (iris ``ctx.ccl``, NCCL through torch.distributed, torch symmetric memory's
+one-shot all-reduce), all_gather and reduce_scatter at 8 KiB per rank, all_reduce_rmsnorm at 8 x 4096 bf16
+(against NCCL's all_reduce then torch's rms_norm), the ``"iris"`` torch.distributed backend's all_reduce and
+``torch.ops.iris.all_reduce`` at 8 KiB, and ``ctx.empty`` at 1 KiB / 1 MiB / 64 MiB against ``torch.empty``.
+World size 1 is where host time does not depend on peers (the targets are stated there).
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import iris
+import iris.compile as iris_compile
+import iris.distributed as iris_distributed
+from iris.bench import report
+from iris.host.distributed import all_gather_object
+
+DRAIN_EVERY = 64
+PROFILED_CALLS = 200
+
+
+def _sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _return_times(fn, count, dev):
+    """Seconds each call took to return, with the device drained every DRAIN_EVERY calls (outside the timing)."""
+    times = []
+    for i in range(count):
+        if i % DRAIN_EVERY == 0:
+            _sync(dev)
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    _sync(dev)
+    return sorted(times)
+
+
+def _back_to_back(fn, count, dev):
+    _sync(dev)
+    began = time.perf_counter()
+    for _ in range(count):
+        fn()
+    _sync(dev)
+    return (time.perf_counter() - began) / count
+
+
+def _profile(fn, dev, calls):
+    """(kernel seconds per call on the GPU, host seconds per call) over ``calls`` back-to-back calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    _sync(dev)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        began = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        issued = time.perf_counter() - began
+        _sync(dev)
+    # microseconds; a kernel's own event carries its device time as self time, the CPU ops above it none
+    kernel_us = sum(e.self_device_time_total for e in prof.key_averages()) if dev.type == "cuda" else 0.0
+    return kernel_us * 1e-6 / calls, issued / calls
+
+
+def _calls(ctx, nccl, iris_group, quick):
+    """name -> {provider: fn or the reason it cannot run}."""
+    import torch.nn.functional as F
+
+    dev = ctx.get_device()
+    world, rank = ctx.get_num_ranks(), ctx.get_rank()
+    anchor = dist.get_backend(nccl)  # "nccl" on GPUs, "gloo" on the cpu backend
+    n = 4096  # 8 KiB of bf16
+    dtype = torch.bfloat16
+    calls = {}
+
+    inp, out = ctx.empty(n, dtype=dtype).normal_(), ctx.empty(n, dtype=dtype)
+    plain = torch.randn(n, dtype=dtype, device=dev)
+    symmetric = _symmetric(n, dtype, dev)
+    calls["all_reduce 8 KiB"] = {
+        "iris": lambda: ctx.ccl.all_reduce(out, inp),
+        anchor: lambda: dist.all_reduce(plain, group=nccl),
+        "symm_mem one_shot": symmetric,
+    }
+    gathered, gathered_plain = ctx.empty(world * n, dtype=dtype), torch.empty(world * n, dtype=dtype, device=dev)
+    calls["all_gather 8 KiB/rank"] = {
+        "iris": lambda: ctx.ccl.all_gather(gathered, inp),
+        anchor: lambda: dist.all_gather_into_tensor(gathered_plain, plain, group=nccl),
+    }
+    full, full_plain = ctx.empty(world * n, dtype=dtype).normal_(), torch.randn(world * n, dtype=dtype, device=dev)
+    piece = torch.empty(n, dtype=dtype, device=dev)
+    calls["reduce_scatter 8 KiB/rank"] = {
+        "iris": lambda: ctx.ccl.reduce_scatter(piece, full),
+        anchor: lambda: dist.reduce_scatter_tensor(piece, full_plain, group=nccl),
+    }
+    tokens, hidden = (2, 64) if quick else (8, 4096)
+    x = ctx.empty(tokens, hidden, dtype=dtype).normal_()
+    x_plain = torch.randn(tokens, hidden, dtype=dtype, device=dev)
+    residual = torch.randn_like(x_plain)
+    weight = torch.ones(hidden, dtype=dtype, device=dev)
+    normed, residual_out = torch.empty_like(x_plain), torch.empty_like(x_plain)
+
+    def nccl_then_norm():
+        dist.all_reduce(x_plain, group=nccl)
+        F.rms_norm(x_plain + residual, (hidden,), weight, 1e-6)
+
+    calls[f"all_reduce_rmsnorm {tokens}x{hidden}"] = {
+        "iris": lambda: ctx.ccl.all_reduce_rmsnorm(normed, residual_out, x, residual, weight),
+        f"{anchor} + rms_norm": nccl_then_norm,
+    }
+    backend_t = torch.randn(n, dtype=dtype, device=dev)
+    calls["torch.distributed all_reduce 8 KiB"] = {
+        "iris backend": lambda: dist.all_reduce(backend_t, group=iris_group),
+        "torch.ops.iris": lambda: torch.ops.iris.all_reduce(backend_t),
+        anchor: lambda: dist.all_reduce(plain, group=nccl),
+    }
+    for nbytes in (1 << 10, 1 << 20, 64 << 20):
+        calls[f"empty {report.format_bytes(nbytes)}"] = {
+            "iris": lambda nbytes=nbytes: ctx.empty(nbytes, dtype=torch.uint8),
+            "torch.empty": lambda nbytes=nbytes: torch.empty(nbytes, dtype=torch.uint8, device=dev),
+        }
+    return calls
+
+
+def _symmetric(n, dtype, dev):
+    """torch symmetric memory's one-shot all-reduce on a rendezvoused buffer, or why it cannot run here."""
+    if dev.type != "cuda":
+        return "n/a: symmetric memory needs CUDA"
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        t = symm_mem.empty(n, dtype=dtype, device=dev).normal_()
+        name = dist.group.WORLD.group_name
+        symm_mem.rendezvous(t, name)
+        torch.ops.symm_mem.one_shot_all_reduce(t, "sum", name)
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return f"n/a: {type(e).__name__}: {e}"[:160]
+    return lambda: torch.ops.symm_mem.one_shot_all_reduce(t, "sum", name)
+
+
+def _check(ctx, nccl):
+    """After the timed calls (remembered launches by then): iris's all_reduce and reduce_scatter against NCCL's on
+    the same inputs, element by element."""
+    dev, world = ctx.get_device(), ctx.get_num_ranks()
+    torch.manual_seed(1234 + ctx.get_rank())
+    inp, out = ctx.empty(4096, dtype=torch.float32).normal_(), ctx.empty(4096, dtype=torch.float32).fill_(float("nan"))
+    ref = inp.clone()
+    for _ in range(2):
+        ctx.ccl.all_reduce(out, inp)
+    dist.all_reduce(ref, group=nccl)
+    piece, ref_piece = torch.full((4096 // world,), float("nan"), device=dev), torch.empty(4096 // world, device=dev)
+    ctx.ccl.reduce_scatter(piece, inp)
+    dist.reduce_scatter_tensor(ref_piece, inp.clone(), group=nccl)
+    good = torch.allclose(out, ref, rtol=1e-5, atol=1e-5) and torch.allclose(piece, ref_piece, rtol=1e-5, atol=1e-5)
+    return f"ok (all_reduce and reduce_scatter match NCCL; {ctx.launches.hits} cached launches)" if good else \
+        "WRONG: iris and NCCL differ"
+
+
+def _row(ctx, env, op, provider, variant, seconds):
+    """One result row (the harness's schema) from sorted per-call seconds (or one figure)."""
+    seconds = seconds if isinstance(seconds, list) else [seconds]
+    q = lambda f: seconds[min(len(seconds) - 1, int(f * len(seconds)))] * 1e3  # noqa: E731
+    return {"op": op, "provider": provider, "variant": variant, "world_size": ctx.get_num_ranks(),
+            "dtype": "bfloat16" if not op.startswith("empty") else "uint8", "shape": "", "bytes": 0,
+            "ms_p20": q(0.2), "ms_p50": q(0.5), "ms_p80": q(0.8), "timing": f"host {variant}",
+            "gpu": env["gpu"], "commit": env["commit"], "date": env["date"]}
+
+
+def main(out, count, quick):
+    ctx = iris.iris(heap_size=1 << 30 if not quick else 1 << 27)
+    dev = ctx.get_device()
+    env = report.environment(dev)
+    iris_compile.set_context(ctx)
+    iris_distributed.set_context(ctx)
+    iris_group = dist.new_group(backend="iris")
+    nccl = dist.group.WORLD  # NCCL on GPUs, gloo on the cpu backend (iris.iris initialised it)
+    rows, table, skipped = [], [], []
+    for op, providers in _calls(ctx, nccl, iris_group, quick).items():
+        for provider, fn in providers.items():
+            if isinstance(fn, str):
+                skipped.append(f"{op} {provider}: {fn}")
+                continue
+            for _ in range(3):  # compile, make the group flags, warm the caches
+                fn()
+            _sync(dev)
+            returns = _return_times(fn, count, dev)
+            loop = _back_to_back(fn, count, dev)
+            rows += [_row(ctx, env, op, provider, "return", returns),
+                     _row(ctx, env, op, provider, "back_to_back", loop)]
+            cells = [op, provider, statistics.median(returns) * 1e6, loop * 1e6]
+            if not op.startswith("empty"):
+                kernel, issue = _profile(fn, dev, min(count, PROFILED_CALLS))
+                rows += [_row(ctx, env, op, provider, "profile_kernel", kernel),
+                         _row(ctx, env, op, provider, "profile_issue", issue)]
+                cells += [kernel * 1e6, issue * 1e6]
+            table.append(cells)
+    skipped.append(f"check: {_check(ctx, nccl)}")
+    everyone = all_gather_object(table)
+    if ctx.get_rank() != 0:
+        return None
+    report.write_results(rows, out, "host_overhead")
+    print(f"{ctx.get_num_ranks()} rank(s), {ctx.backend} backend, {env['gpu']}; us per call (rank 0; median over "
+          f"{count} calls for 'return')")
+    print(f"{'call':<38} {'provider':<18} {'return':>8} {'b2b':>8} {'kernel':>8} {'issue':>8}  bottleneck")
+    for cells in everyone[0]:
+        op, provider, ret, loop = cells[:4]
+        extra = f"{cells[4]:>8.2f} {cells[5]:>8.2f}  {'GPU' if cells[4] >= cells[5] else 'host'}" if len(cells) > 4 \
+            else ""
+        print(f"{op:<38} {provider:<18} {ret:>8.2f} {loop:>8.2f} {extra}")
+    for line in skipped:
+        print(line)
+    return everyone[0]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--world-size", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="few calls, small shapes (the cpu backend)")
+    args = parser.parse_args()
+    iris.run(main, args.world_size, args.out, 8 if args.quick else args.count, args.quick)

@@ -1,0 +1,53 @@
+"""all_gather in Gluon: the Triton kernel's push (``iris/ccl/all_gather.py``) with its register layout spelled out.
+
+Each program owns blocks ``pid, pid + programs, ...`` of the input; a block is ``BLOCK`` elements spread as
+``BLOCK / (32 * num_warps)`` contiguous elements per thread (16 at the GPU defaults: four 16-byte vectors), and is
+stored to every member's slot ``group_index`` through the one translate (``iris.device.rma.store``).
+
+    barrier  ->  for each block: load it once, store it to every member (ourselves first)  ->  barrier
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from iris.ccl.device import program_row
+from iris.device.rma import store
+from iris.device.sync import group_barrier
+
+WARP_SIZE = 32
+
+
+@gluon.jit
+def _all_gather_gluon_kernel(out, inp, n, sync, GROUP_SIZE: gl.constexpr, HINT: gl.constexpr, BLOCK: gl.constexpr,
+                             THREADS_PER_WARP: gl.constexpr):
+    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    row = program_row(flags, world_size)
+    # the strict barrier: the relaxed one's all-members acquire builds a layout-less block, which Gluon refuses
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still uses its out
+    layout: gl.constexpr = gl.BlockedLayout([BLOCK // (THREADS_PER_WARP * gl.num_warps())], [THREADS_PER_WARP],
+                                            [gl.num_warps()], [0])
+    slot = out + group_index.to(gl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
+    for start in range(gl.program_id(0).to(gl.int64) * BLOCK, n, gl.num_programs(0) * BLOCK):
+        offs = gl.arange(0, BLOCK, layout=layout)
+        mask = offs < gl.minimum(n - start, BLOCK).to(gl.int32)
+        x = gl.load(inp + start + offs, mask=mask)  # [BLOCK] in layout
+        for i in gl.static_range(GROUP_SIZE):
+            peer = gl.load(members + (group_index + i) % GROUP_SIZE)
+            store(slot + start + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slot has landed in our out
+
+
+def launch(ctx, out_flat, inp_flat, n, plan, hint):
+    """Launch on ``plan``'s grid (``iris.ccl.common.plan``); the block must fill whole warps."""
+    check_block(plan.block, plan.warps, "ccl.all_gather")
+    _all_gather_gluon_kernel[plan.grid](out_flat, inp_flat, n, plan.sync.args(ctx), GROUP_SIZE=plan.sync.size,
+                                        HINT=hint, BLOCK=plan.block, THREADS_PER_WARP=WARP_SIZE,
+                                        num_warps=plan.warps)
+
+
+def check_block(block, warps, caller):
+    threads = WARP_SIZE * warps
+    if block % threads:
+        raise ValueError(f"{caller}: use_gluon=True needs block_size a multiple of 32 * num_warps = {threads} (one "
+                         f"BlockedLayout over the program's threads), got block_size={block}; raise block_size "
+                         f"or lower num_warps")

@@ -1,0 +1,221 @@
+"""Gluon in Triton's interpreter: what lets the cpu backend run ``@gluon.jit`` kernels.
+
+Triton 3.6 (and 3.7, 3.8) interprets only ``@triton.jit``: ``gluon.jit`` always builds a compiler-bound
+``GluonJITFunction``, whose launch asks for a GPU driver. ``install()`` (called by the cpu backend before any
+user module imports Gluon) gives Gluon's language a meaning in the interpreter:
+
+- ``gluon.jit`` returns an interpreted function (one that also binds as a method, and says ``is_gluon()``),
+  ``gluon.constexpr_function`` runs its function as plain Python, and Gluon's standard library (``gl.sum``,
+  ``gl.zeros``, ...) is rewrapped the same way;
+- Gluon's builtins get an interpreter semantic: the memory and arithmetic builtins are Triton's own, and
+  ``arange``, ``full``, ``convert_layout``, ``set_auto_layout``, ``num_warps``, ``thread_barrier`` take their
+  layout argument and **check it as the NVIDIA compiler does** (its messages, word for word): a distributed
+  layout must have 32 threads per warp (``ttg.threads-per-warp`` is ``CUDAOptions.warp_size``, 32) and as many
+  warps per CTA as the launch's ``num_warps``, and its rank must be the tensor's. A 64-lane layout written for
+  AMD fails here as it fails on an H200. Once checked, a layout has no further meaning in the interpreter: a
+  program runs as one Python thread over whole blocks, so how elements are spread over threads cannot change a
+  result (only its speed);
+- a parameter annotated ``gl.constexpr`` is a constexpr.
+
+What is not interpreted: shared memory descriptors, TMA, mbarriers, ``warp_specialize`` and MMA layouts raise
+``NotImplementedError`` naming the construct; kernels that use them are compiled for sm_90 on the cpu tier
+instead (``tests/compile_launches.py``).
+"""
+
+import inspect
+import math
+import threading
+
+_launch = threading.local()  # num_warps of the kernel launch the interpreter is running on this thread
+
+WARP_SIZE = 32  # CUDAOptions.warp_size: Gluon's module attribute ttg.threads-per-warp on NVIDIA
+
+
+def _num_warps():
+    return getattr(_launch, "num_warps", 4)
+
+
+def check_layout(layout, shape, what):
+    """Raise as the NVIDIA compiler does when ``layout`` cannot hold a tensor of ``shape`` in this launch."""
+    import triton.experimental.gluon.language as gl
+
+    if layout is None or isinstance(layout, gl.AutoLayout):
+        return
+    if isinstance(layout, gl.SliceLayout):
+        check_layout(layout.parent, list(shape[:layout.dim]) + [1] + list(shape[layout.dim:]), what)
+        return
+    if not isinstance(layout, gl.BlockedLayout):
+        raise NotImplementedError(f"{what}: the cpu backend interprets BlockedLayout, SliceLayout and AutoLayout "
+                                  f"only, not {type(layout).__name__}; compile this kernel for sm_90 instead")
+    text = (f"#ttg.blocked<{{sizePerThread = {list(layout.size_per_thread)}, threadsPerWarp = "
+            f"{list(layout.threads_per_warp)}, warpsPerCTA = {list(layout.warps_per_cta)}, order = "
+            f"{list(layout.order)}}}>")
+    threads, warps = math.prod(layout.threads_per_warp), math.prod(layout.warps_per_cta)
+    if threads != WARP_SIZE:
+        raise ValueError(f"{what}: Result has an invalid layout: {text}. Layout has {threads} threads per warp, "
+                         f"but the module specifies {WARP_SIZE} threads per warp (NVIDIA warps have 32 lanes: "
+                         f"64 is an AMD wavefront)")
+    if warps != _num_warps():
+        raise ValueError(f"{what}: Result has an invalid layout: {text}. Layout has {warps} warps per CTA, but the "
+                         f"context requires {_num_warps()} warps per CTA")
+    if len(layout.size_per_thread) != len(shape):
+        raise ValueError(f"{what}: layout {text} has rank {len(layout.size_per_thread)}, the tensor {list(shape)} "
+                         f"rank {len(shape)}")
+
+
+def _semantic_class():
+    from triton.language import core as tl_core
+    from triton.language.semantic import TritonSemantic
+
+    class GluonInterpreterSemantic(TritonSemantic):
+        """Triton's interpreter semantic with Gluon's layout-taking entry points."""
+
+        def arange(self, start, end, layout=None, *, ret_ty=None):
+            check_layout(layout, [end - start], "gl.arange")
+            return super().arange(start, end)
+
+        def full(self, shape, value, dtype, layout=None):
+            check_layout(layout, shape, "gl.full")
+            return super().full(shape, value, dtype)
+
+        def convert_layout(self, value, layout, assert_trivial=False):
+            check_layout(layout, value.shape, "gl.convert_layout")
+            return value
+
+        def set_auto_layout(self, value, layout):
+            check_layout(layout, value.shape, "gl.set_auto_layout")
+            return value
+
+        def num_warps(self, generator=None):
+            return tl_core.constexpr(_num_warps())
+
+        def num_ctas(self):
+            return tl_core.constexpr(1)
+
+        def debug_barrier(self):
+            # one Python thread runs the whole program: every "thread" has already arrived
+            return None
+
+        def _unsupported(self, *args, **kwargs):
+            raise NotImplementedError("the cpu backend does not interpret Gluon shared memory, TMA, mbarriers or "
+                                      "warp_specialize; compile the kernel for sm_90 (tests/compile_launches.py)")
+
+        allocate_shared = warp_specialize = _unsupported
+
+    return GluonInterpreterSemantic
+
+
+def _plain_range(start, end=None, step=None, **kwargs):
+    """``gl.static_range`` / ``gl.range`` as the interpreter runs ``tl``'s: a Python range (the pipelining
+    keywords only steer the compiler)."""
+    start, end = (0, start) if end is None else (start, end)
+    value = lambda v: v.value if hasattr(v, "value") else v
+    return range(value(start), value(end), value(step or 1))
+
+
+class _SeesTriton:
+    """A stand-in function whose globals see triton.language (what the interpreter's _patch_lang looks for)."""
+    import triton.language as tl
+    __globals__ = {"tl": tl}
+
+
+def install():
+    """Teach the interpreter Gluon (idempotent). Call only when ``TRITON_INTERPRET=1``."""
+    import triton.experimental.gluon as gluon
+    import triton.experimental.gluon.language as gl
+    import triton.experimental.gluon.language._standard as gl_standard
+    import triton.language as tl
+    from triton.runtime import interpreter
+    from triton.runtime.jit import JITFunction
+
+    if getattr(gluon, "_iris_interpreted", False):
+        return
+    semantic = _semantic_class()(interpreter.interpreter_builder)
+
+    def patch_gl(scope):
+        for name, member in inspect.getmembers(gl):
+            if tl.core.is_builtin(member):
+                scope.set_attr(gl, name, lambda *a, _m=member, **k: _m(
+                    *a, **{key: v for key, v in k.items() if key not in ("_semantic", "_generator")},
+                    _semantic=semantic))
+        for name in ("range", "static_range"):
+            scope.set_attr(gl, name, _plain_range)
+        # a block's layout, read by kernels that build matching operands (gl.full(p.shape, v, dt, p.type.layout))
+        scope.set_attr(tl.core.block_type, "layout", property(lambda self: None))
+
+    class GluonInterpretedFunction(interpreter.InterpretedFunction):
+        """A ``@gluon.jit`` function run by the interpreter; ``gl`` is patched for as long as it runs."""
+
+        def is_gluon(self):
+            return True
+
+        def run(self, *args, grid, warmup, **kwargs):
+            previous = getattr(_launch, "num_warps", None)
+            _launch.num_warps = kwargs.get("num_warps") or 4
+            scope = interpreter._LangPatchScope()
+            patch_gl(scope)
+            try:
+                return super().run(*args, grid=grid, warmup=warmup, **kwargs)
+            finally:
+                scope.restore()
+                _launch.num_warps = previous
+
+        def __call__(self, *args, **kwargs):
+            # a device function: called inside a running kernel, whose launch patched gl already
+            scope = interpreter._LangPatchScope()
+            patch_gl(scope)
+            try:
+                return super().__call__(*args, **kwargs)
+            finally:
+                scope.restore()
+
+        def __get__(self, obj, objtype=None):
+            if obj is None:
+                return self
+            return lambda *args, **kwargs: self(obj, *args, **kwargs)
+
+    def jit(fn=None, **kwargs):
+        if fn is None:
+            return lambda f: GluonInterpretedFunction(f)
+        return GluonInterpretedFunction(fn)
+
+    # gl.constexpr annotations (strings in the rewritten source) mark constexpr parameters, as tl.constexpr does
+    init = interpreter.GridExecutor.__init__
+
+    def grid_init(self, fn, arg_names, *args, **kwargs):
+        init(self, fn, arg_names, *args, **kwargs)
+        for name, ty in fn.__annotations__.items():
+            if isinstance(ty, str) and ty.split(".")[-1] == "constexpr" and name not in self.constexprs:
+                self.constexprs.append(name)
+
+    interpreter.GridExecutor.__init__ = grid_init
+
+    # the interpreter patches tl.tensor's methods only for functions that see triton.language, which a Gluon
+    # module need not import (it uses gl's tensor, the same class)
+    patch_lang = interpreter._patch_lang
+
+    def patch_lang_gluon_too(fn):
+        if any(inspect.ismodule(v) and v in (tl, tl.core) for v in fn.__globals__.values()):
+            return patch_lang(fn)
+        return patch_lang(_SeesTriton)
+
+    interpreter._patch_lang = patch_lang_gluon_too
+    gluon.jit = jit
+    gluon.constexpr_function = lambda fn: fn
+    import triton.experimental.gluon._runtime as runtime
+    runtime.jit = jit
+    for module in (gl, gl_standard):
+        for name, member in list(vars(module).items()):
+            if isinstance(member, JITFunction):
+                setattr(module, name, GluonInterpretedFunction(member.fn))
+    # kernels decorated before iris was imported (a module that imports triton first, under TRITON_INTERPRET=1) are
+    # GluonJITFunctions: launching or calling one runs its interpreted twin
+    def twin(fn):
+        if "_iris_twin" not in fn.__dict__:
+            fn._iris_twin = GluonInterpretedFunction(fn.fn)
+        return fn._iris_twin
+
+    runtime.GluonJITFunction.run = lambda self, *args, grid, warmup, **kwargs: twin(self).run(
+        *args, grid=grid, warmup=warmup, **kwargs)
+    runtime.GluonJITFunction.__call__ = lambda self, *args, **kwargs: twin(self)(*args, **kwargs)
+    gluon._iris_interpreted = True

@@ -1,0 +1,130 @@
+"""Node topology: which ranks share a node, and so which peers' heaps this process can map.
+
+A node is the set of ranks whose heaps can be mapped into one another (one NVLink domain on GPUs, one host's
+shared memory on the cpu backend). Ranks are grouped by a host id: ``IRIS_NODE_ID`` when set, else the host
+name. A launcher that simulates several nodes on one machine sets ``IRIS_NODE_ID`` per simulated node
+(``iris.launch(..., nodes=N)`` does; two ``torchrun`` agents on one host need it set by hand), so that the
+ranks of one simulated node never map another's segments.
+
+Layout rules (those of a 2-D ``(nodes, local)`` mesh, and torchrun's): every node holds the same number of
+ranks, ``L = local_world_size``, and node ``n`` holds the contiguous ranks ``[n * L, (n + 1) * L)``. So rank
+``r`` is local rank ``r % L`` of node ``r // L``, and its rail (the ranks with its local rank on every node)
+is ``[l, L + l, 2L + l, ...]``. Anything else is refused at context creation with the layout it found.
+
+Off-node entries of a bases table hold ``off_node_code(node, peer_node)`` (negative: never an address), which
+debug mode decodes to name both nodes (``iris/device/debug.py``).
+"""
+
+import os
+import socket
+from dataclasses import dataclass
+
+NODE_ID_ENV = "IRIS_NODE_ID"
+NODE_BITS = 16  # an off-node code packs two node indices of up to 16 bits each
+
+
+def host_id():
+    """This process's host id: ``IRIS_NODE_ID`` if set (simulated nodes), else the host name."""
+    return os.environ.get(NODE_ID_ENV) or socket.gethostname()
+
+
+def off_node_code(node, peer_node):
+    """The bases-table entry for a peer on ``peer_node`` seen from ``node``: ``-(1 + node << 16 | peer_node)``."""
+    return -(1 + ((node << NODE_BITS) | peer_node))
+
+
+@dataclass(frozen=True)
+class Topology:
+    """``num_nodes`` nodes of ``local_world_size`` ranks each; this rank is ``local_rank`` of ``node``."""
+
+    rank: int
+    world_size: int
+    num_nodes: int
+    local_world_size: int
+    host_ids: tuple  # by node
+
+    @property
+    def node(self):
+        return self.rank // self.local_world_size
+
+    @property
+    def local_rank(self):
+        return self.rank % self.local_world_size
+
+    def node_of(self, rank):
+        return rank // self.local_world_size
+
+    def node_ranks(self, node=None):
+        """The global ranks of ``node`` (default: ours), ascending."""
+        node = self.node if node is None else node
+        return list(range(node * self.local_world_size, (node + 1) * self.local_world_size))
+
+    def rail_ranks(self, local_rank=None):
+        """The global ranks with local rank ``local_rank`` (default: ours) on every node, by node."""
+        local_rank = self.local_rank if local_rank is None else local_rank
+        return [n * self.local_world_size + local_rank for n in range(self.num_nodes)]
+
+    @property
+    def direct(self):
+        """Per global rank: whether this process maps its heap (same node), upstream's ``direct`` flags."""
+        return tuple(self.node_of(r) == self.node for r in range(self.world_size))
+
+    def spans_nodes(self, ranks):
+        return len({self.node_of(r) for r in ranks}) > 1
+
+    def world_bases(self, local_bases):
+        """The world's bases table from this node's: real addresses for our node's ranks, off-node codes else."""
+        assert len(local_bases) == self.local_world_size
+        first = self.node * self.local_world_size
+        return [local_bases[r - first] if self.node_of(r) == self.node else off_node_code(self.node, self.node_of(r))
+                for r in range(self.world_size)]
+
+
+def discover(rank, world_size, exchange):
+    """Collective: every rank's host id through ``exchange`` (an all-gather of picklable objects), grouped into
+    nodes. Raises ``ValueError`` naming the layout when nodes are uneven or their ranks are not contiguous."""
+    ids = exchange(host_id())
+    order = list(dict.fromkeys(ids))  # host ids by first rank
+    ranks_of = {h: [r for r, i in enumerate(ids) if i == h] for h in order}
+    sizes = {len(r) for r in ranks_of.values()}
+    layout = "; ".join(f"{h!r}: ranks {r}" for h, r in ranks_of.items())
+    if len(sizes) != 1:
+        raise ValueError(f"iris.iris: uneven nodes ({layout}); every node must run the same number of ranks "
+                         "(torchrun --nproc-per-node=L on every node, or iris.launch(..., nodes=N) with world_size "
+                         "a multiple of N)")
+    local = sizes.pop()
+    for n, h in enumerate(order):
+        if ranks_of[h] != list(range(n * local, (n + 1) * local)):
+            raise ValueError(f"iris.iris: the ranks of a node are not contiguous ({layout}); node n must hold ranks "
+                             f"[n * {local}, (n + 1) * {local}), as torchrun numbers them; set {NODE_ID_ENV} per node "
+                             "consistently or launch with torchrun")
+    if len(order) >= 1 << NODE_BITS:
+        raise ValueError(f"iris.iris: {len(order)} nodes; at most {(1 << NODE_BITS) - 1} are supported")
+    return Topology(rank, world_size, len(order), local, tuple(order))
+
+
+def rail_backend(backend):
+    """The inter-node engine: ``IRIS_RAIL_BACKEND`` if set, else NCCL on GPUs and gloo on the cpu backend."""
+    name = os.environ.get("IRIS_RAIL_BACKEND", "").strip().lower() or ("gloo" if backend == "cpu" else "nccl")
+    if name not in ("nccl", "gloo"):
+        raise ValueError(f"IRIS_RAIL_BACKEND={name!r}: use 'nccl' or 'gloo'")
+    return name
+
+
+def make_groups(topology, backend):
+    """Collective over the world, once per context: this rank's node group (gloo: iris kernels do the node's
+    work, the group only names its members) and rail group (the inter-node engine). Every rank makes every
+    node's and every rail's group, in one order, as ``torch.distributed.new_group`` requires."""
+    import torch.distributed as dist
+
+    node_group = rail_group = None
+    for n in range(topology.num_nodes):
+        group = dist.new_group(topology.node_ranks(n), backend="gloo")
+        if n == topology.node:
+            node_group = group
+    engine = rail_backend(backend)
+    for l in range(topology.local_world_size):
+        group = dist.new_group(topology.rail_ranks(l), backend=engine)
+        if l == topology.local_rank:
+            rail_group = group
+    return node_group, rail_group, engine

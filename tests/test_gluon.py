@@ -1,0 +1,272 @@
+"""Gluon: ``IrisDeviceCtx`` in ``@gluon.jit`` kernels does what the Triton API does, the interpreter checks layouts as
+the NVIDIA compiler does, and ``ccl.Config(use_gluon=True)`` runs the Gluon all_gather and all_to_all."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+import iris
+import iris.ccl
+from conftest import on_gpu
+from iris.device.trace_events import TraceEvent
+from iris.gluon import IrisDeviceCtx
+from rank_utils import new_context, poison_value, rank_data
+
+BLOCK = 128  # four warps of 32 lanes, one element each
+N = 100  # not a multiple of BLOCK: the mask matters
+
+
+@gluon.jit
+def _methods_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, src, loaded, stored, got, put_dst, copied, counters,
+                    olds, n, BLOCK: gl.constexpr):
+    ctx = IrisDeviceCtx.initialize(context_tensor)
+    layout: gl.constexpr = gl.BlockedLayout([BLOCK // (32 * gl.num_warps())], [32], [gl.num_warps()], [0])
+    me = ctx.cur_rank
+    right = (me + 1) % ctx.num_ranks
+    offs = gl.arange(0, BLOCK, layout=layout)
+    mask = offs < n
+    gl.store(loaded + offs, ctx.load(src + offs, right, mask=mask, volatile=True), mask=mask)  # loaded <- src(right)
+    ctx.store(stored + offs, gl.load(src + offs, mask=mask), right, mask=mask, cache_modifier=".wt")  # stored(right)
+    ctx.get(src + offs, got + offs, right, mask=mask, hint=16)                                      # got <- src(right)
+    ctx.put(src + offs, put_dst + offs, right, mask=mask)                                 # put_dst(right) <- src
+    ctx.copy(src + offs, copied + offs, right, me, mask=mask)                             # copied <- src(right)
+    # one lane per counter, every counter on rank 0; each rank's operand is its rank + 1
+    lane = offs < 1
+    v = gl.full([BLOCK], 1, gl.int32, layout) + me
+    gl.store(olds + 0 * BLOCK + offs, ctx.atomic_add(counters + 0 + 0 * offs, v, 0, mask=lane, sem="acq_rel",
+                                                     scope="sys"), mask=lane)
+    ctx.atomic_sub(counters + 1 + 0 * offs, v, 0, mask=lane, sem="release", scope="gpu")
+    ctx.atomic_xchg(counters + 2 + 0 * offs, v, right, mask=lane, scope="sys")  # on the right neighbour
+    ctx.atomic_xor(counters + 3 + 0 * offs, v, 0, mask=lane)
+    ctx.atomic_and(counters + 4 + 0 * offs, v, 0, mask=lane, sem="relaxed")
+    ctx.atomic_or(counters + 5 + 0 * offs, v, 0, mask=lane, sem="acquire", scope="cta")
+    ctx.atomic_min(counters + 6 + 0 * offs, v, 0, mask=lane)
+    ctx.atomic_max(counters + 7 + 0 * offs, v, 0, mask=lane)
+    # a scalar operand beside a block pointer: broadcast to the block's layout
+    ctx.atomic_add(counters + 8 + 0 * offs, 1, 0, mask=lane)
+    # CAS election on rank 0: exactly one rank finds 0
+    gl.store(olds + BLOCK + offs, ctx.atomic_cas(counters + 9 + 0 * offs, 0, me + 1, 0, sem="acq_rel", scope="sys"),
+             mask=lane)
+
+
+def _methods_body():
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    dev = ctx.get_device()
+    src = ctx.empty(BLOCK, dtype=torch.float32)
+    src[:N] = rank_data(rank, N, torch.float32, dev)
+    bufs = [ctx.full((BLOCK,), float(poison_value(torch.float32))) for _ in range(5)]
+    counters = ctx.zeros(16, dtype=torch.int32)
+    counters[4] = -1  # the and's identity
+    counters[6] = 1 << 30  # the min's
+    olds = ctx.full((2 * BLOCK,), -7, dtype=torch.int32)
+    ctx.barrier()
+    _methods_kernel[(1,)](IrisDeviceCtx, ctx.get_device_context(), src, *bufs, counters, olds, N, BLOCK=BLOCK,
+                          num_warps=4)
+    ctx.barrier()
+    right = rank_data((rank + 1) % world, N, torch.float32, dev)
+    left = rank_data((rank - 1) % world, N, torch.float32, dev)
+    loaded, stored, got, put_dst, copied = bufs
+    ok = {"load": torch.equal(loaded[:N], right), "store": torch.equal(stored[:N], left),
+          "get": torch.equal(got[:N], right), "put": torch.equal(put_dst[:N], left),
+          "copy": torch.equal(copied[:N], right),
+          "mask": all(bool((b[N:] == poison_value(torch.float32)).all()) for b in bufs)}
+    return ok, counters.cpu().tolist(), olds.cpu().tolist()
+
+
+@pytest.mark.parametrize("world_size", [3])  # left and right neighbours differ; one pool serves the file
+def test_gluon_context_methods(pools, world_size):
+    results = pools(world_size).run(_methods_body)
+    for rank, (ok, _, _) in enumerate(results):
+        assert all(ok.values()), f"rank {rank}: {ok}"
+    counters = results[0][1]
+    values = list(range(1, world_size + 1))  # rank r contributes r + 1
+    xor = 0
+    for v in values:
+        xor ^= v
+    expected_or, expected_and = 0, -1
+    for v in values:
+        expected_or, expected_and = expected_or | v, expected_and & v
+    assert counters[0] == sum(values) and counters[1] == -sum(values)
+    assert counters[3] == xor and counters[4] == expected_and and counters[5] == expected_or
+    assert counters[6] == 1 and counters[7] == world_size and counters[8] == world_size
+    for rank, (_, mine, _) in enumerate(results):
+        assert mine[2] == (rank - 1) % world_size + 1  # xchg from the left neighbour
+    olds = [olds for _, _, olds in results]
+    assert len({o[0] for o in olds}) == world_size and all(0 <= o[0] < sum(values) for o in olds)  # running sums
+    winners = [r for r, o in enumerate(olds) if o[BLOCK] == 0]
+    assert len(winners) == 1 and counters[9] == winners[0] + 1
+    assert all(o[1:BLOCK].count(-7) == BLOCK - 1 for o in olds)  # masked lanes left untouched
+
+
+@gluon.jit
+def _layout_kernel(out, BLOCK: gl.constexpr, LANES: gl.constexpr, WARPS: gl.constexpr):
+    offs = gl.arange(0, BLOCK, layout=gl.BlockedLayout([BLOCK // (LANES * WARPS)], [LANES], [WARPS], [0]))
+    gl.store(out + offs, offs)
+
+
+@pytest.mark.parametrize("lanes,warps,message", [
+    (64, 1, "Layout has 64 threads per warp, but the module specifies 32 threads per warp"),
+    (32, 2, "Layout has 2 warps per CTA, but the context requires 4 warps per CTA"),
+])
+def test_interpreter_checks_layouts_as_the_compiler(lanes, warps, message):
+    # the same words as the compiler's on an H200: the one test body serves both tiers
+    out = torch.zeros(128, dtype=torch.int32, device="cuda" if on_gpu() else "cpu")
+    with pytest.raises(Exception, match=message):
+        _layout_kernel[(1,)](out, BLOCK=128, LANES=lanes, WARPS=warps, num_warps=4)
+    _layout_kernel[(1,)](out, BLOCK=128, LANES=32, WARPS=4, num_warps=4)  # the layout an H200 takes
+    assert torch.equal(out.cpu(), torch.arange(128, dtype=torch.int32))
+
+
+def _collectives_body(numel, rows):
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    dev = ctx.get_device()
+    poison = float(poison_value(torch.float32))
+    config = iris.ccl.CollectiveConfig(use_gluon=True, num_warps=4, block_size=128)
+    upstream = iris.ccl.Config(use_gluon=True, num_warps=1, threads_per_warp=32)  # upstream's spelling
+    inp = rank_data(rank, numel, torch.float32, dev)
+    gathered = ctx.full((world * numel,), poison)
+    ctx.ccl.all_gather(gathered, inp, config=config)
+    gathered_upstream = ctx.full((world * numel,), poison)
+    ctx.ccl.all_gather(gathered_upstream, inp, config=upstream)
+    # upstream's all_to_all layout: (rows, numel * world), column block q to rank q
+    a2a_inp = rank_data(rank, rows * world * numel, torch.float32, dev, salt=1).reshape(rows, world * numel)
+    exchanged = ctx.full((rows, world * numel), poison)
+    ctx.ccl.all_to_all(exchanged, a2a_inp, config=config)
+    ctx.barrier()
+    ref_gather = torch.cat([rank_data(r, numel, torch.float32, dev) for r in range(world)])
+    ref_a2a = torch.cat([rank_data(r, rows * world * numel, torch.float32, dev, salt=1).reshape(
+        rows, world * numel).chunk(world, dim=1)[rank] for r in range(world)], dim=1)
+    errors = {}
+    for name, collective in (("all_reduce", lambda: ctx.ccl.all_reduce(gathered, gathered, config=config)),
+                             ("wide block", lambda: ctx.ccl.all_gather(gathered, inp, config=iris.ccl.CollectiveConfig(
+                                 use_gluon=True, num_warps=8, block_size=128)))):
+        try:
+            collective()
+        except ValueError as e:
+            errors[name] = str(e)
+    ok = {"all_gather": torch.equal(gathered.cpu(), ref_gather.cpu()),
+          "all_gather Config": torch.equal(gathered_upstream.cpu(), ref_gather.cpu()),
+          "all_to_all": torch.equal(exchanged.cpu(), ref_a2a.cpu())}
+    return ok, errors
+
+
+@pytest.mark.parametrize("world_size", [3])
+def test_gluon_collectives(pools, world_size):
+    # 300 elements: three blocks of 128, the last partial; all_to_all over 2 rows of 3 column blocks of 100
+    for rank, (ok, errors) in enumerate(pools(world_size).run(_collectives_body, 300, 2)):
+        assert all(ok.values()), f"rank {rank}: {ok}"
+        assert "only all_gather and all_to_all have a Gluon kernel" in errors["all_reduce"]
+        assert "multiple of 32 * num_warps = 256" in errors["wide block"]
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: iris.ccl.CollectiveConfig(use_gluon=True, threads_per_warp=64), "NVIDIA warps have 32 threads"),
+    (lambda: iris.ccl.Config(use_gluon=True, threads_per_warp=64), "NVIDIA warps have 32 threads"),
+    (lambda: iris.ccl.Config(use_gluon=True, all_gather_variant="tdm"), "use all_gather_variant='persistent'"),
+])
+def test_gluon_config_refuses_amd_settings(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+@pytest.fixture(scope="module")
+def gluon_ptx():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEBUG", "IRIS_DEBUG")}
+    env["IRIS_BACKEND"] = "cuda"  # compile only: no GPU is needed
+    proc = subprocess.run([sys.executable, os.path.join(here, "gluon_probe.py")], env=env, capture_output=True,
+                          text=True, timeout=900, cwd=here)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.split("RESULT", 1)[1])
+
+
+@pytest.mark.skipif(on_gpu(), reason="compiles without a GPU in a subprocess; the GPU tier runs the kernels")
+def test_gluon_paths_compile_for_sm90_as_the_triton_paths(gluon_ptx):
+    # The same remote store from Gluon and from Triton: the same vectors (four 16-byte stores per thread for 16 fp32
+    # with hint=16, sixteen 4-byte stores without) and the same release (bar.sync, then atom.sys.release).
+    for hint in ("None", "16"):
+        gluon, triton_ = gluon_ptx[f"gluon_store/{hint}"], gluon_ptx[f"triton_store/{hint}"]
+        assert gluon["st.global"] == triton_["st.global"] == (4 if hint == "16" else 16), (gluon, triton_)
+        assert {o for o in gluon["ops"] if o.startswith(("st.global", "atom"))} == \
+            {o for o in triton_["ops"] if o.startswith(("st.global", "atom"))}
+        assert "atom.global.sys.release.exch.b32" in gluon["ops"] and "bar.sync" in gluon["fences"]
+    assert "st.global.v4.b32" in gluon_ptx["gluon_store/16"]["ops"]
+    for name in ("gluon_all_gather", "gluon_all_to_all"):
+        ops = gluon_ptx[name]["ops"]
+        assert "st.global.v4.b32" in ops and "st.global.b32" not in ops, ops
+        assert "fence.acq_rel.sys" in ops and "ld.global.sys.acquire.b32" in ops, ops  # the barriers' release/acquire
+    # a tile to a peer by TMA: one bulk tensor copy from shared memory over a device-made descriptor, and the full
+    # wait for its writes (not only the .read wait that frees the shared source)
+    tma_ops = gluon_ptx["tma_put"]
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in tma_ops, tma_ops
+    assert "cp.async.bulk.wait_group" in tma_ops and "fence.proxy.async.shared::cta" in tma_ops, tma_ops
+
+
+def test_upstream_module_paths_are_one_class():
+    from iris.device.gluon import IrisDeviceCtx as room
+    from iris.experimental.iris_gluon import IrisDeviceCtx as oldest
+    from iris.mem.gluon import Context
+    from iris.mem.gluon.context import Context as newest
+
+    assert room is oldest is Context is newest is IrisDeviceCtx
+
+
+@gluon.jit
+def _traced_gluon_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, buf, n, BLOCK: gl.constexpr):
+    ctx = IrisDeviceCtx.initialize(context_tensor, tracing=True)
+    layout: gl.constexpr = gl.BlockedLayout([BLOCK // (32 * gl.num_warps())], [32], [gl.num_warps()], [0])
+    offs = gl.arange(0, BLOCK, layout=layout)
+    peer = (ctx.cur_rank + 1) % ctx.num_ranks
+    mask = offs < n
+    handle = ctx.tracing.record_event_start(event_id=TraceEvent().put, target_rank=peer, address=buf + offs,
+                                            pid_m=gl.program_id(0), pid_n=7, mask=mask)
+    ctx.store(buf + offs, offs, peer, mask=mask)
+    ctx.tracing.record_event_end(handle)
+
+
+@triton.jit
+def _traced_triton_kernel(context, buf, n, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr, BLOCK: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, RANK, WORLD_SIZE, tracing=True)
+    offs = tl.arange(0, BLOCK)
+    peer = (RANK + 1) % WORLD_SIZE
+    mask = offs < n
+    handle = ctx.tracing.record_event_start(event_id=TraceEvent().put, target_rank=peer, address=buf + offs,
+                                            pid_m=tl.program_id(0), pid_n=7, mask=mask)
+    ctx.store(buf + offs, offs, peer, mask=mask)
+    ctx.tracing.record_event_end(handle)
+
+
+def _tracing_body():
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    buf = ctx.zeros(BLOCK, dtype=torch.int32)
+    ctx.tracing.enable(max_events=8)
+    ctx.barrier()
+    context = ctx.get_device_context()
+    enabled_word = int(context[2 + world].item())
+    _traced_gluon_kernel[(1,)](IrisDeviceCtx, context, buf, N, BLOCK=BLOCK, num_warps=4)
+    _traced_triton_kernel[(1,)](context, buf, N, RANK=rank, WORLD_SIZE=world, BLOCK=BLOCK, num_warps=4)
+    ctx.barrier()
+    events, dropped = ctx.tracing.device_events()
+    return enabled_word, events, dropped, buf.data_ptr(), bool(torch.equal(buf[:N].cpu(), torch.arange(N).int()))
+
+
+def test_tracing_from_gluon_and_triton_kernels_records_the_same_events(pools):
+    for rank, (enabled_word, events, dropped, address, stored) in enumerate(pools(3).run(_tracing_body)):
+        assert enabled_word == 1 and dropped == 0 and stored
+        assert len(events) == 2, events  # one from the Gluon kernel, one from the Triton kernel, same fields
+        for e in events:
+            assert e["name"] == "put" and e["cur_rank"] == rank and e["target_rank"] == (rank + 1) % 3, e
+            assert e["pid_n"] == 7 and e["address"] == address and e["payload_size"] == N * 4, e
+            assert e["duration_cycles"] > e["timestamp"], e  # ended after it started
+        assert events[0]["duration_cycles"] <= events[1]["timestamp"]  # the Gluon kernel ran first
