@@ -356,3 +356,37 @@ def test_blocking_put_raises_peer_error_when_the_peer_dies():
 
 def _ready():
     return True
+
+
+_SIGNAL_PROBE = """
+import sys
+sys.path.insert(0, "tests")
+import torch
+from iris.device.copy_engine import _signal_add_kernel
+from sm90 import launch_compile
+for dtype in (torch.int32, torch.int64):
+    flags = torch.zeros(4, dtype=dtype)
+    for view in (flags[:1], flags[1:2]):
+        hashes = {launch_compile(_signal_add_kernel, view, v, num_warps=1).hash for v in (0, 1, 16, -7)}
+        kernel = launch_compile(_signal_add_kernel, view, 1, num_warps=1)
+        print(dtype, view.data_ptr() % 16 == 0, len(hashes), kernel.src.signature["value"],
+              kernel.metadata.global_scratch_size + kernel.metadata.profile_scratch_size)
+"""
+
+
+def test_signal_kernel_compiles_once_per_flag_for_every_value():
+    # The host launches the signal through compiled handles made with the context, one per (flag dtype, 16-byte
+    # alignment): a value of 1 or a multiple of 16 must not select another specialisation, and the handle takes the
+    # address and an int32 value with no scratch (iris/host/copy_engines.py, _SignalLauncher). Compiled for sm_90.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEBUG", "IRIS_DEBUG")}
+    env["IRIS_BACKEND"] = "cuda"  # compile only: no context, no GPU
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_PROBE], env=env, cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.split("\n")[:4]
+    assert lines == [f"torch.{d} {a} 1 i32 0" for d in ("int32", "int64") for a in (True, False)], proc.stdout
