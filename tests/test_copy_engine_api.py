@@ -17,10 +17,21 @@ N = 1 << 20 if GPU_SCALE else 96  # elements per put
 WORLD = min(world_sizes())  # 2 ranks by default (IRIS_TEST_WORLD_SIZES=1: a rank putting to itself)
 
 
+RUN_S = 45  # each body's limit (about 10 s on one H200, 20 on the cpu tier): a hang fails here, not in a script's timeout
+
+
 def _context(**kwargs):
     import iris
 
+    kwargs.setdefault("timeout_s", 15)  # every blocking put / quiet gives up after 15 s (IRIS_TIMEOUT_S: 300)
     return iris.iris(1 << 26 if GPU_SCALE else 1 << 21, **kwargs)
+
+
+def _host_gate(device):
+    """A wait flag the host raises with a plain store: pinned host memory (device-visible) on GPUs. A gate on the
+    heap would be raised by a fill kernel on the current stream, and that stream may share a hardware queue with
+    the lane whose stream wait is holding it: the fill then never runs and the wait never ends."""
+    return torch.zeros(1, dtype=torch.int32, pin_memory=device.type == "cuda")
 
 
 def _host_body():
@@ -49,11 +60,11 @@ def _host_body():
     ctx.quiet(dst_rank=peer, channel=1)
     ctx.barrier()
     got["signal"] = (torch.equal(dst2.cpu(), rank_data(left, N, torch.int16, "cpu")), int(flag.item()))
-    # a wait on a local int64 flag: nothing moves until we raise it
-    gate = ctx.zeros(1, dtype=torch.int64)
+    # a wait on a local flag (a raw address, as upstream's): nothing moves until the host raises it
+    gate = _host_gate(dev)
     dst3 = ctx.zeros(N, dtype=torch.float32)
     ctx.barrier()
-    ctx.put(src, peer, dst3, wait_flag=gate, wait_value=2, signal_flag=flag, async_op=True)
+    ctx.put(src, peer, dst3, wait_flag=gate.data_ptr(), wait_value=2, signal_flag=flag, async_op=True)
     lane = ctx.copy_engines.lanes[(peer, 0)]
     import time
     time.sleep(0.05)
@@ -100,7 +111,7 @@ def _host_body():
 
 def test_host_put_wait_signal_tiles_quiet(pools):
     world = WORLD
-    for rank, got in enumerate(pools(world).run(_host_body)):
+    for rank, got in enumerate(pools(world).run(_host_body, timeout_s=RUN_S)):
         assert got["blocking"], f"rank {rank}: blocking put"
         assert got["signal"] == (True, 3), f"rank {rank}: async put + signal 3: {got['signal']}"
         assert got["held"] and got["held_below"], f"rank {rank}: a put with wait_flag ran before the flag reached 2"
@@ -138,6 +149,7 @@ def _errors_body():
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     src, dst = ctx.zeros(8), ctx.zeros(8)
     flag = ctx.zeros(1, dtype=torch.int32)
+    gate = _host_gate(ctx.get_device())
     ctx.barrier()
     messages["not_heap"] = error_message(ctx.put, src, 0, torch.zeros(8))
     messages["size"] = error_message(ctx.put, src, 0, ctx.zeros(4))
@@ -151,16 +163,16 @@ def _errors_body():
     messages["tile_stride"] = error_message(ctx.put_tile, Tile(0, 0, 2, 4, 4, 8, src.data_ptr()), 0, dst.data_ptr(), 8)
     messages["untouched"] = torch.count_nonzero(dst).item() + int(flag.item())
     # a wait that nobody releases: the blocking put gives up with the context's timeout instead of hanging
-    messages["timeout"] = error_message(ctx.put, src, (rank + 1) % world, dst, wait_flag=flag, wait_value=1,
-                                        channel=1)
-    flag.fill_(1)  # release the wait (a GPU stream would wait for it for good), then collect what is left
+    messages["timeout"] = error_message(ctx.put, src, (rank + 1) % world, dst, wait_flag=gate.data_ptr(),
+                                        wait_value=1, channel=1)
+    gate.fill_(1)  # release the wait (a GPU stream would wait for it for good), then collect what is left
     error_message(ctx.quiet, (rank + 1) % world, 1)
     ctx.barrier()
     return messages
 
 
 def test_errors_name_the_method_value_and_fix(pools):
-    for rank, m in enumerate(pools(WORLD).run(_errors_body)):
+    for rank, m in enumerate(pools(WORLD).run(_errors_body, timeout_s=RUN_S)):
         assert "ValueError" in m["bad_engine"] and "'nvlink'" in m["bad_engine"] and "'sdma'" in m["bad_engine"]
         assert "TypeError" in m["bad_flag_type"] and "enable_copy_engine" in m["bad_flag_type"]
         assert "ValueError" in m["bad_env"] and "IRIS_ENABLE_COPY_ENGINE" in m["bad_env"]
@@ -243,7 +255,7 @@ def _device_body():
 
 
 def test_device_ops_with_use_copy_engine(pools):
-    for rank, (data, rect, flags, blocks, proxied) in enumerate(pools(WORLD).run(_device_body)):
+    for rank, (data, rect, flags, blocks, proxied) in enumerate(pools(WORLD).run(_device_body, timeout_s=RUN_S)):
         assert data, f"rank {rank}: put(use_copy_engine=True) data"
         assert rect, f"rank {rank}: put_signal_rect / wait_then_put_signal_rect data"
         assert flags == [blocks, 5, 7], f"rank {rank}: flags {flags}"
@@ -294,7 +306,8 @@ def test_triggered_plan_kernel_released_transfers(pools):
     world, rows, cols = WORLD, 4, 16
     ref = torch.stack([torch.arange(rows * cols, dtype=torch.int32).view(rows, cols) + 1000 * r
                        for r in range(world)]).view(world * rows, cols)
-    for rank, (got, states, misuse, wrong, outside, busy) in enumerate(pools(world).run(_triggered_body)):
+    results = pools(world).run(_triggered_body, timeout_s=RUN_S)
+    for rank, (got, states, misuse, wrong, outside, busy) in enumerate(results):
         for epoch, buffer in enumerate(got):
             assert torch.equal(buffer, ref), f"rank {rank} epoch {epoch}: {buffer}"
         assert states == ["armed", 2]
@@ -311,13 +324,13 @@ def _killed_while_put_waits_body():
 
     ctx = _context(engines=("sdma",))
     src, dst = ctx.zeros(8), ctx.zeros(8)
-    gate = ctx.zeros(1, dtype=torch.int32)
+    gate = _host_gate(ctx.get_device())
     ctx.barrier()
     if ctx.get_rank() == 1:
         time.sleep(1.0)  # rank 0 is blocked in its put by now, on a gate nobody will raise
         os.kill(os.getpid(), signal.SIGKILL)
     try:
-        ctx.put(src, 1, dst, wait_flag=gate, wait_value=1)  # raises PeerError once the watchdog sees rank 1 go
+        ctx.put(src, 1, dst, wait_flag=gate.data_ptr(), wait_value=1)  # raises PeerError once the watchdog sees rank 1 go
     finally:
         gate.fill_(1)  # a GPU stream would wait for the gate for good, and the process's exit with it
     return "put returned"
@@ -332,7 +345,7 @@ def test_blocking_put_raises_peer_error_when_the_peer_dies():
         pool.run(_ready)  # the processes first: only the failing call is timed
         start = time.monotonic()
         with pytest.raises(iris.RankError) as info:
-            pool.run(_killed_while_put_waits_body, timeout_s=120)
+            pool.run(_killed_while_put_waits_body, timeout_s=RUN_S)
         elapsed = time.monotonic() - start
     message = str(info.value)
     assert "rank 1 died: killed by signal 9" in message, message
@@ -343,3 +356,37 @@ def test_blocking_put_raises_peer_error_when_the_peer_dies():
 
 def _ready():
     return True
+
+
+_SIGNAL_PROBE = """
+import sys
+sys.path.insert(0, "tests")
+import torch
+from iris.device.copy_engine import _signal_add_kernel
+from sm90 import launch_compile
+for dtype in (torch.int32, torch.int64):
+    flags = torch.zeros(4, dtype=dtype)
+    for view in (flags[:1], flags[1:2]):
+        hashes = {launch_compile(_signal_add_kernel, view, v, num_warps=1).hash for v in (0, 1, 16, -7)}
+        kernel = launch_compile(_signal_add_kernel, view, 1, num_warps=1)
+        print(dtype, view.data_ptr() % 16 == 0, len(hashes), kernel.src.signature["value"],
+              kernel.metadata.global_scratch_size + kernel.metadata.profile_scratch_size)
+"""
+
+
+def test_signal_kernel_compiles_once_per_flag_for_every_value():
+    # The host launches the signal through compiled handles made with the context, one per (flag dtype, 16-byte
+    # alignment): a value of 1 or a multiple of 16 must not select another specialisation, and the handle takes the
+    # address and an int32 value with no scratch (iris/host/copy_engines.py, _SignalLauncher). Compiled for sm_90.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEBUG", "IRIS_DEBUG")}
+    env["IRIS_BACKEND"] = "cuda"  # compile only: no context, no GPU
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_PROBE], env=env, cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.split("\n")[:4]
+    assert lines == [f"torch.{d} {a} 1 i32 0" for d in ("int32", "int64") for a in (True, False)], proc.stdout

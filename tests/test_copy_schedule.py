@@ -48,7 +48,8 @@ def _exchange_body():
 
 def test_bands_land_after_their_counts_and_flags_are_cleared(pools):
     world = 3
-    for rank, (got, left_counts, left_flags, failed) in enumerate(pools(world).run(_exchange_body)):
+    results = pools(world).run(_exchange_body, timeout_s=45)  # a hang fails in 45 s, not in a script's timeout
+    for rank, (got, left_counts, left_flags, failed) in enumerate(results):
         ref = torch.stack([torch.arange(64, dtype=torch.float32) + 100 * r for r in range(world)])
         assert torch.equal(got.cpu(), ref), f"rank {rank}: {got}"
         assert left_counts == [0, 0], f"rank {rank}: counts left at {left_counts} (the side stream clears them)"

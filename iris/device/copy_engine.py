@@ -27,9 +27,11 @@ from iris.device.translate import INTERPRETED, translate
 ROW_BYTES = tl.constexpr(1024)  # bytes a program moves per step of a rectangle row: 8 per thread at 4 warps
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["value"])
 def _signal_add_kernel(flag, value):
     # The host queue's signal: one release/sys add, after the stream's copies (the stream orders the kernel).
+    # ``value`` is never specialised (1 would be a constant), so one compiled kernel per flag dtype serves every
+    # value: the host launches it through the compiled handle (iris/host/copy_engines.py, _SignalLauncher).
     tl.atomic_add(flag, tl.cast(value, flag.dtype.element_ty), sem="release", scope="sys")
 
 

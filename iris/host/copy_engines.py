@@ -7,12 +7,16 @@ spins can block), or on the cpu backend a host thread standing in for it. A tran
     wait   until our local flag reaches ``wait_value``       cuStreamWaitValue32/64 (GEQ: the stream's front end polls)
     copy   the bytes into the peer's heap                    cuMemcpyAsync / cuMemcpy2DAsync (a copy engine over NVLink)
     signal add ``signal_value`` to the peer's flag           a one-program release/sys atomic kernel (CUDA 13.0 has no
-                                                             stream atomic; NVSHMEM and TE userbuffers do the same)
+                                                             stream atomic; NVSHMEM and TE userbuffers do the same),
+                                                             launched through its compiled handle
 
 Channels are independent orderings, not extra bandwidth: two streams per peer by default (``IRIS_CE_CHANNELS``).
 Every transfer is ordered after the work already queued on the caller's current stream (an event), so a copy never
 reads a tensor that a queued kernel is still writing; the one deadlock this adds is a kernel already queued on
-that stream which waits for this transfer's own signal. The fused ops' copy queue (``copy_engine.CopyQueue``) runs
+that stream which waits for this transfer's own signal. Likewise a ``wait_flag`` must be raised by something not
+queued behind the wait: streams share the device's few hardware queues, so a fill kernel on the current stream can
+stand behind the lane's stream wait that only it would release. Raise it from a kernel already running, another
+GPU, or the host through pinned host memory (a raw address). The fused ops' copy queue (``copy_engine.CopyQueue``) runs
 on the same primitives: the same driver calls, the same host-thread stand-in and the same bounded flag wait.
 
 Graph capture: ``put``, ``put_tile`` and ``put_tiles`` are capturable (stream waits, 2-D copies and kernels all
@@ -34,6 +38,7 @@ from iris.host.distributed import DEFAULT_TIMEOUT_S, RankTimeoutError
 
 ENGINE_NAMES = ("sdma", "ce")  # upstream's name for AMD's engines, and NVIDIA's: both mean this platform's
 CHANNELS = int(os.environ.get("IRIS_CE_CHANNELS", 2))
+SPIN_S = 200e-6  # a blocking put polls its stream without sleeping this long, then backs off (2 us doubling to 1 ms)
 _TRUE, _FALSE, _AUTO = ("1", "true", "yes", "on"), ("0", "false", "no", "off"), ("", "auto")
 
 
@@ -89,6 +94,10 @@ class _Lane:
     def __init__(self, device):
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.host = HostQueue() if self.stream is None else None
+        # one event, recorded again by every put: torch's wait_stream makes a new event each call (cudaEventCreate,
+        # a few us); a re-recorded event orders the same way, since a wait takes the record before it
+        self.event = torch.cuda.Event() if self.stream is not None else None
+        self.handle = self.stream.cuda_stream if self.stream is not None else None
 
     def drained(self):
         """True once everything queued has run; raises the first failure (once)."""
@@ -135,6 +144,36 @@ def _cpu_atomic_add(address, value, bits):
                       np.array([True]), native.MEM_SEMANTIC.RELEASE)
 
 
+class _SignalLauncher:
+    """The queue's signal kernel launched through its compiled handle. Through ``JITFunction.__getitem__`` a launch
+    binds the arguments, computes the specialisation key and looks the kernel up (~30 us of Python on the H200's
+    host, plus building a tensor over the flag); the compiled handle takes the address as an int and the stream
+    (~5 us). Compiled and loaded with the context, once per (flag bits, 16-byte alignment): a kernel loaded later,
+    while a kernel of ours spins, can wait for the device (lazy module loading)."""
+
+    def __init__(self, device):
+        from iris.device.copy_engine import _signal_add_kernel
+
+        self._jit, self._compiled = _signal_add_kernel, {}
+        scratch = torch.zeros(4, dtype=torch.int64, device=device)  # 16-byte aligned, and 4/8 bytes past it
+        for view in (scratch[:1], scratch[1:2], scratch.view(torch.int32)[:1], scratch.view(torch.int32)[1:2]):
+            key = (8 * view.element_size(), view.data_ptr() % 16 == 0)
+            compiled = self._jit[(1,)](view, 0, num_warps=1)  # adds 0: compiles, loads, and runs once
+            compiled._init_handles()
+            self._compiled[key] = compiled
+        torch.cuda.synchronize(device)
+
+    @staticmethod
+    def check(value, caller):
+        if not -(1 << 31) <= value < (1 << 31):  # the compiled kernels take an int32 value
+            raise ValueError(f"{caller}: signal_value={value} is outside int32; the copy engine's signal adds an "
+                             "int32 (sign-extended on an int64 flag)")
+
+    def launch(self, stream_handle, address, bits, value):
+        compiled = self._compiled[(bits, address % 16 == 0)]
+        compiled[(1, 1, 1)](address, value, stream=stream_handle)
+
+
 class CopyEngines:
     """The copy-engine queues of one context and the host methods upstream Iris puts on the context."""
 
@@ -147,6 +186,7 @@ class CopyEngines:
         else:
             self.capabilities = {"engines": "host threads (cpu backend)"}
         self.lanes = {(peer, ch): _Lane(self.device) for peer in range(ctx.num_ranks) for ch in range(self.channels)}
+        self.signal = _SignalLauncher(self.device) if self.device.type == "cuda" else None
         self.proxy_error = None
         self.proxy = CopyProxy(self)
         # The device context kernels pass through, [num_ranks, 6] uint64 as upstream's (queue, rptr, wptr, doorbell,
@@ -202,9 +242,12 @@ class CopyEngines:
         if self.device.type != "cuda":
             lane.host.put(lambda: self._run_on_host(wait, copies, signal, caller))
         else:
+            if signal is not None:
+                self.signal.check(signal[2], caller)
             current = torch.cuda.current_stream(self.device)
-            lane.stream.wait_stream(current)  # after the caller's queued work, which may still write the source
-            s = lane.stream.cuda_stream
+            lane.event.record(current)  # after the caller's queued work, which may still write the source
+            lane.stream.wait_event(lane.event)
+            s = lane.handle
             if wait is not None:
                 address, bits, value = wait
                 (cuda_driver.stream_wait_at_least if bits == 32 else cuda_driver.stream_wait_at_least_64)(
@@ -212,7 +255,7 @@ class CopyEngines:
             for dst, dst_pitch, src, src_pitch, width, height in copies:
                 cuda_driver.copy_2d(dst, dst_pitch, src, src_pitch, width, height, s)
             if signal is not None:
-                self._signal_on_stream(lane.stream, *signal)
+                self.signal.launch(s, *signal)
             if torch.cuda.is_current_stream_capturing():  # a capture must end joined: the graph orders the rest
                 current.wait_stream(lane.stream)
                 return
@@ -245,7 +288,7 @@ class CopyEngines:
         for copy in copies:
             cuda_driver.copy_2d(*copy, s)
         if signal is not None:
-            self._signal_on_stream(lane.stream, *signal)
+            self.signal.launch(s, *signal)
         cuda_driver.stream_write(s, done.data_ptr(), ticket)
 
     def _owner(self, address):
@@ -255,13 +298,6 @@ class CopyEngines:
                 return rank
         raise RuntimeError(f"iris.copy_engine.put_async: destination {address:#x} is in no rank's heap")
 
-    def _signal_on_stream(self, stream, address, bits, value):
-        from iris.device.copy_engine import _signal_add_kernel
-
-        flag = _raw(address, bits // 8, self.device).view(torch.int32 if bits == 32 else torch.int64)
-        with torch.cuda.stream(stream):
-            _signal_add_kernel[(1,)](flag, value, num_warps=1)
-
     def _drain(self, lanes, caller):
         """Host-blocking: until ``lanes`` have run everything queued, with the context's timeout, raising
         ``PeerError`` once a peer has failed (never a bare synchronise on a flag nobody raises)."""
@@ -269,10 +305,14 @@ class CopyEngines:
         deadline, pause = time.monotonic() + timeout_s, 2e-6
         if self.proxy_error is not None:  # the proxy stopped: kernels' transfers after it will never land
             raise RuntimeError(f"{caller}: the copy-engine proxy failed: {self.proxy_error}") from self.proxy_error
+        spin_until = time.monotonic() + SPIN_S
         for lane in lanes:
             while not lane.drained():
+                now = time.monotonic()
+                if now < spin_until:  # a 4 KiB put lands in ~10 us; Linux's shortest sleep is ~55 us
+                    continue
                 self.ctx.groups.check(caller)
-                if time.monotonic() > deadline:
+                if now > deadline:
                     raise RankTimeoutError(f"{caller}: the copy-engine queue has not drained after {timeout_s:g} s "
                                            "(a wait_flag nobody raised?); raise the limit with IRIS_TIMEOUT_S", [])
                 time.sleep(pause)

@@ -35,6 +35,11 @@ class CopyProxy:
         self.ring = torch.zeros(SLOTS, WORDS, dtype=torch.int64, pin_memory=pin)
         self.consumed = torch.zeros(1, dtype=torch.int64, pin_memory=pin)
         self.counters = torch.zeros(2, dtype=torch.int32, device=device)  # head, done (wrap-safe int32)
+        self._context = None
+        if pin:
+            from iris.host import cuda_driver
+
+            self._context = cuda_driver.current_context()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="iris-copy-proxy", daemon=True)
         self._thread.start()
@@ -46,9 +51,14 @@ class CopyProxy:
 
     def _run(self):
         if self.engines.device.type == "cuda":
-            torch.cuda.set_device(self.engines.device)  # the driver calls below use this thread's current context
+            # the driver calls below use this thread's current context: set through the driver, which waits for
+            # nothing (torch.cuda.set_device may initialise runtime state first)
+            from iris.host import cuda_driver
+
+            cuda_driver.set_current_context(self._context)
         ticket, pause = 0, 1e-6
-        ring = self.ring
+        ring, consumed = self.ring.numpy(), self.consumed.numpy()  # numpy views: a poll is ~0.1 us of the GIL,
+        done = self.counters[1:2]                                  # a torch index and int() ~5 us
         while not self._stop.is_set():
             slot = ring[ticket % SLOTS]
             if int(slot[0]) != ticket + 1:
@@ -58,10 +68,9 @@ class CopyProxy:
             pause = 1e-6
             _, src, dst, nbytes, signal, value, bits, _ = slot.tolist()
             ticket += 1
-            self.consumed.fill_(ticket)
+            consumed[0] = ticket
             try:
-                self.engines.proxied(src, dst, nbytes, None if signal == 0 else (signal, bits, value),
-                                     self.counters[1:2], ticket)
+                self.engines.proxied(src, dst, nbytes, None if signal == 0 else (signal, bits, value), done, ticket)
             except BaseException as e:  # a failing transfer: leave the error where quiet finds it
                 self.engines.proxy_error = e
                 return

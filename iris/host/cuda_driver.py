@@ -128,6 +128,19 @@ def stream_wait_at_least_64(stream, address, value):
                                       ctypes.c_uint(CU_STREAM_WAIT_VALUE_GEQ)), "cuStreamWaitValue64")
 
 
+def current_context():
+    """The calling thread's current ``CUcontext`` (an int), to make current in another thread."""
+    context = ctypes.c_void_p()
+    _check(_fn("cuCtxGetCurrent")(ctypes.byref(context)), "cuCtxGetCurrent")
+    return context.value
+
+
+def set_current_context(context):
+    """Make ``context`` current in the calling thread: thread-local, it waits for nothing on the device (unlike a
+    runtime call that may first initialise state)."""
+    _check(_fn("cuCtxSetCurrent")(ctypes.c_void_p(context)), "cuCtxSetCurrent")
+
+
 CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT = 40
 CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES = 98
 CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122
