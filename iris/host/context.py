@@ -22,6 +22,7 @@ from iris.host.memory import CudaIpcMemory, SharedMemory
 from iris.host.vmem import GrowableMemory
 from iris.device.context import CONTEXT_HEADER
 from iris.device.debug import enable as enable_debug
+from iris.device.translate import check_base_alignment, misaligned_bases
 from iris.host.tensors import TensorFactory
 from iris.host.watchdog import Watchdog
 
@@ -112,6 +113,10 @@ class Iris(TensorFactory, RankLogger):
             memory = SharedMemory(total, self.cur_rank, self.num_ranks, all_gather_object, self._host_barrier)
         else:
             memory = CudaIpcMemory(total, self._device, self.cur_rank, all_gather_object)
+        # translate() claims to the compiler that the bases differ by multiples of BASE_ALIGNMENT; every rank checks
+        # the addresses it sees and all raise together (one rank raising alone would leave the rest in the barrier)
+        check_base_alignment([(seen, *bad) for seen, found in enumerate(all_gather_object(misaligned_bases(
+            memory.bases))) for bad in found])
         self.heap = SymmetricHeap(memory, heap_size, group_bytes, workspace_bytes, self.cur_rank, self.num_ranks,
                                   all_gather_object)
         self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self._device,
