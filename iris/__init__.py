@@ -8,6 +8,8 @@ from iris.host import backend as _backend  # noqa: F401  (first: may set TRITON_
 from iris.host.timing import do_bench
 from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
                          atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate)
+from iris.device.copy_engine import (put_signal, put_signal_rect, quiet, wait_then_put_rect,
+                                     wait_then_put_signal_rect)
 from iris.device.trace_events import TraceEvent
 # iris/iris.py (upstream's module path) loads first, so that the package attribute iris.iris ends as the factory
 from iris import iris as _module_path  # noqa: F401
@@ -27,5 +29,6 @@ __all__ = [
     "iris", "Iris", "DeviceContext", "translate", "load", "store", "get", "put", "copy", "atomic_add", "atomic_sub",
     "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "atomic_min", "atomic_max", "atomic_cas", "do_bench",
     "launch", "run", "RankPool", "RankError", "RankTimeoutError", "PeerError", "set_logger_level", "logger", "DEBUG",
-    "INFO", "WARNING", "ERROR", "TraceEvent", "tensor_creation",
+    "INFO", "WARNING", "ERROR", "TraceEvent", "tensor_creation", "quiet", "put_signal", "put_signal_rect",
+    "wait_then_put_rect", "wait_then_put_signal_rect",
 ]

@@ -159,7 +159,7 @@ def _bad_input_body():
         "heap_size": error_message(iris.iris, heap_size=0),
         "heap_size_type": error_message(iris.iris, heap_size="big"),
         "allocator": error_message(iris.iris, heap_size=1 << 16, allocator_type="malloc"),
-        "engine": error_message(iris.iris, heap_size=1 << 16, engines=("sdma",)),
+        "engine": error_message(iris.iris, heap_size=1 << 16, engines=("nvlink",)),
         "not_on_heap": error_message(ctx.check_symmetric, torch.zeros(4), "my_op", "inp"),
         "rank": error_message(ctx.check_rank, 5, "my_op", "peer"),
         "src": error_message(ctx.broadcast, 1, src=-1),
@@ -179,7 +179,7 @@ def test_bad_input_errors(pools):
     assert "iris.iris: heap_size must be a positive" in r["heap_size"] and "0" in r["heap_size"]
     assert "iris.iris: heap_size" in r["heap_size_type"]
     assert "unknown allocator_type 'malloc'" in r["allocator"] and "'torch'" in r["allocator"]
-    assert "engines=('sdma',)" in r["engine"]
+    assert "iris.iris: unknown copy engine 'nvlink'" in r["engine"] and "'sdma'" in r["engine"]
     assert "my_op: inp is not on the symmetric heap" in r["not_on_heap"] and "ctx.zeros" in r["not_on_heap"]
     assert "my_op: peer=5 is outside [0, 2)" in r["rank"]
     assert "Iris.broadcast: src=-1 is outside" in r["src"]

@@ -356,6 +356,23 @@ def test_groups_of_any_size_agree_on_their_flags():
     assert offsets[tuple(range(world))] == 0
 
 
+@pytest.mark.parametrize("world", [2, 3, 5])
+def test_poison_advances_the_peers_column_of_every_slot(world):
+    """The watchdog's poison on a region that is not a whole number of slots (3 and 5 ranks): the failed peer's
+    column of every slot advances by POISON_STEP, the other columns and the tail past the last slot stay."""
+    from iris.host.allocator import align_up
+    from iris.host.groups import POISON_STEP, ROWS, GroupTable, region_bytes
+
+    region = torch.zeros(align_up(region_bytes(world)) // 4, dtype=torch.int32)  # as the context reserves it
+    table = GroupTable(region, world, 0, torch.device("cpu"))
+    peer = world - 1
+    table.poison(peer)
+    whole = table.slots * ROWS * world
+    rows = region[:whole].view(-1, world)
+    assert torch.all(rows[:, peer] == POISON_STEP)
+    assert not rows[:, :peer].any() and not region[whole:].any()
+
+
 def _group_churn_body(subgroup_slots):
     """Make a group, run collectives on it, drop it: every 2- and 3-rank subset of 4 ranks twice, 20 groups, each
     rank a member of 12 of them, with room for only ``subgroup_slots`` + 3 groups of a rank at once. Later groups

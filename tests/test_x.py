@@ -181,7 +181,7 @@ def test_reductions(pools, world_size, variant):
 
 
 def _config_body():
-    ctx = new_context(1 << 21)
+    ctx = new_context(1 << 25 if GPU_SCALE else 1 << 21)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     inputs = [_data(r, (M, N), torch.float32, salt=5) for r in range(world)]
     staged = ctx.empty((M, N), dtype=torch.float32)
@@ -200,7 +200,7 @@ def test_all_reduce_config(pools):
 
 
 def _move_body(op):
-    ctx = new_context(1 << 21)
+    ctx = new_context(1 << 25 if GPU_SCALE else 1 << 21)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     per_rank = 11 if op == "all_to_all" else 0  # columns per rank: not a multiple of the tile's 16
     shape = (M, world * per_rank) if op == "all_to_all" else (M, N)

@@ -4,7 +4,9 @@ from iris.ccl.all_gather import all_gather
 from iris.ccl.all_reduce import all_reduce
 from iris.ccl.all_reduce_rmsnorm import all_reduce_rmsnorm
 from iris.ccl.all_to_all import all_to_all
+from iris.ccl import moe_utils
 from iris.ccl.config import CollectiveConfig
+from iris.ccl.moe_dispatch import DispatchHandle, MoEDispatchConfig, MoEDispatcher
 from iris.ccl.reduce_scatter import reduce_scatter
 from iris.ccl.rooted import broadcast, gather, recv, reduce, scatter, send
 
@@ -26,6 +28,14 @@ class CCL:
         """Device-side barrier over ``group`` (``ctx.device_barrier``): stream-ordered, graph-capturable."""
         self._ctx.device_barrier(group)
 
+    def moe_dispatcher(self, hidden_dim, num_experts, topk, max_tokens, group=None, config=None,
+                       expt_assignment=None, dtype=None):
+        """An ``iris.ccl.MoEDispatcher`` on this context (see it for semantics). Collective: allocates on the heap."""
+        import torch
+
+        return MoEDispatcher(self._ctx, hidden_dim, num_experts, topk, max_tokens, group=group, config=config,
+                             expt_assignment=expt_assignment, dtype=torch.bfloat16 if dtype is None else dtype)
+
 
 def _bind(fn, ctx):
     def bound(*args, **kwargs):
@@ -36,4 +46,5 @@ def _bind(fn, ctx):
 
 
 __all__ = ["CCL", "CollectiveConfig", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-           "reduce", "scatter", "gather", "send", "recv", "all_reduce_rmsnorm"]
+           "reduce", "scatter", "gather", "send", "recv", "all_reduce_rmsnorm",
+           "MoEDispatcher", "MoEDispatchConfig", "DispatchHandle", "moe_utils"]

@@ -42,11 +42,22 @@ def _operand(pointer, value):
 
 @triton.jit
 def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
-               scope: tl.constexpr = None, hint: tl.constexpr = None):
-    """``*remote += val``; returns the old value."""
+               scope: tl.constexpr = None, hint: tl.constexpr = None, copy_engine_ctx=None,
+               use_copy_engine: tl.constexpr = False, USE_COPY_ENGINE: tl.constexpr = False):
+    """``*remote += val``; returns the old value. With ``use_copy_engine`` (upstream's copy-engine atomic, ordered
+    behind the caller's earlier copy-engine puts) it is a ``sys``-scope release (``sem`` if given) from the SMs,
+    which orders it behind the program's earlier puts in the same way."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask, "atomic_add")
-    _order_program_writes(sem)
-    return tl.atomic_add(remote, _operand(pointer, val), mask=mask, sem=sem, scope=scope)
+    if use_copy_engine or USE_COPY_ENGINE:
+        if sem is None:
+            tl.debug_barrier()
+            return tl.atomic_add(remote, _operand(pointer, val), mask=mask, sem="release", scope="sys")
+        else:
+            _order_program_writes(sem)
+            return tl.atomic_add(remote, _operand(pointer, val), mask=mask, sem=sem, scope="sys")
+    else:
+        _order_program_writes(sem)
+        return tl.atomic_add(remote, _operand(pointer, val), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
@@ -114,8 +125,14 @@ def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.
 
 @triton.jit
 def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem: tl.constexpr = None,
-               scope: tl.constexpr = None, hint: tl.constexpr = None):
-    """If ``*remote == cmp`` then ``*remote = val``; returns the old value either way."""
+               scope: tl.constexpr = None, hint: tl.constexpr = None, copy_engine_ctx=None,
+               use_copy_engine: tl.constexpr = False, USE_COPY_ENGINE: tl.constexpr = False):
+    """If ``*remote == cmp`` then ``*remote = val``; returns the old value either way. ``use_copy_engine`` as in
+    ``atomic_add`` (no copy engine has a compare-and-swap; the SMs do it, ``sys``-scope)."""
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, None, "atomic_cas")
-    _order_program_writes(sem)
-    return tl.atomic_cas(remote, _operand(pointer, cmp), _operand(pointer, val), sem=sem, scope=scope)
+    if use_copy_engine or USE_COPY_ENGINE:
+        _order_program_writes(sem)
+        return tl.atomic_cas(remote, _operand(pointer, cmp), _operand(pointer, val), sem=sem, scope="sys")
+    else:
+        _order_program_writes(sem)
+        return tl.atomic_cas(remote, _operand(pointer, cmp), _operand(pointer, val), sem=sem, scope=scope)

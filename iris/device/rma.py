@@ -72,8 +72,17 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
 @triton.jit
 def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
         load_cache_modifier: tl.constexpr = None, store_cache_modifier: tl.constexpr = None,
-        hint: tl.constexpr = None):
-    """Copy ``from_ptr`` in the calling rank's (``from_rank``) memory to ``to_ptr`` in ``to_rank``'s heap."""
+        hint: tl.constexpr = None, copy_engine_ctx=None, from_row_stride: tl.constexpr = 0,
+        to_row_stride: tl.constexpr = 0, use_copy_engine: tl.constexpr = False, contiguous_copy: tl.constexpr = False,
+        from_base_ptr=None, to_base_ptr=None, USE_COPY_ENGINE: tl.constexpr = False, IS_2D_COPY: tl.constexpr = False,
+        stride_fm: tl.constexpr = 0, stride_tm: tl.constexpr = 0):
+    """Copy ``from_ptr`` in the calling rank's (``from_rank``) memory to ``to_ptr`` in ``to_rank``'s heap.
+
+    The copy-engine arguments after ``hint`` are upstream Iris's (``copy_engine_ctx`` from
+    ``ctx.get_copy_engine_ctx()``, ``use_copy_engine``, ``contiguous_copy``, the row strides and base pointers of a
+    2-D block, and the older ``USE_COPY_ENGINE`` / ``IS_2D_COPY`` / ``stride_fm`` / ``stride_tm``). On NVIDIA a
+    kernel cannot drive a copy engine, so the block is copied by this program's loads and stores either way
+    (``iris/device/copy_engine.py``): the pointer blocks already say where every element goes."""
     value = _ld(from_ptr, mask, other, load_cache_modifier, False)
     remote = translate(to_ptr, from_rank, to_rank, heap_bases, hint, mask, "put")
     _st(remote, value, mask, store_cache_modifier)

@@ -14,6 +14,7 @@ from iris.host import backend as _backend
 from iris.host.distributed import StoreBarrier, all_gather_object, default_store, device_synchronize, \
     StoreExchange, ensure_process_group
 from iris.host.copy_engine import CopyQueue
+from iris.host.copy_engines import CopyEngines, disabled_error, resolve_engines
 from iris.host.groups import GroupTable, region_bytes
 from iris.host.allocator import align_up
 from iris.host.heap import SymmetricHeap
@@ -30,14 +31,6 @@ ALLOCATORS = ("torch", "vmem")
 _context_serial = 0  # advances on every rank with each (collective) context creation
 
 
-def _normalize_engines(engines):
-    if engines is None:
-        return ()
-    if isinstance(engines, str):
-        return (engines,)
-    return tuple(engines)
-
-
 class Iris(TensorFactory, RankLogger):
     """One rank's view of the symmetric heap.
 
@@ -46,7 +39,7 @@ class Iris(TensorFactory, RankLogger):
     """
 
     def __init__(self, heap_size=1 << 30, allocator_type="torch", engines=(), timeout_s=None, debug=None,
-                 workspace_size=None):
+                 workspace_size=None, copy_engine=None, enable_copy_engine=None):
         global _context_serial
         if debug:
             enable_debug()
@@ -61,10 +54,12 @@ class Iris(TensorFactory, RankLogger):
             workspace_size = max(heap_size // 4, 1 << 20)
         if not isinstance(workspace_size, int) or isinstance(workspace_size, bool) or workspace_size < 0:
             raise ValueError(f"iris.iris: workspace_size must be a number of bytes >= 0, got {workspace_size!r}")
-        engines = _normalize_engines(engines)
-        if engines:
-            raise ValueError(f"iris.iris: engines={engines!r} is not available on this platform: 'sdma' is AMD's "
-                             "copy engine and this build has no copy-engine path; use engines=()")
+        self.enable_copy_engine = resolve_engines(engines, copy_engine, enable_copy_engine)
+        if self.enable_copy_engine:
+            from iris.device import sdma_utils
+            if sdma_utils.sdma_ep is None:
+                raise ImportError("iris.iris: the copy engine was asked for but iris.device.sdma_utils.sdma_ep is None "
+                                  "(upstream: the iris[sdma] extra); leave sdma_utils.sdma_ep as iris sets it")
 
         self.backend = _backend.BACKEND
         self.timeout_s = timeout_s
@@ -100,6 +95,7 @@ class Iris(TensorFactory, RankLogger):
         self._agreed_cu_count = min(cu_counts)  # grids launched on every rank are sized from it
         # more ranks than GPUs (simulation, or the cuda backend on too few GPUs): some ranks share a GPU
         self.shares_gpu = not on_cpu and len(set(places)) < self.num_ranks
+        self.peer_devices = [index for host, index in places if host == places[self.cur_rank][0]]
         if len(set(sizes)) != 1:
             raise ValueError(f"iris.iris: ranks asked for different heap sizes {list(sizes)} (bytes, by rank); every "
                              "rank must pass the same heap_size")
@@ -135,8 +131,12 @@ class Iris(TensorFactory, RankLogger):
         self.heap_bases = self._device_context[CONTEXT_HEADER.value:]
         # Growth keeps every base (the ranges are reserved up front) and widens the extent debug mode checks.
         self.heap.on_grow(lambda capacity: self._device_context[2].fill_(capacity))
+        # upstream's host copy-engine methods (iris/host/copy_engines.py); None when off
+        self.copy_engines = CopyEngines(self) if self.enable_copy_engine else None
         self.barrier()
         self.watchdog.start()
+        if self.copy_engines is not None:
+            self.info(self.copy_engines.describe())
         self.debug(f"heap of {heap_size} bytes on {self.device} ({self.backend} backend)")
 
     # ------------------------------------------------------------------ identity
@@ -179,8 +179,53 @@ class Iris(TensorFactory, RankLogger):
         return self._device_context
 
     def get_copy_engine_ctx(self):
-        """No copy-engine queues exist in this build (``engines=()``), so this is None, as in the reference."""
-        return None
+        """The device-side copy-engine context to pass to device ops as ``copy_engine_ctx`` (a uint64 [world_size, 6]
+        tensor, opaque), or None when the context was made without ``engines=("sdma",)``."""
+        return None if self.copy_engines is None else self.copy_engines.device_ctx
+
+    # ------------------------------------------------------------------ copy engine (iris/host/copy_engines.py)
+    def _engines(self, method):
+        if self.copy_engines is None:
+            raise disabled_error(method)
+        self.groups.check(method)
+        return self.copy_engines
+
+    def put(self, src_tensor=None, to_rank=None, dst_tensor=None, wait_flag=None, wait_value=None, signal_flag=None,
+            signal_value=1, async_op=False, channel=0, *, dst_rank=None, to_tensor=None, from_tensor=None):
+        """Copy ``src_tensor`` into ``dst_tensor``'s counterpart (default: ``src_tensor``'s) on ``to_rank`` on a copy
+        engine, after the work queued on the current stream and, with ``wait_flag``, once that local int32/int64
+        flag reaches ``wait_value``; then add ``signal_value`` to ``signal_flag``'s counterpart on ``to_rank``
+        (release: a kernel there that acquires the flag sees the data). ``async_op=False`` blocks the host until it
+        has landed (the context's timeout; ``PeerError`` once a peer fails); ``async_op=True`` returns at once
+        (``quiet`` waits). No SM is used for the copy; the signal is a one-thread kernel. Graph-capturable.
+        ``dst_rank`` / ``to_tensor`` / ``from_tensor`` are upstream's other names."""
+        engines = self._engines("Iris.put")
+        src = _one_of("Iris.put", src_tensor=src_tensor, from_tensor=from_tensor)
+        rank = _one_of("Iris.put", to_rank=to_rank, dst_rank=dst_rank)
+        dst = _one_of("Iris.put", dst_tensor=dst_tensor, to_tensor=to_tensor, required=False)
+        engines.put(src, rank, dst, wait_flag, wait_value, signal_flag, signal_value, async_op, channel)
+
+    def put_tile(self, tile, to_rank, to_ptr, to_stride, wait_flag=None, wait_value=None, signal_flag=None,
+                 signal_value=1, async_op=False, channel=0):
+        """Upstream's low-level 2-D put: ``tile`` (``iris.copy_engine.Tile``: a sub-window of the matrix at address
+        ``tile.data``, row pitch ``tile.src_stride`` bytes) into the same window of the matrix at ``to_ptr`` (an
+        address already in the peer's heap, e.g. ``iris.copy_engine.peer_address``), row pitch ``to_stride`` bytes.
+        Flags as in ``put``, as tensors or raw addresses (32 bits; a raw ``signal_flag`` is already the peer's)."""
+        self._engines("Iris.put_tile").put_tiles([tile], to_rank, [to_ptr], [to_stride], wait_flag, wait_value,
+                                                 signal_flag, signal_value, async_op, channel, caller="Iris.put_tile")
+
+    def put_tiles(self, tiles, to_rank, to_ptrs, to_strides, wait_flag=None, wait_value=None, signal_flag=None,
+                  signal_value=1, async_op=False, channel=0):
+        """``put_tile`` for a batch in one submission: one wait before the first tile, one 2-D copy per tile, one
+        signal after the last."""
+        self._engines("Iris.put_tiles").put_tiles(tiles, to_rank, to_ptrs, to_strides, wait_flag, wait_value,
+                                                  signal_flag, signal_value, async_op, channel)
+
+    def quiet(self, to_rank=None, channel=0, *, dst_rank=None):
+        """Host-blocking: until every transfer queued to ``to_rank`` (every rank: None) on ``channel`` has landed,
+        signals included; the context's timeout, ``PeerError`` once a peer fails. Inside a capture, nothing to do."""
+        engines = self._engines("Iris.quiet")
+        engines.quiet(dst_rank if to_rank is None else to_rank, channel)
 
     @property
     def failure(self):
@@ -365,6 +410,8 @@ class Iris(TensorFactory, RankLogger):
             if self._device.type == "cuda":
                 torch.cuda.synchronize(self._device)  # the watchdog still runs: a wait for a dead peer ends
         finally:
+            if self.copy_engines is not None:
+                self.copy_engines.proxy.close()
             self.watchdog.close()
             self.heap.memory.close()
 
@@ -381,11 +428,22 @@ class Iris(TensorFactory, RankLogger):
         self.close()
 
 
+def _one_of(caller, required=True, **names):
+    given = {name: value for name, value in names.items() if value is not None}
+    if len(given) > 1:
+        raise TypeError(f"{caller}: got both {' and '.join(given)}; they name the same argument, pass one")
+    if not given and required:
+        raise TypeError(f"{caller}: missing {' (or '.join(names)}{')' * (len(names) - 1)}")
+    return next(iter(given.values()), None)
+
+
 def iris(heap_size=1 << 30, allocator_type="torch", engines=(), **kwargs):
     """Create this rank's ``Iris`` context (collective). Initialises ``torch.distributed`` from the
     environment (NCCL on GPUs, gloo on the cpu backend) unless the caller already did. ``debug=True`` (or
     ``IRIS_DEBUG=1``) compiles bounds checks and bounded waits into kernels (``iris/device/debug.py``);
     ``timeout_s`` bounds host-side waits (default ``IRIS_TIMEOUT_S`` or 300 s). A watchdog thread turns a
     peer that raised or died into ``iris.PeerError`` on this rank (``iris/host/watchdog.py``; off with
-    ``IRIS_WATCHDOG=0``)."""
+    ``IRIS_WATCHDOG=0``). ``engines=("sdma",)`` (also ``"sdma"``, ``("ce",)``, ``copy_engine="sdma"``,
+    ``enable_copy_engine=True`` or ``IRIS_ENABLE_COPY_ENGINE=1``) sets up this platform's copy engines for
+    ``ctx.put / put_tile / put_tiles / quiet`` (``iris/host/copy_engines.py``)."""
     return Iris(heap_size=heap_size, allocator_type=allocator_type, engines=engines, **kwargs)

@@ -94,15 +94,17 @@ class CopyQueue:
         self.ctx = ctx
         self.device = ctx.get_device()
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self._worker = None  # cpu backend: the thread that runs the operations
+        self._worker = HostQueue() if self.stream is None else None  # cpu backend: the thread that runs them
         self._pending = []  # GPUs: the operations, issued by join
+        self.reserved_by = None  # a TriggeredPlan during its epoch: nothing else may fork meanwhile
 
     def fork(self):
+        if self.reserved_by is not None:
+            raise RuntimeError("CopyQueue.fork: the context's copy queue carries an active TriggeredPlan epoch; a fused "
+                               "op or another plan cannot share it: call plan.end_device_epoch() (or abort()) first")
         if self.stream is not None:
             self.stream.wait_stream(torch.cuda.current_stream(self.device))  # after the compute stream's work so far
             self._pending = []
-        else:
-            self._worker = _HostStream()
 
     def _queue(self, operation):
         if self.stream is not None:
@@ -150,8 +152,7 @@ class CopyQueue:
         consumed, not stamped with a call number: a replayed CUDA graph writes the numbers it was captured with,
         so a stamp left by the last replay would satisfy the next one's wait."""
         if self.stream is None:
-            worker, self._worker = self._worker, None
-            worker.finish()
+            self._worker.finish()
             for flag in flags:
                 self._spin(flag, 1, caller)
                 flag.fill_(0)
@@ -166,41 +167,69 @@ class CopyQueue:
             cuda_driver.stream_write(main.cuda_stream, flag.data_ptr(), 0)
 
     def _spin(self, flag, value, caller):
-        """The cpu backend's wait: poll the shared word, giving up with the context's timeout, or at once when a
-        peer has failed (the watchdog then poisons the flags peers raise, so the wait ends there too)."""
-        timeout_s = DEFAULT_TIMEOUT_S if self.ctx.timeout_s is None else self.ctx.timeout_s
-        deadline = time.monotonic() + timeout_s
-        while int(flag.item()) - value < 0:
-            self.ctx.groups.check(caller)
-            if time.monotonic() > deadline:
-                raise RankTimeoutError(f"{caller}: waited {timeout_s:g} s for a flag to reach {value}; it reads "
-                                       f"{int(flag.item())} (raise the limit with IRIS_TIMEOUT_S)", [])
-            time.sleep(1e-4)
+        wait_until(self.ctx, lambda: int(flag.item()), value, caller)
 
 
-class _HostStream:
-    """The cpu backend's side stream: a thread that runs the queued operations in order, beside the interpreted
-    kernel. After a failed operation it skips the rest; ``finish`` waits for the thread and raises the failure."""
+def wait_until(ctx, read, value, caller):
+    """The cpu backend's wait on a flag: poll ``read()`` until it reaches ``value``, giving up with the context's
+    timeout, or at once when a peer has failed (the watchdog then poisons the flags peers raise, so the wait ends
+    there too)."""
+    timeout_s = DEFAULT_TIMEOUT_S if ctx.timeout_s is None else ctx.timeout_s
+    deadline = time.monotonic() + timeout_s
+    while (seen := read()) - value < 0:
+        ctx.groups.check(caller)
+        if time.monotonic() > deadline:
+            raise RankTimeoutError(f"{caller}: waited {timeout_s:g} s for a flag to reach {value}; it reads "
+                                   f"{seen} (raise the limit with IRIS_TIMEOUT_S)", [])
+        time.sleep(1e-4)
+
+
+class HostQueue:
+    """The cpu backend's stand-in for a copy-engine stream: a thread that runs the queued operations in order, beside
+    the interpreted kernels. After a failed operation it skips the rest until the failure is collected (``idle`` or
+    ``finish`` raises it, once). Serves the fused ops' ``CopyQueue`` and the copy-engine API's queues alike."""
 
     def __init__(self):
-        self._queue = queue.Queue()
-        self._error = None
-        self._thread = threading.Thread(target=self._run, name="iris-copy-queue", daemon=True)
-        self._thread.start()
+        self._tasks, self._error, self._pending = queue.Queue(), None, 0
+        self._idle = threading.Condition()
+        self._thread = None
 
     def put(self, operation):
-        self._queue.put(operation)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="iris-copy-queue", daemon=True)
+            self._thread.start()
+        with self._idle:
+            self._pending += 1
+        self._tasks.put(operation)
 
     def _run(self):
-        while (operation := self._queue.get()) is not None:
-            if self._error is None:
-                try:
+        while True:
+            operation = self._tasks.get()
+            try:
+                if self._error is None:
                     operation()
-                except BaseException as e:  # handed to the caller's thread by finish
-                    self._error = e
+            except BaseException as e:  # handed to the caller's thread by idle / finish
+                self._error = e
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+
+    def _collect(self):
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def idle(self):
+        """True once everything queued has run (raising the first failure); False while work remains."""
+        with self._idle:
+            if self._pending:
+                return False
+        self._collect()
+        return True
 
     def finish(self):
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+        """Block until everything queued has run (each wait in it is bounded by the context's timeout), then raise
+        the first failure."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0)
+        self._collect()

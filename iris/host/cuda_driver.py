@@ -121,6 +121,27 @@ def stream_write(stream, address, value):
            "cuStreamWriteValue32")
 
 
+def stream_wait_at_least_64(stream, address, value):
+    """``stream_wait_at_least`` on an int64 word (needs ``CAN_USE_64_BIT_STREAM_MEM_OPS``)."""
+    _check(_fn("cuStreamWaitValue64")(ctypes.c_void_p(stream), ctypes.c_uint64(address),
+                                      ctypes.c_uint64(value & 0xFFFFFFFFFFFFFFFF),
+                                      ctypes.c_uint(CU_STREAM_WAIT_VALUE_GEQ)), "cuStreamWaitValue64")
+
+
+CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT = 40
+CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES = 98
+CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122
+
+
+def device_attribute(attribute, ordinal):
+    """``cuDeviceGetAttribute`` of the GPU with index ``ordinal``; None where the driver does not know it."""
+    device, value = ctypes.c_int(), ctypes.c_int()
+    _check(_fn("cuDeviceGet")(ctypes.byref(device), ctypes.c_int(ordinal)), "cuDeviceGet")
+    if _fn("cuDeviceGetAttribute")(ctypes.byref(value), ctypes.c_int(attribute), device) != 0:
+        return None
+    return value.value
+
+
 # ---------------------------------------------------------------- virtual memory (allocator_type="vmem")
 # Physical chunks made with cuMemCreate, mapped into address ranges reserved once, exported to the node's other
 # ranks as POSIX file descriptors. Never cuMulticastCreate: NVLink multicast stays off (docs/design.md section 3).

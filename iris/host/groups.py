@@ -184,7 +184,9 @@ class GroupTable:
         device's; on GPUs it is done on the host): either way the count ends ``POISON_STEP`` or more past where
         it was, so every wait is reached.
         Called from the watchdog thread."""
-        rows = self.region.view(-1, self.world_size)  # [slots * ROWS, world_size]
+        # [slots * ROWS, world_size]: the region's tail past the last whole slot is no group's (at 3 ranks the
+        # region is not a multiple of a slot)
+        rows = self.region[:self.slots * ROWS * self.world_size].view(-1, self.world_size)
         # (array, the peer's column or row, whether a column)
         targets = [(rows, peer, True)] + [(flags, ranks.index(peer), False) for flags, ranks in self._peer_flags
                                           if peer in ranks]

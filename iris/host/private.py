@@ -9,6 +9,8 @@ the API, the installed version and the versions iris is tested with (``TESTED``:
   mapped heap, for the copy queue's views), with the public array interfaces as the fallback.
 - ``default_store``: ``torch.distributed.distributed_c10d._get_default_store`` (the rendezvous store of the
   default process group, for host barriers and the watchdog's exchange).
+- ``grouped_mm``: ``torch._grouped_mm`` (rows x per-group weights, group ends on the device: the MoE layer's
+  experts), or None, for which the caller has a public fallback.
 - ``triton_interpreter``: ``triton.runtime.interpreter``, whose classes the cpu backend mends in place
   (``iris/host/backend.py``); the mended names are checked here first.
 """
@@ -87,3 +89,8 @@ def triton_interpreter():
     if lacking:
         raise _missing(f"triton.runtime.interpreter.{lacking[0]}", "triton", triton.__version__, "the cpu backend")
     return interpreter
+
+
+def grouped_mm():
+    """``torch._grouped_mm`` or None where this torch lacks it (the MoE layer then runs one matmul per expert)."""
+    return getattr(torch, "_grouped_mm", None)

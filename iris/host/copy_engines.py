@@ -1,0 +1,354 @@
+"""The documented copy-engine API: ``ctx.put / put_tile / put_tiles / quiet`` (upstream Iris's SDMA methods) on
+this platform's copy engines.
+
+Each (peer, channel) has a queue of its own: a CUDA stream made with the context (creating a stream while a kernel
+spins can block), or on the cpu backend a host thread standing in for it. A transfer is, in queue order:
+
+    wait   until our local flag reaches ``wait_value``       cuStreamWaitValue32/64 (GEQ: the stream's front end polls)
+    copy   the bytes into the peer's heap                    cuMemcpyAsync / cuMemcpy2DAsync (a copy engine over NVLink)
+    signal add ``signal_value`` to the peer's flag           a one-program release/sys atomic kernel (CUDA 13.0 has no
+                                                             stream atomic; NVSHMEM and TE userbuffers do the same)
+
+Channels are independent orderings, not extra bandwidth: two streams per peer by default (``IRIS_CE_CHANNELS``).
+Every transfer is ordered after the work already queued on the caller's current stream (an event), so a copy never
+reads a tensor that a queued kernel is still writing; the one deadlock this adds is a kernel already queued on
+that stream which waits for this transfer's own signal. The fused ops' copy queue (``copy_engine.CopyQueue``) runs
+on the same primitives: the same driver calls, the same host-thread stand-in and the same bounded flag wait.
+
+Graph capture: ``put``, ``put_tile`` and ``put_tiles`` are capturable (stream waits, 2-D copies and kernels all
+capture; the queue is forked from and joined back into the capturing stream); ``async_op=False`` then joins
+instead of blocking. ``cuMemcpyBatchAsync`` cannot be captured (``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` on an
+H200), which is why ``put_tiles`` issues one 2-D copy per tile after its one wait.
+"""
+
+import dataclasses
+import os
+import time
+
+import torch
+
+from iris.host import cuda_driver, private
+from iris.host.copy_engine import HostQueue, peer_address, wait_until
+from iris.host.copy_proxy import CopyProxy
+from iris.host.distributed import DEFAULT_TIMEOUT_S, RankTimeoutError
+
+ENGINE_NAMES = ("sdma", "ce")  # upstream's name for AMD's engines, and NVIDIA's: both mean this platform's
+CHANNELS = int(os.environ.get("IRIS_CE_CHANNELS", 2))
+_TRUE, _FALSE, _AUTO = ("1", "true", "yes", "on"), ("0", "false", "no", "off"), ("", "auto")
+
+
+def disabled_error(method):
+    return RuntimeError(f"{method}: the copy engine is disabled; create the context with engines=(\"sdma\",) (older "
+                        f"Iris: copy_engine=\"sdma\" or enable_copy_engine=True, or IRIS_ENABLE_COPY_ENGINE=1)")
+
+
+def resolve_engines(engines=(), copy_engine=None, enable_copy_engine=None):
+    """Whether the copy engine is on, from any of upstream's spellings: ``engines=("sdma",)``, ``"sdma"`` or
+    ``("ce",)``; ``copy_engine="sdma"``; ``enable_copy_engine=True/False``; ``IRIS_ENABLE_COPY_ENGINE``. Off by
+    default (``engines=()``, as the reference's contract)."""
+    if enable_copy_engine is not None and not isinstance(enable_copy_engine, bool):
+        raise TypeError(f"iris.iris: enable_copy_engine must be True, False or None, got {enable_copy_engine!r}")
+    names = []
+    for given in (engines, copy_engine):
+        if given is None:
+            continue
+        names += [given] if isinstance(given, str) else list(given)
+    for name in names:
+        if name not in ENGINE_NAMES:
+            raise ValueError(f"iris.iris: unknown copy engine {name!r}; use one of {ENGINE_NAMES} (all mean this "
+                             "platform's copy engines), or engines=() for none")
+    if enable_copy_engine is not None:
+        if names and not enable_copy_engine:
+            raise ValueError(f"iris.iris: engines={tuple(names)} contradicts enable_copy_engine=False; pass one")
+        return enable_copy_engine
+    env = os.environ.get("IRIS_ENABLE_COPY_ENGINE", "").strip().lower()
+    if env not in _TRUE + _FALSE + _AUTO:
+        raise ValueError(f"iris.iris: IRIS_ENABLE_COPY_ENGINE={env!r}; use 1/true/yes/on, 0/false/no/off or auto")
+    if names:
+        return True
+    return env in _TRUE
+
+
+@dataclasses.dataclass
+class Tile:
+    """One 2-D tile of a row-major matrix, upstream's ``sdma_ep.Tile``: ``data`` is the matrix's address,
+    ``src_stride`` its row pitch in bytes; the tile is rows ``pid_m * block_m`` on and columns ``pid_n * block_n``
+    on, ``block_m`` rows of ``block_n * elem_size`` bytes. Any object with these fields is accepted."""
+    pid_m: int
+    pid_n: int
+    block_m: int
+    block_n: int
+    elem_size: int
+    src_stride: int
+    data: int
+
+
+class _Lane:
+    """One (peer, channel) queue: a CUDA stream, or the cpu backend's host thread."""
+
+    def __init__(self, device):
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.host = HostQueue() if self.stream is None else None
+
+    def drained(self):
+        """True once everything queued has run; raises the first failure (once)."""
+        return self.stream.query() if self.stream is not None else self.host.idle()
+
+
+def _flag(ctx, flag, caller, name, remote_to=None):
+    """(address, bits) of a one-element int32/int64 flag tensor, or of a raw address (32 bits, upstream's rule);
+    with ``remote_to`` the tensor must be on the heap and its counterpart on that rank is addressed."""
+    if isinstance(flag, int) and not isinstance(flag, bool):
+        return flag, 32
+    if not isinstance(flag, torch.Tensor):
+        raise TypeError(f"{caller}: {name} must be a one-element int32/int64 tensor or an address, got "
+                        f"{type(flag).__name__}")
+    if flag.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{caller}: Unsupported flag tensor dtype {flag.dtype} for {name}; use torch.int32 or "
+                         "torch.int64")
+    if flag.numel() != 1:
+        raise ValueError(f"{caller}: {name} has {flag.numel()} elements; pass a one-element view (flags[i:i + 1])")
+    bits = 8 * flag.element_size()
+    if remote_to is None:
+        return flag.data_ptr(), bits
+    ctx.check_symmetric(flag, caller, name)
+    return peer_address(ctx, flag, remote_to), bits
+
+
+def _raw(address, nbytes, device):
+    """A uint8 tensor over ``nbytes`` at ``address`` (our heap or a mapped peer's)."""
+    storage = private.construct_storage(address, device, max(nbytes, 1))
+    return torch.empty(0, dtype=torch.uint8, device=device).set_(storage, 0, (nbytes,), (1,))
+
+
+def _read(address, bits, device):
+    return int(_raw(address, bits // 8, device).view(torch.int32 if bits == 32 else torch.int64).item())
+
+
+def _cpu_atomic_add(address, value, bits):
+    """A real atomic add on shared memory (the Triton interpreter's native one, atomic across processes)."""
+    import numpy as np
+    from triton._C.libtriton import interpreter as native
+
+    kind = np.int32 if bits == 32 else np.int64
+    native.atomic_rmw(native.RMW_OP.ADD, np.array([address], np.uint64), np.array([value], kind).astype(kind),
+                      np.array([True]), native.MEM_SEMANTIC.RELEASE)
+
+
+class CopyEngines:
+    """The copy-engine queues of one context and the host methods upstream Iris puts on the context."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.device = ctx.get_device()
+        self.channels = CHANNELS
+        if self.device.type == "cuda":
+            self.capabilities = self._check_capabilities()
+        else:
+            self.capabilities = {"engines": "host threads (cpu backend)"}
+        self.lanes = {(peer, ch): _Lane(self.device) for peer in range(ctx.num_ranks) for ch in range(self.channels)}
+        self.proxy_error = None
+        self.proxy = CopyProxy(self)
+        # The device context kernels pass through, [num_ranks, 6] uint64 as upstream's (queue, rptr, wptr, doorbell,
+        # cached wptr, committed wptr there). Opaque: row 0 holds the proxy's ring (iris/host/copy_proxy.py).
+        table = torch.zeros(ctx.num_ranks, 6, dtype=torch.int64)
+        table[0, :5] = torch.tensor(self.proxy.words())
+        self.device_ctx = table.to(self.device).view(torch.uint64)
+
+    def _check_capabilities(self):
+        ordinal = self.device.index
+        caps = {name: cuda_driver.device_attribute(attr, ordinal) for name, attr in (
+            ("CAN_USE_64_BIT_STREAM_MEM_OPS", cuda_driver.CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS),
+            ("CAN_FLUSH_REMOTE_WRITES", cuda_driver.CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES),
+            ("ASYNC_ENGINE_COUNT", cuda_driver.CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT))}
+        if not caps["CAN_USE_64_BIT_STREAM_MEM_OPS"]:
+            raise RuntimeError(f"iris.iris: the copy engine needs CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS on "
+                               f"GPU {ordinal} (int64 wait flags), which reads "
+                               f"{caps['CAN_USE_64_BIT_STREAM_MEM_OPS']}; "
+                               "use engines=() on this driver")
+        for index in sorted(set(self.ctx.peer_devices) - {ordinal}):
+            if not torch.cuda.can_device_access_peer(ordinal, index):
+                raise RuntimeError(f"iris.iris: the copy engine needs peer access from GPU {ordinal} to GPU {index}, "
+                                   "which the driver refuses; use engines=() (the SMs then carry the traffic)")
+        return caps
+
+    def describe(self):
+        engines = "CUDA copy engines" if self.device.type == "cuda" else "host threads standing in for copy engines"
+        extra = ", ".join(f"{k}={v}" for k, v in self.capabilities.items() if k != "engines")
+        return (f"copy engine on: {engines}, {self.channels} channel(s) to each of {self.ctx.num_ranks} rank(s)"
+                + (f" ({extra})" if extra else ""))
+
+    # ------------------------------------------------------------------ checks
+    def _lane(self, to_rank, channel, caller):
+        self.ctx.check_rank(to_rank, caller, "to_rank")
+        if not isinstance(channel, int) or not 0 <= channel < self.channels:
+            raise ValueError(f"{caller}: channel={channel!r} is outside [0, {self.channels}); set IRIS_CE_CHANNELS "
+                             "for more")
+        return self.lanes[(to_rank, channel)]
+
+    def _wait_arg(self, wait_flag, wait_value, caller):
+        if wait_flag is None:
+            return None
+        if wait_value is None:
+            raise ValueError(f"{caller}: wait_flag was given without wait_value; pass the value the local flag must "
+                             "reach (the copy starts once flag >= wait_value)")
+        address, bits = _flag(self.ctx, wait_flag, caller, "wait_flag")
+        return address, bits, int(wait_value)
+
+    # ------------------------------------------------------------------ the queue's operations
+    def _submit(self, lane, wait, copies, signal, async_op, caller):
+        """``wait`` (address, bits, value) or None; ``copies`` [(dst, dst_pitch, src, src_pitch, width, height)];
+        ``signal`` (address, bits, value) or None. Queued in that order on ``lane``."""
+        if self.device.type != "cuda":
+            lane.host.put(lambda: self._run_on_host(wait, copies, signal, caller))
+        else:
+            current = torch.cuda.current_stream(self.device)
+            lane.stream.wait_stream(current)  # after the caller's queued work, which may still write the source
+            s = lane.stream.cuda_stream
+            if wait is not None:
+                address, bits, value = wait
+                (cuda_driver.stream_wait_at_least if bits == 32 else cuda_driver.stream_wait_at_least_64)(
+                    s, address, value)
+            for dst, dst_pitch, src, src_pitch, width, height in copies:
+                cuda_driver.copy_2d(dst, dst_pitch, src, src_pitch, width, height, s)
+            if signal is not None:
+                self._signal_on_stream(lane.stream, *signal)
+            if torch.cuda.is_current_stream_capturing():  # a capture must end joined: the graph orders the rest
+                current.wait_stream(lane.stream)
+                return
+        if not async_op:
+            self._drain([lane], caller)
+
+    def _run_on_host(self, wait, copies, signal, caller):
+        if wait is not None:
+            address, bits, value = wait
+            wait_until(self.ctx, lambda: _read(address, bits, self.device), value, caller)
+        for dst, dst_pitch, src, src_pitch, width, height in copies:
+            out = _raw(dst, (height - 1) * dst_pitch + width, self.device).as_strided((height, width), (dst_pitch, 1))
+            inp = _raw(src, (height - 1) * src_pitch + width, self.device).as_strided((height, width), (src_pitch, 1))
+            out.copy_(inp)
+        if signal is not None:
+            address, bits, value = signal
+            _cpu_atomic_add(address, value, bits)
+
+    def proxied(self, src, dst, nbytes, signal, done, ticket):
+        """The proxy's half of a transfer a kernel posted (``dst`` and the signal already the peer's): queued on the
+        peer's channel 0 (found from ``dst``), then ``done`` set to ``ticket``."""
+        peer = self._owner(dst)
+        lane = self.lanes[(peer, 0)]
+        copies = [(dst, nbytes, src, nbytes, nbytes, 1)] if nbytes > 0 else []
+        if self.device.type != "cuda":
+            lane.host.put(lambda: (self._run_on_host(None, copies, signal, "iris.copy_engine.put_async"),
+                                   done.fill_(ticket)))
+            return
+        s = lane.stream.cuda_stream
+        for copy in copies:
+            cuda_driver.copy_2d(*copy, s)
+        if signal is not None:
+            self._signal_on_stream(lane.stream, *signal)
+        cuda_driver.stream_write(s, done.data_ptr(), ticket)
+
+    def _owner(self, address):
+        extent = self.ctx.heap.memory.size
+        for rank, base in enumerate(self.ctx.heap.bases):
+            if base <= address < base + extent:
+                return rank
+        raise RuntimeError(f"iris.copy_engine.put_async: destination {address:#x} is in no rank's heap")
+
+    def _signal_on_stream(self, stream, address, bits, value):
+        from iris.device.copy_engine import _signal_add_kernel
+
+        flag = _raw(address, bits // 8, self.device).view(torch.int32 if bits == 32 else torch.int64)
+        with torch.cuda.stream(stream):
+            _signal_add_kernel[(1,)](flag, value, num_warps=1)
+
+    def _drain(self, lanes, caller):
+        """Host-blocking: until ``lanes`` have run everything queued, with the context's timeout, raising
+        ``PeerError`` once a peer has failed (never a bare synchronise on a flag nobody raises)."""
+        timeout_s = DEFAULT_TIMEOUT_S if self.ctx.timeout_s is None else self.ctx.timeout_s
+        deadline, pause = time.monotonic() + timeout_s, 2e-6
+        if self.proxy_error is not None:  # the proxy stopped: kernels' transfers after it will never land
+            raise RuntimeError(f"{caller}: the copy-engine proxy failed: {self.proxy_error}") from self.proxy_error
+        for lane in lanes:
+            while not lane.drained():
+                self.ctx.groups.check(caller)
+                if time.monotonic() > deadline:
+                    raise RankTimeoutError(f"{caller}: the copy-engine queue has not drained after {timeout_s:g} s "
+                                           "(a wait_flag nobody raised?); raise the limit with IRIS_TIMEOUT_S", [])
+                time.sleep(pause)
+                pause = min(pause * 2, 1e-3)
+
+    # ------------------------------------------------------------------ the host methods
+    def put(self, src, to_rank, dst=None, wait_flag=None, wait_value=None, signal_flag=None, signal_value=1,
+            async_op=False, channel=0):
+        caller = "Iris.put"
+        lane = self._lane(to_rank, channel, caller)
+        dst = src if dst is None else dst
+        for name, t in (("src_tensor", src), ("dst_tensor", dst)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{caller}: {name} must be a tensor, got {type(t).__name__}")
+            if t.device != self.device:
+                raise ValueError(f"{caller}: {name} is on {t.device}; the copy engine reads and writes {self.device}")
+        self.ctx.check_symmetric(dst, caller, "dst_tensor")
+        nbytes = src.numel() * src.element_size()
+        if dst.numel() * dst.element_size() != nbytes:
+            raise ValueError(f"{caller}: src_tensor has {nbytes} bytes ({tuple(src.shape)} {src.dtype}) but dst_tensor "
+                             f"{dst.numel() * dst.element_size()} ({tuple(dst.shape)} {dst.dtype}); pass views of one "
+                             "size")
+        wait = self._wait_arg(wait_flag, wait_value, caller)
+        signal = None if signal_flag is None else (*_flag(self.ctx, signal_flag, caller, "signal_flag", to_rank),
+                                                   int(signal_value))
+        if nbytes == 0:  # upstream's rule: nothing queued, not even the wait or the signal
+            return
+        self._submit(lane, wait, [self._rows(src, dst, to_rank, caller)], signal, async_op, caller)
+
+    def _rows(self, src, dst, to_rank, caller):
+        """One copy: contiguous tensors as one row, 2-D views with contiguous rows of one shape as a 2-D copy."""
+        target = peer_address(self.ctx, dst, to_rank)
+        if src.is_contiguous() and dst.is_contiguous():
+            nbytes = src.numel() * src.element_size()
+            return target, nbytes, src.data_ptr(), nbytes, nbytes, 1
+        if src.dim() == dst.dim() == 2 and src.shape == dst.shape and src.dtype == dst.dtype and \
+                src.stride(1) == dst.stride(1) == 1:
+            size = src.element_size()
+            return target, dst.stride(0) * size, src.data_ptr(), src.stride(0) * size, src.shape[1] * size, src.shape[0]
+        raise ValueError(f"{caller}: src_tensor {tuple(src.shape)} strides {src.stride()} and dst_tensor "
+                         f"{tuple(dst.shape)} strides {dst.stride()}: pass contiguous tensors, or 2-D views of one "
+                         "shape with contiguous rows (or put_tile for raw 2-D windows)")
+
+    def _tile_copy(self, tile, to_ptr, to_stride, caller):
+        for field in ("pid_m", "pid_n", "block_m", "block_n", "elem_size", "src_stride", "data"):
+            if not isinstance(getattr(tile, field, None), int):
+                raise TypeError(f"{caller}: tile.{field} must be an int (an iris.copy_engine.Tile or any object with "
+                                "pid_m, pid_n, block_m, block_n, elem_size, src_stride and data)")
+        width = tile.block_n * tile.elem_size
+        if width > tile.src_stride or width > to_stride:
+            raise ValueError(f"{caller}: a tile row is {width} bytes but src_stride={tile.src_stride} and "
+                             f"to_stride={to_stride}; strides are row pitches in bytes, at least a row")
+        row, col = tile.pid_m * tile.block_m, tile.pid_n * width
+        return (to_ptr + row * to_stride + col, to_stride, tile.data + row * tile.src_stride + col, tile.src_stride,
+                width, tile.block_m)
+
+    def put_tiles(self, tiles, to_rank, to_ptrs, to_strides, wait_flag=None, wait_value=None, signal_flag=None,
+                  signal_value=1, async_op=False, channel=0, caller="Iris.put_tiles"):
+        lane = self._lane(to_rank, channel, caller)
+        tiles, to_ptrs, to_strides = list(tiles), list(to_ptrs), list(to_strides)
+        if not len(tiles) == len(to_ptrs) == len(to_strides):
+            raise ValueError(f"{caller}: {len(tiles)} tiles, {len(to_ptrs)} to_ptrs and {len(to_strides)} to_strides; "
+                             "pass one destination address and stride per tile")
+        copies = [self._tile_copy(t, p, s, caller) for t, p, s in zip(tiles, to_ptrs, to_strides)]
+        wait = self._wait_arg(wait_flag, wait_value, caller)
+        # the low-level API: a raw signal address is already the peer's
+        signal = None if signal_flag is None else (*_flag(self.ctx, signal_flag, caller, "signal_flag",
+                                                          None if isinstance(signal_flag, int) else to_rank),
+                                                   int(signal_value))
+        if copies:
+            self._submit(lane, wait, copies, signal, async_op, caller)
+
+    def quiet(self, to_rank=None, channel=0):
+        caller = "Iris.quiet"
+        ranks = range(self.ctx.num_ranks) if to_rank is None else [to_rank]
+        lanes = [self._lane(r, channel, caller) for r in ranks]
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return  # every queued transfer was joined into the capture
+        self._drain(lanes, caller)
