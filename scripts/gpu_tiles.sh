@@ -3,6 +3,7 @@
 #   scripts/gpu_tiles.sh [UPSTREAM_CHECKOUT]
 # 1. tests/test_x.py at GPU sizes (1031 x 517, 64 x 64 tiles) with IRIS_BACKEND=simulation: 2 and 3 ranks share
 #    the GPU; then at world size 1 on the cuda backend;
+#    then tests/test_rma.py (remote accesses without hint, now 16-byte vectors) with two ranks on the GPU;
 # 2. examples/38_tile_api.py at 2 ranks (simulation) and at world size 1;
 # 3. with UPSTREAM_CHECKOUT (a checkout of upstream Iris; nothing of it is copied here): each of its examples that
 #    imports iris.x, unchanged, under torchrun at world size 1 with --validate (its own main calls
@@ -27,6 +28,11 @@ run_tests() {  # label, backend, world sizes
 }
 run_tests "simulation W=2,3" simulation 2,3
 run_tests "cuda W=1" cuda 1
+# translate() without a hint now emits 16-byte remote accesses: the RMA tests on real pointers, two ranks on the GPU
+echo "=== tests/test_rma.py tests/test_translate.py simulation" >> "$OUT_DIR/tests.log"
+IRIS_BACKEND=simulation timeout 90 python3 -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_rma.py \
+  tests/test_translate.py >> "$OUT_DIR/tests.log" 2>&1
+rows+=("tests rma+translate simulation|exit $?|$(grep -E '[0-9]+ (passed|failed)' "$OUT_DIR/tests.log" | tail -1)")
 
 for w in 2 1; do
   backend=$([ "$w" = 1 ] && echo cuda || echo simulation)

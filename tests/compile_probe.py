@@ -240,4 +240,21 @@ from iris.device.sync import _device_barrier_kernel  # noqa: E402
 text = ptx(_device_barrier_kernel, {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32",
                                     "GROUP_SIZE": "constexpr"}, {"GROUP_SIZE": 2})
 out["barrier/sequence"] = re.findall(r"\bbar\.sync|\bfence\.[\w.]+|\bmembar\.\w+|\batom\.[\w.]+", text)
+# Remote tile stores of iris.x, no hint anywhere: the translated pointers keep the tile's alignment and contiguity.
+import iris.x  # noqa: E402
+
+
+@triton.jit
+def x_tile_store_kernel(x, out, context, M, N, stride_m, stride_n, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, RANK, WORLD_SIZE)
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    ptrs, mask = iris.x.tile_ptr(x, M, N, stride_m, stride_n, pid_m, pid_n, BLOCK_M, BLOCK_N)
+    tile = iris.x.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, tl.load(ptrs, mask=mask, other=0))
+    iris.x.all_gather(tile, iris.x.make_tensor_view(out, WORLD_SIZE * M, N, stride_m, stride_n), 0, ctx)
+
+
+text = launch_compile(x_tile_store_kernel, ptr(), ptr(), ptr(torch.int64), SIZE, SIZE, SIZE, 1, RANK=0, WORLD_SIZE=2,
+                      BLOCK_M=64, BLOCK_N=64).asm["ptx"]
+out["x/all_gather"] = global_accesses(text)
 print("RESULT" + json.dumps(out))

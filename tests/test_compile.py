@@ -44,11 +44,26 @@ def compiled_debug():
 
 @pytest.mark.parametrize("op", ["load", "store", "get", "put", "copy"])
 def test_hint_keeps_remote_accesses_vectorised(compiled, op):
-    # Without the hint the translated pointer's alignment is unknown: scalar 4-byte accesses on the remote side.
-    assert not any(".v4" in a for a in compiled[f"{op}/None"] if a.startswith("ld" if op in ("load", "get") else "st"))
-    # With it, every global access is a 16-byte vector.
+    # With the hint every global access is a 16-byte vector.
     assert compiled[f"{op}/16"] and all(".v4" in a for a in compiled[f"{op}/16"] if ".b64" not in a), \
         compiled[f"{op}/16"]
+
+
+@pytest.mark.parametrize("op", ["load", "store", "get", "put", "copy"])
+def test_remote_accesses_without_hint_stay_vectorised(compiled, op):
+    # translate() adds the heap bases' difference (a multiple of 256 bytes) to the pointer itself, so what the
+    # compiler knows of the local block (16-byte aligned, 1024 contiguous fp32) holds for the remote one: every data
+    # access is a 16-byte vector (the .b64 loads are the two heap bases), none is a scalar 4-byte access.
+    accesses = compiled[f"{op}/None"]
+    data = [a for a in accesses if ".b64" not in a]
+    assert data and all(".v4" in a for a in data), accesses
+    assert compiled[f"{op}/None"] == compiled[f"{op}/16"], accesses
+
+
+def test_tile_stores_to_peers_are_16_byte_vectors(compiled):
+    # iris.x.all_gather of a bf16 64 x 64 tile, no hint given: remote tile stores as st.global.v4, no 2-byte ones.
+    accesses = compiled["x/all_gather"]
+    assert "st.global.v4.b32" in accesses and "st.global.b16" not in accesses, accesses
 
 
 @pytest.mark.parametrize("sem", ["relaxed", "acquire", "release", "acq_rel"])

@@ -25,6 +25,7 @@ from iris.host.vmem import GrowableMemory
 from iris.device.context import CONTEXT_HEADER
 from iris.device.debug import TRACE_WORDS
 from iris.device.debug import enable as enable_debug
+from iris.device.translate import check_base_alignment, misaligned_bases
 from iris.host.tensors import TensorFactory
 from iris.host import topology as _topology
 from iris.host.watchdog import StoreReports, Watchdog
@@ -121,6 +122,12 @@ class Iris(TensorFactory, RankLogger):
             memory = SharedMemory(total, local_rank, local_size, exchange, local_barrier)
         else:
             memory = CudaIpcMemory(total, self._device, local_rank, exchange)
+        # translate() claims to the compiler that the bases differ by multiples of BASE_ALIGNMENT; every rank checks
+        # the addresses it sees (its node's) and all raise together (one rank raising alone would leave the rest in
+        # the barrier)
+        top = self.topology
+        check_base_alignment([(seen, top.node_ranks(top.node_of(seen))[local], base) for seen, found in
+                              enumerate(all_gather_object(misaligned_bases(memory.bases))) for local, base in found])
         self.heap = SymmetricHeap(memory, heap_size, group_bytes, workspace_bytes, self.cur_rank, self.num_ranks,
                                   all_gather_object)
         self.heap.bases = self.topology.world_bases(memory.bases)
