@@ -90,7 +90,8 @@ class SymmetricHeap:
         self._allocs_since = self._bytes_since = 0
         self._live_after_agreement = 0
         self._set_reclaim_bytes()
-        self._base_storage = _base_storage(memory, self.bases[rank])
+        # our own base: ``bases`` holds the node's heaps until the context widens it to the world's
+        self._base_storage = _base_storage(memory, memory.local.data_ptr())
         self._owners = {}  # offset -> _Owner of every live allocation (a weak reference must be held to call back)
         self._templates = {}  # dtype -> empty tensor on the device
         self._on_grow = []
