@@ -239,7 +239,7 @@ def _allocation_body():
         fails.append(f"ctx.empty gave {tuple(t.shape)} {t.dtype}")
     offset = heap.offset_of(t)
     t.fill_(3)
-    aliases = [t.data, t.view(-1)[5:], torch.empty(0, dtype=torch.bfloat16).set_(t.untyped_storage())]
+    aliases = [t.data, t.view(-1)[5:], torch.empty(0, dtype=torch.bfloat16, device=t.device).set_(t.untyped_storage())]
     del t
     gc.collect()
     heap.reclaim()

@@ -83,7 +83,7 @@ class Iris(TensorFactory, RankLogger):
                 device_id = local_rank % gpus
             self._device = torch.device("cuda", device_id)
             torch.cuda.set_device(self._device)
-            ensure_process_group(self.backend, self._device)
+            ensure_process_group(self.backend)
         self.device = str(self._device)  # upstream Iris's string, "cuda:N" or "cpu"; get_device() is the torch.device
 
         self.cur_rank = dist.get_rank()

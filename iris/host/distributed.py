@@ -39,7 +39,7 @@ def process_group_backend(backend):
     return "nccl" if backend == "cuda" and ranks_here <= torch.cuda.device_count() else "gloo"
 
 
-def ensure_process_group(backend, device=None):
+def ensure_process_group(backend):
     """Initialise ``torch.distributed`` from the environment (torchrun, ``iris.launch``) unless the caller
     already did; returns True when this call created it."""
     if dist.is_initialized():
@@ -51,10 +51,10 @@ def ensure_process_group(backend, device=None):
             f"iris.iris: torch.distributed is not initialised and {', '.join(missing)} is not set; start the "
             "program with torchrun (torchrun --nproc-per-node=2 prog.py) or iris.launch(fn, world_size), or "
             "call torch.distributed.init_process_group first")
-    kwargs = {}
-    if pg_backend == "nccl" and device is not None:
-        kwargs["device_id"] = device
-    dist.init_process_group(backend=pg_backend, timeout=datetime.timedelta(seconds=DEFAULT_TIMEOUT_S), **kwargs)
+    # No device_id: a default group bound to a device makes torch ask every later group for a backend on that
+    # device (new_group's splitting check), which a Python ProcessGroup such as the "iris" backend's does not have
+    # ("No backend type associated with device type cuda", seen on one H200 at world size 1).
+    dist.init_process_group(backend=pg_backend, timeout=datetime.timedelta(seconds=DEFAULT_TIMEOUT_S))
     atexit.register(_destroy_process_group)  # we made it, so we tear it down (torch warns otherwise)
     return True
 

@@ -85,13 +85,11 @@ def _worker(rank, world_size, port, conn, nodes=1):
     from iris.host import backend as _backend
     from iris.host.distributed import ensure_process_group
 
-    device = None
     if _backend.BACKEND != "cpu":
         import torch
 
-        device = torch.device("cuda", rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-    ensure_process_group(_backend.BACKEND, device)
+        torch.cuda.set_device(torch.device("cuda", rank % torch.cuda.device_count()))
+    ensure_process_group(_backend.BACKEND)
     conn.send(("ready", None))
     while True:
         try:
