@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from iris.device.translate import INTERPRETED
+from iris.device.utils import get_cu_id, read_realtime
 
 EVENT_WORDS = tl.constexpr(8)  # op, target rank, bytes, program id, SM id, start, end, rank
 # Operation ids that instrumented kernels record (names for the export: iris/host/tracing.py).
@@ -26,16 +27,7 @@ def now(trace):
         clock = tl.load(trace + 3).to(tl.pointer_type(tl.int64))
         return tl.atomic_add(clock, 1)
     else:
-        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
-                                         pack=1)
-
-
-@triton.jit
-def _sm_id():
-    if INTERPRETED:
-        return 0
-    else:
-        return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+        return read_realtime()
 
 
 @triton.jit
@@ -52,7 +44,7 @@ def record(trace, op_id, target, nbytes, start, rank):
         tl.store(row + 1, target)
         tl.store(row + 2, nbytes)
         tl.store(row + 3, tl.program_id(0))
-        tl.store(row + 4, _sm_id())
+        tl.store(row + 4, get_cu_id())
         tl.store(row + 5, start)
         tl.store(row + 6, end)
         tl.store(row + 7, rank)

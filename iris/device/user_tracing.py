@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from iris.device.translate import INTERPRETED
+from iris.device.utils import get_cu_id, read_realtime
 
 # word indices in the tracing words
 _MAX_EVENTS, _COUNTER, _OPS = tl.constexpr(1), tl.constexpr(2), tl.constexpr(3)
@@ -40,16 +41,7 @@ def _now(words):
     if INTERPRETED:
         return tl.atomic_add(_words_ptr(words, _OPS, tl.int32), 1, sem="relaxed").to(tl.int64)
     else:
-        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
-                                         pack=1)
-
-
-@triton.jit
-def _sm_id():
-    if INTERPRETED:
-        return 0
-    else:
-        return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+        return read_realtime()
 
 
 @triton.jit
@@ -94,7 +86,7 @@ class _Methods:
             tl.store(_words_ptr(words, _CUR_RANK, tl.int32) + slot, tl.load(self.heap_bases - 2))  # context[0]
             tl.store(_words_ptr(words, _TARGET, tl.int32) + slot, target_rank)
             tl.store(_words_ptr(words, _XCC, tl.int32) + slot, 0)
-            tl.store(_words_ptr(words, _CU, tl.int32) + slot, _sm_id())
+            tl.store(_words_ptr(words, _CU, tl.int32) + slot, get_cu_id())
             tl.store(_words_ptr(words, _START, tl.int64) + slot, start)
             tl.store(_words_ptr(words, _ADDRESS, tl.int64) + slot, _first_address(address))
             tl.store(_words_ptr(words, _END, tl.int64) + slot, 0)
