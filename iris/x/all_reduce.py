@@ -117,10 +117,10 @@ def all_reduce_ring(tile, src_view, dst_view, ctx):
     """``dst_view``'s tile (ours) = sum over ranks of their ``src_view`` tile, read from their heaps; no locks, so
     every rank's src must be ready before the kernel starts (a barrier). ``tile`` needs no data.
 
-    Upstream's ring visits the peers in ring order (rank - 1, rank - 2, ...) and adds in that order, which gives
-    each rank other bits; here the sum runs in rank order 0..W-1 (fp32 for fp16/bf16), so every rank gets the same
-    bits. Upstream's second pass, which copies a peer's dst over ours, is left out: it reads a peer's dst that
-    nothing says is written yet, and would hold the same bits anyway."""
+    The sum runs in rank order 0..W-1 (fp32 for fp16/bf16) whichever rank computes it, so every rank gets the same
+    bits (upstream's ring adds in ring order, rank - 1, rank - 2, ..., which gives each rank other bits). There is
+    no second pass copying a peer's dst over ours: nothing says a peer's dst is written yet, and it would hold the
+    same bits."""
     src_ptr, mask = src_view.tile_ptr(tile)
     dst_ptr, dst_mask = dst_view.tile_ptr(tile)
     ours = tl.load(src_ptr, mask=mask, other=0)
