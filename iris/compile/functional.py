@@ -16,7 +16,11 @@ whole world:
 
 Each has a fake implementation, so ``torch.compile(fullgraph=True)`` traces it as one opaque node, and none
 allocates on the heap or synchronises the host after its first call at a shape, so ``mode="reduce-overhead"``
-replays it in a CUDA graph.
+replays it in a CUDA graph. The ops are defined on a ``torch.library.Library`` with one kernel for every device
+(``CompositeExplicitAutograd``): an eager call is the dispatcher and our function (2.7 us on a 2-core host, against
+8.9 us through ``torch.library.custom_op``, whose autograd and dynamo wrappers run on every call). None has an
+autograd formula; backward through one takes torch's fallback for such ops (a warning, no gradient), as torch's own
+functional collectives do.
 """
 
 import weakref
@@ -70,6 +74,21 @@ def _rows_divided(op, x, size):
     return x.shape[0] // size
 
 
+_LIBRARY = torch.library.Library("iris", "DEF")
+
+
+def _define(name, schema, kernel, fake):
+    """``torch.ops.iris.<name>`` with ``schema``, running ``kernel`` on every device and ``fake`` under tracing; the
+    op's overload is the public callable."""
+    _LIBRARY.define(f"{name}{schema}")
+    _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"iris::{name}", fake, lib=_LIBRARY)
+    return getattr(torch.ops.iris, name).default
+
+
+_ONE = "(Tensor x) -> Tensor"
+_TWO = "(Tensor a, Tensor b) -> Tensor"
+
 # Each op's output is made by one function, which is also the op's fake implementation: tracing sees the shape
 # and the checks that the call itself makes.
 # ---------------------------------------------------------------------- collectives
@@ -78,14 +97,13 @@ def _all_reduce_out(x):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("iris::all_reduce", mutates_args=())
-def all_reduce(x: torch.Tensor) -> torch.Tensor:
+def _all_reduce(x):
     out = _all_reduce_out(x)
     _world("all_reduce").all_reduce(x.contiguous(), "sum", "torch.ops.iris.all_reduce", out=out)
     return out
 
 
-all_reduce.register_fake(_all_reduce_out)
+all_reduce = _define("all_reduce", _ONE, _all_reduce, _all_reduce_out)
 
 
 def _all_gather_out(x):
@@ -93,28 +111,26 @@ def _all_gather_out(x):
     return x.new_empty((size * x.shape[0], *x.shape[1:]) if x.dim() else (size,))
 
 
-@torch.library.custom_op("iris::all_gather", mutates_args=())
-def all_gather(x: torch.Tensor) -> torch.Tensor:
+def _all_gather(x):
     out = _all_gather_out(x)
     _world("all_gather").all_gather(out, x.contiguous(), "torch.ops.iris.all_gather")
     return out
 
 
-all_gather.register_fake(_all_gather_out)
+all_gather = _define("all_gather", _ONE, _all_gather, _all_gather_out)
 
 
 def _reduce_scatter_out(x):
     return x.new_empty((_rows_divided("reduce_scatter", x, _world("reduce_scatter").size), *x.shape[1:]))
 
 
-@torch.library.custom_op("iris::reduce_scatter", mutates_args=())
-def reduce_scatter(x: torch.Tensor) -> torch.Tensor:
+def _reduce_scatter(x):
     out = _reduce_scatter_out(x)
     _world("reduce_scatter").reduce_scatter(out, x.contiguous(), "sum", "torch.ops.iris.reduce_scatter")
     return out
 
 
-reduce_scatter.register_fake(_reduce_scatter_out)
+reduce_scatter = _define("reduce_scatter", _ONE, _reduce_scatter, _reduce_scatter_out)
 
 
 def _all_to_all_out(x):
@@ -122,14 +138,13 @@ def _all_to_all_out(x):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("iris::all_to_all", mutates_args=())
-def all_to_all(x: torch.Tensor) -> torch.Tensor:
+def _all_to_all(x):
     out = _all_to_all_out(x)
     _world("all_to_all").all_to_all(out, x.contiguous(), "torch.ops.iris.all_to_all")
     return out
 
 
-all_to_all.register_fake(_all_to_all_out)
+all_to_all = _define("all_to_all", _ONE, _all_to_all, _all_to_all_out)
 
 
 # ---------------------------------------------------------------------- fused GEMM + communication
@@ -145,8 +160,7 @@ def _matmul_all_reduce_out(a, b):
     return a.new_empty(_matmul_shape("matmul_all_reduce", a, b))
 
 
-@torch.library.custom_op("iris::matmul_all_reduce", mutates_args=())
-def matmul_all_reduce(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _matmul_all_reduce(a, b):
     world = _world("matmul_all_reduce")
     out = _matmul_all_reduce_out(a, b)
     M, N = out.shape
@@ -159,29 +173,27 @@ def matmul_all_reduce(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
-matmul_all_reduce.register_fake(_matmul_all_reduce_out)
+matmul_all_reduce = _define("matmul_all_reduce", _TWO, _matmul_all_reduce, _matmul_all_reduce_out)
 
 
 def _all_gather_matmul_out(a, b):
     return a.new_empty(_matmul_shape("all_gather_matmul", a, b, rows=_world("all_gather_matmul").size))
 
 
-@torch.library.custom_op("iris::all_gather_matmul", mutates_args=())
-def all_gather_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _all_gather_matmul(a, b):
     out = _all_gather_matmul_out(a, b)
     _world("all_gather_matmul").ctx.ops.all_gather_matmul(out, a.contiguous(), b.contiguous())
     return out
 
 
-all_gather_matmul.register_fake(_all_gather_matmul_out)
+all_gather_matmul = _define("all_gather_matmul", _TWO, _all_gather_matmul, _all_gather_matmul_out)
 
 
 def _matmul_all_gather_out(a, b):
     return a.new_empty(_matmul_shape("matmul_all_gather", a, b, cols=_world("matmul_all_gather").size))
 
 
-@torch.library.custom_op("iris::matmul_all_gather", mutates_args=())
-def matmul_all_gather(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _matmul_all_gather(a, b):
     world = _world("matmul_all_gather")
     out = _matmul_all_gather_out(a, b)
     M, N = out.shape
@@ -198,7 +210,7 @@ def matmul_all_gather(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
-matmul_all_gather.register_fake(_matmul_all_gather_out)
+matmul_all_gather = _define("matmul_all_gather", _TWO, _matmul_all_gather, _matmul_all_gather_out)
 
 
 def _matmul_reduce_scatter_out(a, b):
@@ -206,14 +218,13 @@ def _matmul_reduce_scatter_out(a, b):
     return a.new_empty((_rows_divided("matmul_reduce_scatter", a, _world("matmul_reduce_scatter").size), N))
 
 
-@torch.library.custom_op("iris::matmul_reduce_scatter", mutates_args=())
-def matmul_reduce_scatter(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _matmul_reduce_scatter(a, b):
     out = _matmul_reduce_scatter_out(a, b)
     _world("matmul_reduce_scatter").ctx.ops.matmul_reduce_scatter(out, a.contiguous(), b.contiguous())
     return out
 
 
-matmul_reduce_scatter.register_fake(_matmul_reduce_scatter_out)
+matmul_reduce_scatter = _define("matmul_reduce_scatter", _TWO, _matmul_reduce_scatter, _matmul_reduce_scatter_out)
 
 
 __all__ = ["set_context", "get_context", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "matmul_all_reduce",

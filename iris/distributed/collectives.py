@@ -7,6 +7,7 @@ CUDA graph once a first call has made the group's flags. Tensors must be on the 
 """
 
 import torch
+import torch.distributed as dist
 
 from iris.ccl import CollectiveConfig
 from iris.host import launches
@@ -16,6 +17,9 @@ TWO_SHOT = CollectiveConfig(algorithm="two_shot")
 PULL = CollectiveConfig(algorithm="pull")  # the push reduce_scatter allocates a workspace of each group's own
 _MOVED_AS_IS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32)
 _REDUCE_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min"}
+# names and torch's RedOpType members (a ReduceOp's ``op``) to our names
+_OP_NAMES = {**{name.lower(): name.lower() for name in _REDUCE_OPS},
+             **{getattr(dist.ReduceOp, name): name.lower() for name in _REDUCE_OPS}}
 
 
 def movable(tensor):
@@ -30,12 +34,50 @@ def movable(tensor):
 
 def reduce_op_name(op, caller):
     """torch's ReduceOp (or its RedOpType, or a name) as one of the ops our kernels run; the others raise."""
+    name = _OP_NAMES.get(op if isinstance(op, str) else getattr(op, "op", op))  # the common ones, in one lookup
+    if name is not None:
+        return name
     given = op if isinstance(op, str) else str(getattr(op, "op", op)).split(".")[-1]
     name = _REDUCE_OPS.get(given.upper())
     if name is None:
         raise ValueError(f"{caller}: reduce op {given} is not supported by the iris backend; use SUM, AVG, MAX or "
                          "MIN (or a gloo or NCCL group for this op)")
     return name
+
+
+class _HeapRoute:
+    """A remembered all_reduce on tensors as they are: the input (and for the two-shot the output) must still be on
+    the heap, which a key cannot know."""
+
+    __slots__ = ("ctx", "launch", "checks")
+
+    def __init__(self, ctx, launch, checks):
+        self.ctx, self.launch, self.checks = ctx, launch, checks  # (index in (tensor, out), bytes) each
+
+    def __call__(self, tensor, out, caller):
+        pair, heap = (tensor, out), self.ctx.heap
+        for index, nbytes in self.checks:
+            if not heap.holds(pair[index].data_ptr(), nbytes):
+                return False  # the general path decides (stages, or raises)
+        self.ctx.groups.check(caller)
+        self.launch(out, tensor)
+        return True
+
+
+class _StagedRoute:
+    """A remembered all_reduce of one staged chunk: copy the input into the staging buffer (peers read it there),
+    then the one-shot writes the caller's ``out`` directly."""
+
+    __slots__ = ("ctx", "launch", "staged")
+
+    def __init__(self, ctx, launch, staged):
+        self.ctx, self.launch, self.staged = ctx, launch, staged
+
+    def __call__(self, tensor, out, caller):
+        self.staged.copy_(tensor)
+        self.ctx.groups.check(caller)
+        self.launch(out, self.staged)
+        return True
 
 
 class GroupCollectives:
@@ -47,32 +89,38 @@ class GroupCollectives:
         self.ctx, self.staging, self.ranks, self.group = ctx, staging, list(ranks), group
         self.size = len(self.ranks)
         self.index = self.ranks.index(ctx.get_rank())
-        self._routes = {}  # all_reduce's call key -> its route (``_take``)
+        device = ctx.get_device()
+        self.on_cuda = device.type == "cuda"
+        # the Work of a call holds its stream there
+        self.device_index = (torch.cuda.current_device() if device.index is None else device.index) if self.on_cuda \
+            else None
+        self._routes = {}  # all_reduce's route key -> _HeapRoute or _StagedRoute
 
     # ------------------------------------------------------------------ remembered routes
-    # A call's route (the tensors as they are, or one staged chunk) is a function of its key
-    # (iris/host/launches.py), so repeated calls skip the checks and pick it again: on the host, the route costs one
-    # dict lookup and the heap's address compare, and the collective's own launch is remembered by ctx.ccl.
+    # A call's route (the tensors as they are, or one staged chunk) and the launch it runs are functions of its key
+    # (``_route_key``), so a repeated call skips the checks and the second key ``ctx.ccl`` would build: on the host a
+    # hit is one key, one dict lookup, the heap's address compares (or the staging copy), the peer-failure check
+    # and the launch.
+
+    def _route_key(self, op, tensor, out):
+        """What an all_reduce's route and launch depend on: both tensors' shapes, dtypes, contiguity, devices and
+        16-byte alignment, and whether they alias; None in check mode (never cached) or for a non-tensor."""
+        if type(tensor) is not torch.Tensor or type(out) is not torch.Tensor or launches.checking(None):
+            return None
+        start, out_start = tensor.data_ptr(), out.data_ptr()
+        return (op, tensor.shape, tensor.dtype, tensor.device, tensor.is_contiguous(), start & 15, out.shape,
+                out.dtype, out.device, out.is_contiguous(), out_start & 15, start == out_start)
 
     def _remember(self, key, route):
-        if key is not None:
+        if key is not None and route is not None:
             if len(self._routes) >= launches.LIMIT:
                 self._routes.clear()
             self._routes[key] = route
 
-    def _take(self, route, tensor, out, op):
-        """Run ``all_reduce`` by its remembered ``route`` and return True, or False when an on-heap route finds a
-        tensor off the heap (the general path then decides)."""
-        if isinstance(route, torch.Tensor):  # the staged chunk: peers read our staged copy, out is written directly
-            route.copy_(tensor)
-            self.ctx.ccl.all_reduce(out, route, op=op, group=self.group, config=ONE_SHOT)
-            return True
-        pair = (tensor, out)
-        for index, nbytes in route:
-            if not self.ctx.heap.holds(pair[index].data_ptr(), nbytes):
-                return False
-        self.ctx.ccl.all_reduce(out, tensor, op=op, group=self.group)
-        return True
+    def _launch_of(self, out, inp, op, config):
+        """The launch ``ctx.ccl.all_reduce`` just stored for these tensors (None if it stored none)."""
+        key = launches.key_of("ccl.all_reduce", self.group, config, (out, inp), op)
+        return self.ctx.launches.stored(key, self.group, config)
 
     # ------------------------------------------------------------------ helpers
     def check(self, caller, *tensors):
@@ -124,11 +172,9 @@ class GroupCollectives:
         tensors."""
         out = tensor if out is None else out
         op = reduce_op_name(op, caller)
-        # the devices too: the general path's check refuses a tensor on another device
-        key = launches.key_of(caller, None, None, (tensor, out), op, getattr(tensor, "device", None),
-                              getattr(out, "device", None))
+        key = self._route_key(op, tensor, out)
         route = self._routes.get(key) if key is not None else None
-        if route is not None and self._take(route, tensor, out, op):
+        if route is not None and route(tensor, out, caller):
             return
         self.check(caller, tensor, out)
         if out.shape != tensor.shape or out.dtype != tensor.dtype:
@@ -139,12 +185,19 @@ class GroupCollectives:
         nbytes = tensor.numel() * tensor.element_size()
         if self.on_heap(tensor) and (self.on_heap(out) or tensor.numel() <= one_shot_max):
             # as they are: the one-shot (up to 1 MiB) writes out anywhere; the two-shot needs out on the heap
-            self._remember(key, ((0, nbytes),) if tensor.numel() <= one_shot_max else ((0, nbytes), (1, nbytes)))
             self.ctx.ccl.all_reduce(out, tensor, op=op, group=self.group)
+            launch = self._launch_of(out, tensor, op, None)
+            checks = ((0, nbytes),) if tensor.numel() <= one_shot_max else ((0, nbytes), (1, nbytes))
+            self._remember(key, launch and _HeapRoute(self.ctx, launch, checks))
             return
         flat, flat_out = tensor.view(-1), out.view(-1)
         if tensor.numel() <= min(one_shot_max, self.chunk(flat.dtype)):  # one chunk, staged and one-shot
-            self._remember(key, self.staging.view(flat.dtype, flat.numel()).view(tensor.shape))
+            staged = self.staging.view(flat.dtype, flat.numel()).view(tensor.shape)
+            staged.copy_(tensor)
+            self.ctx.ccl.all_reduce(out, staged, op=op, group=self.group, config=ONE_SHOT)
+            launch = self._launch_of(out, staged, op, ONE_SHOT)
+            self._remember(key, launch and _StagedRoute(self.ctx, launch, staged))
+            return
         for start, part, staged in self.staged_chunks(flat):
             part_out = flat_out[start:start + part.numel()]
             staged.copy_(part)

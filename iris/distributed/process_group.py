@@ -26,6 +26,7 @@ from torch._C import _distributed_c10d as c10d
 
 from iris.distributed.collectives import GroupCollectives
 from iris.distributed.staging import staging_for
+from iris.host import private
 
 BACKEND_NAME = "iris"
 DEFAULT_HEAP_BYTES = {"cpu": 16 << 20, "cuda": 256 << 20}
@@ -62,55 +63,48 @@ def _create_context():
     return _bound
 
 
-_EVENTS = []  # recorded events whose Work is gone, reused by the next (list append and pop are atomic)
-_POOL = 64
-
-
 class Work(dist._Work):
-    """The handle of one call. The kernels are already queued on the stream that was current at the call;
-    ``wait()`` makes the current stream wait for them (host-blocking too with ``blocking``: barrier)."""
+    """The handle of one call. The kernels are already queued on ``stream`` (the raw handle of the stream current at
+    the call; None on the cpu backend, where kernels have run by then). ``wait()`` makes the then-current stream
+    wait for them: nothing to do when it is that stream (what torch's synchronous calls do right after the call),
+    else an event recorded on the call's stream then, which the current stream waits on. That event also covers
+    work queued on the call's stream after the call (a longer wait, never a shorter one): recording one at every
+    call instead cost an event record and a capture query on the host per call. ``blocking`` (barrier) also blocks
+    the host in ``wait()``."""
 
-    def __init__(self, device, result=(), blocking=False):
+    def __init__(self, device, stream, result=(), blocking=False):
         super().__init__()
-        self._event = None
-        self._blocking = blocking
-        self._result = list(result)
-        if device.type == "cuda":
-            # An event from the pool of those whose handles are gone: a fresh one's CUDA event is created at its
-            # first record, on every call otherwise. Re-recording is safe: a stream that waited on it captured
-            # the earlier record when it was told to wait.
-            # One recorded during a CUDA graph capture is a node of the graph (each replay records it again), so it
-            # never goes back to the pool.
-            self._event = _EVENTS.pop() if _EVENTS else torch.cuda.Event()
-            self._event.record()
-            self._reusable = not torch.cuda.is_current_stream_capturing()
+        self._device, self._stream, self._result, self._blocking = device, stream, result, blocking
 
-    def __del__(self):
-        if self._event is not None and self._reusable and len(_EVENTS) < _POOL:
-            _EVENTS.append(self._event)
+    def _external(self):
+        return torch.cuda.ExternalStream(self._stream, device=self._device)
 
     def wait(self, timeout=None):
-        if self._event is not None:
-            if self._blocking:
-                self._event.synchronize()
-            else:
-                torch.cuda.current_stream().wait_event(self._event)
+        stream = self._stream
+        if stream is None:
+            return True
+        if self._blocking:
+            self._external().synchronize()
+        elif stream != private.current_stream(self._device):
+            event = torch.cuda.Event()
+            event.record(self._external())
+            torch.cuda.current_stream().wait_event(event)
         return True
 
     def is_completed(self):
-        return self._event is None or self._event.query()
+        return self._stream is None or self._external().query()
 
     def is_success(self):
         return True
 
     def result(self):
-        return self._result
+        return list(self._result)
 
     def get_future(self):
         future = torch.futures.Future()
-        if self._event is not None:
-            self._event.synchronize()
-        future.set_result(self._result)
+        if self._stream is not None:
+            self._external().synchronize()
+        future.set_result(list(self._result))
         return future
 
 
@@ -188,14 +182,18 @@ class IrisProcessGroup(dist.ProcessGroup):
         return self._collectives
 
     def _done(self, ops, result=(), blocking=False):
-        return Work(ops.ctx.get_device(), result, blocking)
+        """The call's Work: on GPUs it holds the current stream's raw handle (``Work``)."""
+        device = ops.device_index
+        return Work(device, private.current_stream(device) if device is not None else None, result, blocking)
 
     # ------------------------------------------------------------------ collectives
     def allreduce(self, tensors, opts=None):
         op = opts.reduceOp if opts is not None else "sum"
-        ops = self._ops(tensors)
-        if ops is None:
-            return self._gloo_group().allreduce(tensors, _options(c10d.AllreduceOptions, reduceOp=op))
+        ops = self._collectives
+        if ops is None or ops.on_cuda and (len(tensors) != 1 or tensors[0].is_cpu):  # ``_ops`` decides
+            ops = self._ops(tensors)
+            if ops is None:
+                return self._gloo_group().allreduce(tensors, _options(c10d.AllreduceOptions, reduceOp=op))
         for t in tensors:
             ops.all_reduce(t, op, "iris allreduce")
         return self._done(ops, tensors)

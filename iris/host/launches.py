@@ -143,6 +143,14 @@ class LaunchCache:
         self.hits += 1
         return entry
 
+    def stored(self, key, group, config):
+        """The launch stored under ``key`` for these ``group`` and ``config`` objects, or None; counts nothing (for a
+        caller that remembers a route of its own around a launch)."""
+        entry = self._entries.get(key)
+        if entry is None or entry[1]() is not group or entry[2] is not config:
+            return None
+        return entry[0]
+
     def put(self, key, group, config, launch, on_heap=()):
         """Store ``launch`` under ``key`` (nothing when the key is None) and return it. ``on_heap``: (index, bytes)
         of each tensor a hit must find on the symmetric heap."""
