@@ -14,6 +14,7 @@ still reach it through a tensor, and every rank's free list goes through the sam
 
 import bisect
 import collections
+import heapq
 
 # 256 bytes: a whole number of 128-byte cache lines, and enough for 16-byte vector and TMA accesses.
 ALIGNMENT = 256
@@ -78,6 +79,26 @@ class OffsetAllocator:
             i -= 1
             self.free.pop(i)
         self.free.insert(i, (offset, size))
+
+    def release_many(self, offsets):
+        """``release`` of each of ``offsets`` (ascending, each in use), in one merge of the blocks with the free
+        list: an agreement returns up to 256 of them (the heap's ``RECLAIM_EVERY``), where a bisect and an insert each cost
+        ~1 us an allocation on a 2-core host."""
+        used, blocks = self.used, []
+        for offset in offsets:
+            size = used.pop(offset)
+            self.used_bytes -= size
+            if blocks and blocks[-1][0] + blocks[-1][1] == offset:  # coalesce with the one before
+                blocks[-1] = (blocks[-1][0], blocks[-1][1] + size)
+            else:
+                blocks.append((offset, size))
+        merged = []
+        for offset, size in heapq.merge(self.free, blocks):
+            if merged and merged[-1][0] + merged[-1][1] == offset:
+                merged[-1] = (merged[-1][0], merged[-1][1] + size)
+            else:
+                merged.append((offset, size))
+        self.free = merged
 
     def extend(self, end):
         """The range grew to ``end``: [old end, end) is free."""

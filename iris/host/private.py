@@ -95,6 +95,17 @@ def storage_slice(storage, start, stop):
     return _STORAGE_GETITEM(storage, slice(start, stop))
 
 
+def storage_slicer():
+    """``storage_slice`` as the callable ``slicer(storage, slice(start, stop))``, for the heap's allocation path
+    (one Python frame fewer per allocation)."""
+    return _STORAGE_GETITEM
+
+
+def tensor_maker():
+    """``tensor_on_storage`` as a callable ``maker(template, storage)``: ``Tensor.new`` itself where it exists."""
+    return torch.Tensor.new if _LEGACY_NEW else tensor_on_storage
+
+
 _STORAGE_GETITEM = getattr(getattr(torch._C, "StorageBase", None), "__getitem__", torch.UntypedStorage.__getitem__)
 
 
