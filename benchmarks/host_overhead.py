@@ -14,7 +14,11 @@ For each call three figures, in microseconds (``ms_*`` columns hold milliseconds
 Calls: all_reduce at 8 KiB bf16 (iris ``ctx.ccl``, NCCL through torch.distributed, torch symmetric memory's
 one-shot all-reduce), all_gather and reduce_scatter at 8 KiB per rank, all_reduce_rmsnorm at 8 x 4096 bf16
 (against NCCL's all_reduce then torch's rms_norm), the ``"iris"`` torch.distributed backend's all_reduce and
-``torch.ops.iris.all_reduce`` at 8 KiB, and ``ctx.empty`` at 1 KiB / 1 MiB / 64 MiB against ``torch.empty``.
+``torch.ops.iris.all_reduce`` at 8 KiB, ``ctx.empty`` at 1 KiB / 1 MiB / 64 MiB against ``torch.empty``, and the
+"launch floor": a kernel that does nothing, with the one-shot all_reduce's parameters (two tensors, the size, the
+group's sync tuple, five constexprs), launched the way a remembered launch is (``iris/host/launches.py``: Triton's
+compiled launcher called directly) and through ``kernel[grid]`` (Triton's ``JITFunction.run``). What a collective
+costs above the first row is ours.
 World size 1 is where host time does not depend on peers (the targets are stated there).
 """
 
@@ -25,10 +29,14 @@ import time
 import torch
 import torch.distributed as dist
 
-import iris
+import iris  # first: on the cpu backend it sets TRITON_INTERPRET, which triton reads at its import
+import triton  # noqa: I001
+import triton.language as tl
 import iris.compile as iris_compile
 import iris.distributed as iris_distributed
 from iris.bench import report
+from iris.ccl import common
+from iris.host import launches
 from iris.host.distributed import all_gather_object
 
 DRAIN_EVERY = 64
@@ -93,6 +101,7 @@ def _calls(ctx, nccl, iris_group, quick):
     inp, out = ctx.empty(n, dtype=dtype).normal_(), ctx.empty(n, dtype=dtype)
     plain = torch.randn(n, dtype=dtype, device=dev)
     symmetric = _symmetric(n, dtype, dev)
+    calls["launch floor"] = _launch_floor(ctx, out, inp)
     calls["all_reduce 8 KiB"] = {
         "iris": lambda: ctx.ccl.all_reduce(out, inp),
         anchor: lambda: dist.all_reduce(plain, group=nccl),
@@ -136,6 +145,23 @@ def _calls(ctx, nccl, iris_group, quick):
             "torch.empty": lambda nbytes=nbytes: torch.empty(nbytes, dtype=torch.uint8, device=dev),
         }
     return calls
+
+
+@triton.jit
+def _nothing_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
+                    HINT: tl.constexpr, BLOCK: tl.constexpr):
+    pass  # the one-shot all_reduce's parameters, no work: the launch alone
+
+
+def _launch_floor(ctx, out, inp):
+    """The launch floor's two providers: a remembered ``Launch`` of a kernel that does nothing (the direct launch
+    after its first call) and the same kernel through ``kernel[grid]``."""
+    p = common.plan(ctx, "host_overhead.launch_floor", inp.numel(), None, None)
+    static = (inp.numel(), p.sync.args(ctx))
+    meta = dict(GROUP_SIZE=p.sync.size, OP="sum", ACC_FP32=True, HINT=16, BLOCK=p.block, num_warps=p.warps)
+    launch = launches.Launch(_nothing_kernel, p.grid, static, meta)
+    return {"Launch (direct)": lambda: launch(out, inp),
+            "kernel[grid]": lambda: _nothing_kernel[p.grid](out, inp, *static, **meta)}
 
 
 def _symmetric(n, dtype, dev):

@@ -1,6 +1,5 @@
 """Host-side plumbing shared by the collective launchers: argument checks, the launch plan, async handles."""
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -8,6 +7,7 @@ import triton
 
 from iris.ccl.config import CollectiveConfig, Config
 from iris.host.distributed import all_gather_object
+from iris.host import launches
 from iris.host.groups import MAX_COMM_PROGRAMS
 
 REDUCE_OPS = ("sum", "avg", "max", "min")
@@ -105,7 +105,7 @@ def precheck(caller, group, config, tensors, *extra):
     """Check mode, first thing in every collective: all ranks compare the call (shapes, dtypes, root, op)
     before any rank validates locally, so a mismatch fails on every rank instead of leaving some ranks
     inside a kernel waiting for ranks that raised."""
-    if resolve_config(config, caller).check or os.environ.get("IRIS_CCL_CHECK") == "1":
+    if resolve_config(config, caller).check or launches.CHECK_ALL:
         signature = tuple((tuple(t.shape), str(t.dtype)) for t in tensors) + extra
         check_across_ranks(caller, signature, group)
 

@@ -32,7 +32,7 @@ class CollectiveConfig:
     32 warps and 16384 elements, which keep enough stores in flight to fill the link (the push reduce_scatter:
     256 programs of 16 warps moving 8192, ``reduce_scatter.PUSH_LARGE_SHAPE``).
     ``check``: compare shapes and dtypes across ranks first (a host collective, so not inside CUDA graphs);
-    ``IRIS_CCL_CHECK=1`` turns it on everywhere.
+    ``IRIS_CCL_CHECK=1`` in the environment of the process turns it on everywhere.
     ``use_gluon``: run the Gluon kernel (``iris/ccl/gluon/``; all_gather and all_to_all have one, as upstream);
     its register layout is derived from ``threads_per_warp`` (32: the NVIDIA warp; upstream's default 64 is an
     AMD wavefront and is refused) and ``num_warps``, so ``block_size`` must be a multiple of ``32 * num_warps``.

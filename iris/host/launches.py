@@ -47,9 +47,14 @@ def _none():
     return None
 
 
+# ``IRIS_CCL_CHECK=1`` as the process started: read once, since ``os.environ.get`` costs ~1 us on a 2-core host, half
+# of a key (``iris/ccl/common.py``'s precheck reads the same value)
+CHECK_ALL = os.environ.get("IRIS_CCL_CHECK") == "1"
+
+
 def checking(config):
     """Check mode (``config.check`` or ``IRIS_CCL_CHECK=1``) compares every call across ranks: never cached."""
-    return getattr(config, "check", False) or os.environ.get("IRIS_CCL_CHECK") == "1"  # a bad config: not cached
+    return CHECK_ALL or getattr(config, "check", False)  # a bad config: not cached
 
 
 def key_of(name, group, config, tensors, *extra):
