@@ -214,6 +214,25 @@ def test_direct_launch_passes_what_triton_would(monkeypatch):
     assert len(direct) == 1
 
 
+def test_sliced_direct_launch_passes_the_slice_address(monkeypatch):
+    """reduce_scatter's pull: the general path gets the slice as a tensor, the direct launch its address (what
+    Triton's launcher reads from a tensor's ``data_ptr()``), the same bytes."""
+    direct = []
+    monkeypatch.setattr(launches.private, "compiled_launcher",
+                        lambda compiled: ((lambda *args: direct.append(args)), ("function",)))
+    monkeypatch.setattr(launches.private, "current_device", lambda: 0)
+    monkeypatch.setattr(launches.private, "current_stream", lambda d: 7)
+    monkeypatch.setattr(launches.private, "no_launch_hooks", lambda: True)
+    kernel = _FakeKernel()
+    launch = launches.SlicedLaunch(kernel, (2,), (5, "sync"), dict(GROUP_SIZE=2, OP="sum"), 10, 15)
+    out, inp = torch.zeros(5), torch.arange(40.0).view(2, 20)
+    launch(out, inp)
+    general = kernel.general[0][1][1]
+    assert general.data_ptr() == inp.data_ptr() + 10 * 4 and general.tolist() == [10.0, 11.0, 12.0, 13.0, 14.0]
+    launch(out, inp)
+    assert direct == [(2, 1, 1, 7, "function", out, inp.data_ptr() + 10 * 4, 5, "sync", 2, "sum", 64)]
+
+
 def test_launch_hooks_are_seen():
     """A profiler's launch hook sends remembered launches back through Triton's path (which calls it)."""
     from triton import knobs
