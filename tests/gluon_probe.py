@@ -63,11 +63,26 @@ def tma_put_kernel(out, inp, rows, cols, heap_bases, rank, peer, BLOCK_M: gl.con
                               is_pure=False, pack=1)
 
 
+def copy_loop(text):
+    """The instructions of the innermost loop that stores to global memory (the copy loop), and the byte distance
+    between a thread's first two 16-byte stores in it (the register layout's step: 16 when a thread's vectors sit
+    side by side, 32 * 16 = 512 times the warps' count when each warp instruction covers contiguous bytes)."""
+    for body in re.findall(r"Inner Loop Header.*?\n(.*?)\n\s*@%p\d+ bra", text, re.S):
+        if "st.global" in body:
+            lines = [ln.strip() for ln in body.splitlines()]
+            code = [ln for ln in lines if ln and not ln.startswith(("//", ".loc", "$L"))]
+            step = re.search(r"add\.s64\s+%rd\d+, %rd\d+, (\d+);", body)
+            return len(code), int(step.group(1)) if step else None
+    return None, None
+
+
 def summary(kernel):
     text = kernel.asm["ptx"]
     ops = re.findall(r"(?:^|\s)((?:ld|st|atom|red|fence|bar|membar)\.[\w.]+|bar\.sync|fence\.[\w.]+)", text, re.M)
+    loop, step = copy_loop(text)
     return {"ops": sorted(set(ops)), "st.global": sum(o.startswith("st.global") for o in ops),
-            "fences": sorted({o for o in ops if o.startswith(("fence", "membar", "bar"))})}
+            "fences": sorted({o for o in ops if o.startswith(("fence", "membar", "bar"))}),
+            "loop_instructions": loop, "vector_step_bytes": step}
 
 
 def main():
@@ -81,13 +96,19 @@ def main():
                                                              HINT=hint, num_warps=8))
     for name, kernel in (("gluon_all_gather", _all_gather_gluon_kernel),
                          ("triton_all_gather", triton_all_gather._all_gather_kernel)):
-        extra = {} if name.startswith("triton") else {"THREADS_PER_WARP": 32}
+        extra = {} if name.startswith("triton") else {"THREADS_PER_WARP": 32, "VEC": 8}
         out[name] = summary(launch_compile(kernel, ptr(torch.bfloat16), ptr(torch.bfloat16), 1 << 20, SYNC,
                                            GROUP_SIZE=4, HINT=16, BLOCK=BLOCK, num_warps=8, **extra))
+    # upstream's layout: the block's BLOCK / (32 * num_warps) elements of a thread side by side (16 bf16: two
+    # 16-byte vectors 16 bytes apart, each warp store spread over 1024 bytes)
+    out["gluon_all_gather_wide"] = summary(launch_compile(_all_gather_gluon_kernel, ptr(torch.bfloat16),
+                                                          ptr(torch.bfloat16), 1 << 20, SYNC, GROUP_SIZE=4, HINT=16,
+                                                          BLOCK=BLOCK, THREADS_PER_WARP=32, VEC=BLOCK // 256,
+                                                          num_warps=8))
     # rows, n, col_programs as the launcher passes them for a (4096, 4 * 4096) bf16 all_to_all
     out["gluon_all_to_all"] = summary(launch_compile(_all_to_all_gluon_kernel, ptr(torch.bfloat16),
                                                      ptr(torch.bfloat16), 4096, 4096, 3, SYNC, GROUP_SIZE=4, HINT=16,
-                                                     BLOCK=BLOCK, THREADS_PER_WARP=32, num_warps=8))
+                                                     BLOCK=BLOCK, THREADS_PER_WARP=32, VEC=8, num_warps=8))
     tma_ptx = launch_compile(tma_put_kernel, ptr(torch.bfloat16), ptr(torch.bfloat16), 4096, 128, ptr(torch.int64),
                              3, 2, BLOCK_M=64, BLOCK_N=128, num_warps=4).asm["ptx"]
     out["tma_put"] = sorted(set(re.findall(r"(?:^|\s)((?:cp\.async\.bulk|fence|tensormap\.cp)[\w.:]*)", tma_ptx)))
