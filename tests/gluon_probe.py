@@ -76,10 +76,12 @@ def tma_summary(members, rows, block_m, cols, warps):
                             VEC=8, LANES_N=32, BITS=16, STAGES=STAGES, num_warps=warps)
     text = kernel.asm["ptx"]
     ops = re.findall(r"(?:^|\s)((?:cp\.async\.bulk|fence|ld\.global|st\.shared|st\.global)[\w.:]*)", text, re.M)
-    full_wait = text.find("cp.async.bulk.wait_group 0")
+    first_bulk, first_proxy_fence = text.find("cp.async.bulk.tensor"), text.find("fence.proxy.async.global")
+    full_wait = text.find("cp.async.bulk.wait_group 0; fence.proxy.async.global;")
     return {"ops": sorted(set(ops)), "bulk_stores": ops.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"),
             "st.global": sum(o.startswith("st.global") for o in ops), "shared_bytes": kernel.metadata.shared,
-            "full_wait_before_release": 0 <= full_wait < text.rfind("fence.acq_rel.sys")}
+            "full_wait_before_release": 0 <= full_wait < text.rfind("fence.acq_rel.sys"),
+            "proxy_fence_before_first_store": 0 <= first_proxy_fence < first_bulk}
 
 
 def main():

@@ -275,6 +275,7 @@ def test_gluon_paths_compile_for_sm90_as_the_triton_paths(gluon_ptx):
     assert tma_ptx["bulk_stores"] == 4 and tma_ptx["st.global"] == 0, tma_ptx
     assert {"cp.async.bulk.wait_group", "cp.async.bulk.wait_group.read", "fence.proxy.async.shared::cta",
             "fence.acq_rel.sys"} <= set(tma_ptx["ops"]), tma_ptx
+    assert tma_ptx["proxy_fence_before_first_store"] and "fence.proxy.async.global" in tma_ptx["ops"], tma_ptx
     assert tma_ptx["full_wait_before_release"] and tma_ptx["shared_bytes"] >= 3 * 64 * 256 * 2, tma_ptx
 
 

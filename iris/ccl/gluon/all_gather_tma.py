@@ -17,10 +17,13 @@ What orders what (PTX ISA, "asynchronous proxy" and ``cp.async.bulk.wait_group``
 - ``cp.async.bulk.wait_group.read N`` before a stage is written again: its earlier stores have finished *reading*
   it (their writes to the peers may still be in flight).
 - ``cp.async.bulk.wait_group 0`` (no ``.read``) at the end, by the issuing thread: every store's writes are
-  performed and visible to that thread. The ``bar.sync`` that opens the closing barrier's release orders them before
-  the releasing thread's ``fence.acq_rel.sys`` and ``sys``-scope flag atomics (``iris.device.sync.group_barrier``),
-  so a peer that acquires our flag sees the whole slot. The ``.read`` wait alone (Triton 3.6's ``tma.store_wait``)
+  performed and visible to that thread, and ``fence.proxy.async.global`` orders those async-proxy writes before its
+  generic-proxy accesses. The ``bar.sync`` that opens the closing barrier's release orders them before the
+  releasing thread's ``fence.acq_rel.sys`` and ``sys``-scope flag atomics (``iris.device.sync.group_barrier``), so
+  a peer that acquires our flag sees the whole slot. The ``.read`` wait alone (Triton 3.6's ``tma.store_wait``)
   would let the release overtake the writes.
+- ``fence.proxy.async.global`` after the entry barrier, so that the bulk stores into a peer's ``out`` come after
+  the acquire that saw the peer done with it.
 """
 
 from triton.experimental import gluon
@@ -40,10 +43,20 @@ STAGES = 3  # shared-memory buffers in flight a program: 3 x 32 KiB at the GPU b
 @gluon.jit
 def _wait_writes():
     """``cp.async.bulk.wait_group 0``: this thread's bulk stores have completed their writes (Triton 3.6's
-    ``tma.store_wait`` waits for their reads of shared memory only). In the interpreter every store is complete when
-    it returns."""
+    ``tma.store_wait`` waits for their reads of shared memory only), then ``fence.proxy.async.global``: those
+    async-proxy writes ordered before this thread's later generic-proxy accesses. In the interpreter every store is
+    complete when it returns."""
     if not INTERPRETED:
-            gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; mov.u32 $0, 0;", "=r", [], dtype=gl.int32,
+        gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
+                                  dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _proxy_fence():
+    """``fence.proxy.async.global``: this thread's generic-proxy accesses so far (the entry barrier's acquires)
+    ordered before the bulk stores it issues next, which the async proxy performs."""
+    if not INTERPRETED:
+        gl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r", [], dtype=gl.int32,
                                   is_pure=False, pack=1)
 
 
@@ -55,6 +68,7 @@ def _all_gather_tma_kernel(inp, rows, sync, d0, d1, d2, d3, d4, d5, d6, d7, GROU
     flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still uses its out
+    _proxy_fence()  # ... and the copy engine's writes into it come after that
     layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // LANES_N, LANES_N], [gl.num_warps(), 1], [1, 0])
     smem_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=BITS, rank=2)
     smem = gl.allocate_shared_memory(inp.dtype.element_ty, [STAGES, BLOCK_M, COLS], smem_layout)
