@@ -109,6 +109,7 @@ def _all_gather_tma_kernel(inp, rows, sync, d0, d1, d2, d3, d4, d5, d6, d7, GROU
 
 
 TILE_BYTES = 32 << 10  # a tile's shared buffer at most: STAGES of them stay under the 227 KiB an H200 SM offers
+SMEM_ALIGNMENT = 128  # bytes: cp.async.bulk.tensor's shared-memory operand
 
 
 class _MappedSlot:
@@ -130,7 +131,10 @@ def tile_shape(n, block, element_size):
     tile of ``block`` elements (at most ``TILE_BYTES``) each program moves a step."""
     cols = min(MAX_COLS, n & -n)  # the largest power of two dividing n: no element left over
     tile = max(cols, min(block, TILE_BYTES // element_size))
-    return n // cols, min(MAX_COLS, tile // cols), cols
+    # a bulk tensor copy's shared-memory address must be 128-byte aligned, and the stages sit back to back: every
+    # tile at least 128 bytes (all sizes are powers of two, so then a multiple of 128)
+    block_m = max(tile // cols, SMEM_ALIGNMENT // (cols * element_size))
+    return n // cols, min(MAX_COLS, block_m), cols
 
 
 def launch(ctx, out_flat, inp_flat, n, plan):
