@@ -130,7 +130,7 @@ def _remembered_body():
         d._buf.fill_(float("nan"))
         d._combine.fill_(float("nan"))
         ctx.barrier()
-        hits = ctx.launches.hits
+        hits = d._launches.hits
         buf, meta, handle = d.dispatch(x.to(dev), idx.to(dev), w.to(dev))
         ref_rows, ref_sizes = ref_moe.dispatch([i[0] for i in inputs], [i[1] for i in inputs], owner, rank)
         n = int(meta.slice_offs[-1])
@@ -143,8 +143,8 @@ def _remembered_body():
         if not torch.equal(out.cpu().view(torch.int16), ref.view(torch.int16)):
             fails.append(f"call {call} (T {tokens[rank]}, {id_dtype}): combine differs from the reference")
         expect = ((tokens[rank], id_dtype) in seen) + any(t == tokens[rank] for t, _ in seen)  # combine: no ids
-        if ctx.launches.hits - hits != expect:
-            fails.append(f"call {call} (T {tokens[rank]}, {id_dtype}): {ctx.launches.hits - hits} remembered "
+        if d._launches.hits - hits != expect:
+            fails.append(f"call {call} (T {tokens[rank]}, {id_dtype}): {d._launches.hits - hits} remembered "
                          f"launches, expected {expect}")
         seen.add((tokens[rank], id_dtype))
         ctx.barrier()

@@ -7,8 +7,14 @@ Upstream Iris's names and call shapes (``MoEDispatcher``, ``MoEDispatchConfig``,
 
 Memory: every buffer is the library's, made once when the dispatcher is made and reused by every call: a receive
 buffer of ``capacity = W * max_tokens * k`` rows (the most one shard can receive: every token of every shard
-routed to it k times), their origins, a ``[W, E]`` count table and a ``max_tokens * k``-row combine buffer. At
-the DeepSeek shape on 8 shards (4096 tokens, H 7168, k 8, bf16) the receive buffer is 3.8 GB per rank.
+routed to it k times), their origins, a ``[W, E]`` count table and a ``max_tokens * k``-row combine buffer on the
+heap; local int32 scratch of a few ``max_tokens * k`` and ``E``-sized arrays (the route kernel's ranks and counts
+per block of 128 entries, offsets, where each row goes) and the returned ``meta``. At the DeepSeek shape on 8 shards
+(4096 tokens, H 7168, k 8, bf16) the receive buffer is 3.8 GB per rank.
+
+Host path: a dispatch is three kernel launches and a combine two (``moe_kernels.py``), remembered per token count
+and dtypes in the dispatcher's launch cache (``iris/host/launches.py``): nothing is computed, allocated or read back
+on the host per call but the output of combine, and, with ``validate``, one check of the expert ids.
 """
 
 import itertools
@@ -65,9 +71,9 @@ class MoEDispatchConfig:
 
 @dataclass(frozen=True)
 class DispatchHandle:
-    """What ``combine`` needs from its ``dispatch``: where each of our (token, slot) rows went (``dest_row`` int32
-    ``[T * k]``, -1 for no expert), the gate weights (fp32 ``[T, k]``), the receive metadata, and the call it
-    belongs to (a later dispatch invalidates it)."""
+    """What ``combine`` needs from its ``dispatch``: where each of our (token, slot) rows went (``dest_row``, the
+    dispatcher's int32 ``[max_tokens * k]``, first ``T * k`` in use, -1 for no expert), the gate weights (fp32
+    ``[T, k]``), the receive metadata, and the call it belongs to (a later dispatch invalidates it)."""
 
     dest_row: torch.Tensor
     topk_weight: torch.Tensor
@@ -130,7 +136,7 @@ class MoEDispatcher:
         self._segment_first = first[owner[perm]].to(**i32)  # [E]: position in perm of the shard's first expert
         self._local_first, self._n_local = int(first[me]), int(first[me + 1] - first[me])
 
-        serial = self._serial = next(_SERIAL)
+        serial = next(_SERIAL)
         self._count_table = self._heap(serial, "counts", (world, num_experts), torch.int32)
         self._buf = self._heap(serial, "recv", (self.capacity, hidden_dim), dtype)
         self._origins = self._heap(serial, "origins", (max(self.capacity, 1),), torch.int32)
@@ -146,6 +152,8 @@ class MoEDispatcher:
         self._dest_row = torch.empty(max(self.slots, 1), **i32)
         self._dest_shard = torch.empty(max(self.slots, 1), **i32)
         self._meta = RaggedTensorMetadata(torch.empty(self._n_local, **i32), torch.zeros(self._n_local + 1, **i32))
+        # The launches, remembered per token count and dtypes; the dispatcher's own, since they hold its buffers
+        self._launches = launches.LaunchCache()
         self._call = 0
         on_cpu = dev.type == "cpu"
         self._programs = config.comm_sms or (2 if on_cpu else 128)
@@ -168,7 +176,8 @@ class MoEDispatcher:
         Returns ``(buf, meta, handle)``: ``buf`` ``[capacity, H]`` on the heap, where expert l (this shard's l-th
         expert in ascending global id) has rows ``meta.slice_offs[l] : meta.slice_offs[l + 1]``, the routed tokens'
         rows bit for bit, ordered by (source shard, source token, slot); rows past ``meta.slice_offs[-1]`` are
-        unspecified. ``meta`` holds int32 device tensors (no host synchronisation). Collective.
+        unspecified. ``meta`` holds int32 device tensors (no host synchronisation); like ``buf`` they are the
+        dispatcher's and the next dispatch rewrites them. Collective.
 
             ref: for each expert e of ours, cat over shards s, tokens t, slots j with topk_idx_s[t, j] == e of
                  tokens_s[t]"""
@@ -177,9 +186,9 @@ class MoEDispatcher:
         self._call += 1
         idx = topk_idx.contiguous()
         per_call = (tokens, idx, scales if self.fp8 else self._origins, T)
-        key = launches.key_of(caller, self._group, self._config, per_call[:3], self._serial)
-        if not self._ctx.launches.run(self._ctx, key, self._group, self._config, per_call):  # iris/host/launches.py
-            self._ctx.launches.put(key, self._group, self._config, self._dispatch_launches(tokens))(*per_call)
+        key = launches.key_of(caller, self._group, self._config, per_call[:3])
+        if not self._launches.run(self._ctx, key, self._group, self._config, per_call):  # iris/host/launches.py
+            self._launches.put(key, self._group, self._config, self._dispatch_launches(tokens))(*per_call)
             self._ctx.groups.check("iris.ccl.moe_dispatch")
         handle = DispatchHandle(self._dest_row, topk_weight.detach().to(torch.float32).contiguous(), self._meta, T,
                                 self.hidden_dim, self.topk, self._call)
@@ -226,9 +235,9 @@ class MoEDispatcher:
         out = torch.empty((T, H), dtype=expert_out.dtype, device=expert_out.device)
         per_call = (expert_out, out, handle.topk_weight)
         weighted = bool(weighted)
-        key = launches.key_of(caller, self._group, self._config, per_call, self._serial, int(weighted))
-        if not self._ctx.launches.run(self._ctx, key, self._group, self._config, per_call):
-            self._ctx.launches.put(key, self._group, self._config, self._combine_launches(expert_out, T, weighted))(
+        key = launches.key_of(caller, self._group, self._config, per_call, int(weighted))
+        if not self._launches.run(self._ctx, key, self._group, self._config, per_call):
+            self._launches.put(key, self._group, self._config, self._combine_launches(expert_out, T, weighted))(
                 *per_call)
             self._ctx.groups.check("iris.ccl.moe_combine")
         return out
