@@ -65,9 +65,9 @@ if os.environ.get("MOE_HARNESS") == "share":  # fewer GPUs than ranks
     _init = dist.init_process_group
 
     def init_process_group(*args, **kwargs):
-        kwargs["backend"] = "gloo"  # NCCL refuses two ranks on one GPU
+        kwargs.pop("backend", None)
         kwargs.pop("device_id", None)
-        return _init(*args, **kwargs)
+        return _init("gloo", *args[1:], **kwargs)  # NCCL refuses two ranks on one GPU
 
     dist.init_process_group = init_process_group
 
@@ -145,7 +145,7 @@ run_example() {  # world size
   local w=$1 out="$work/example_w$1.log" where=tree mode=none backend=cuda
   [ "$w" -gt "$gpus" ] && { where=shared; mode=share; backend=simulation; }
   (cd "$work/$where/$example" && MOE_HARNESS=$mode IRIS_BACKEND=$backend \
-     timeout 100 python3 example_run.py --num_ranks "$w") > "$out" 2>&1
+     timeout 45 python3 example_run.py --num_ranks "$w") > "$out" 2>&1
   cat "$out" >> "$log"
   local verdict
   verdict=$(grep -E "^(PASSED|FAILED)" "$out" | tail -1)
@@ -158,7 +158,8 @@ if [ "$gpus" -ge 1 ]; then
 fi
 backend=${IRIS_BACKEND:-}
 [ "$sharing" = 1 ] && backend=simulation
-(cd "$work/$tree" && MOE_HARNESS=$harness IRIS_BACKEND=$backend timeout 300 python3 -m torch.distributed.run --standalone --nproc_per_node="$ranks" \
+(cd "$work/$tree" && MOE_HARNESS=$harness IRIS_BACKEND=$backend timeout 70 \
+   python3 -m torch.distributed.run --standalone --nproc_per_node="$ranks" \
    -m pytest -q -p moe_upstream_dist -p no:cacheprovider "$test") > "$work/test.log" 2>&1
 cat "$work/test.log" >> "$log"
 summary=$(grep -E "[0-9]+ (passed|failed|error)" "$work/test.log" | tail -1)
