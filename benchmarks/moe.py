@@ -15,8 +15,9 @@ to return to Python with the device drained first (the host's part of the call);
 copies one call puts on the GPU (torch.profiler). Providers: ``iris`` (eager, ``validate=True``: one check of the
 ids on the host), ``iris_nosync`` (eager, ``validate=False``), ``iris_graph`` (``validate=False``, replayed),
 ``torch_a2a``. ``--host-only`` times the iris host path with the kernels replaced by no-ops (the cpu backend,
-where kernels run in the interpreter: what Python and torch cost per call, kernel launches aside). The torch path needs NCCL, so it runs only
-where every rank has a GPU of its own (simulation shares one: NCCL refuses two ranks on one device).
+where kernels run in the interpreter: what Python and torch cost per call, kernel launches aside). The torch path
+needs NCCL, so it runs only where every rank has a GPU of its own (simulation shares one: NCCL refuses two ranks on
+one device).
 """
 
 import argparse

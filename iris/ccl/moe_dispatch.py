@@ -200,14 +200,14 @@ class MoEDispatcher:
         E, k, fp8, sync = self.num_experts, self.topk, self.fp8, self._sync.args(self._ctx)
         route = launches.Launch(_route_kernel, (self._n_blocks,), (self._rank_in_block, self._block_counts, E),
                                 dict(BLOCK=ROUTE_BLOCK, BLOCK_X=min(128, triton.next_power_of_2(E))))
-        n_blocks = triton.next_power_of_2(self._n_blocks)
+        blocks = triton.next_power_of_2(self._n_blocks)  # the prefix tile's rows; BLOCK_X experts wide, 4 K in all
         meta = self._meta
         counts = launches.Launch(
             _counts_kernel, (1,),
             (self._count_table, self._block_counts, self._n_blocks, E, self._perm, self._segment_first, self._excl,
              self._start, meta.slice_sizes, meta.slice_offs, self._local_first, self._n_local, sync),
-            dict(GROUP_SIZE=self._sync.size, N_BLOCKS=n_blocks, BLOCK_X=max(1, min(triton.next_power_of_2(E),
-                                                                                    4096 // n_blocks)),
+            dict(GROUP_SIZE=self._sync.size, N_BLOCKS=blocks,
+                 BLOCK_X=max(1, min(triton.next_power_of_2(E), 4096 // blocks)),
                  BLOCK_P=min(1024, triton.next_power_of_2(E))))
         rows = launches.Launch(
             _dispatch_rows_kernel, (self._grid(),),
@@ -248,7 +248,8 @@ class MoEDispatcher:
         block = min(config.combine_block_size, triton.next_power_of_2(H))
         push = launches.Launch(
             _combine_push_kernel, (self._grid(),),
-            (_bits(self._combine), self._origins, self._meta.slice_offs[-1:], H, self.slots, self._sync.args(self._ctx)),
+            (_bits(self._combine), self._origins, self._meta.slice_offs[-1:], H, self.slots,
+             self._sync.args(self._ctx)),
             dict(GROUP_SIZE=self._sync.size, HINT=_hint(H * expert_out.element_size(), expert_out, self._combine),
                  BLOCK=block, num_warps=config.num_warps))
         reduce = None if not T else launches.Launch(

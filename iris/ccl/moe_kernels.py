@@ -123,7 +123,8 @@ def _push_row(dst, src, width, rank, peer, heap_bases, HINT: tl.constexpr, BLOCK
 
 @triton.jit(do_not_specialize=["n_tokens"])
 def _dispatch_rows_kernel(tokens, topk_idx, scales, n_tokens, buf, origins, start, block_prefix, rank_in_block, owner,
-                          dest_row, dest_shard, n_experts, hidden, slots, buf_scales, n_scales, sync, K: tl.constexpr, GROUP_SIZE: tl.constexpr, HAS_SCALES: tl.constexpr, HINT: tl.constexpr,
+                          dest_row, dest_shard, n_experts, hidden, slots, buf_scales, n_scales, sync, K: tl.constexpr,
+                          GROUP_SIZE: tl.constexpr, HAS_SCALES: tl.constexpr, HINT: tl.constexpr,
                           ROUTE_BLOCK: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr):
     """Token t's row goes to row ``d = start[e] + block_prefix[i // ROUTE_BLOCK, e] + rank_in_block[i]`` of
     ``buf`` on shard ``owner[e]`` for each slot j with an expert e (i = t*K + j), with its origin ``group_index *
