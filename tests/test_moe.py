@@ -157,6 +157,51 @@ def test_remembered_launches_follow_shape_and_routing(pools):
     assert not fails, "\n".join(fails[:10])
 
 
+def _many_blocks_body():
+    """More (token, slot) entries than one route block and more experts than one tile of each kernel loop (ranks
+    and counts over several blocks, block prefixes, expert chunks, the offsets' carry over 1024 experts), experts
+    dealt round-robin over the shards: rows and sizes exact, the weighted combine bit for bit."""
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 23)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    E, k, tokens = 1101, 2, [300, 0, 257]
+    expert_dict = {s: [e for e in range(E) if e % world == s] for s in range(world)}
+    d = ctx.ccl.moe_dispatcher(H, E, k, max(tokens), expt_assignment=make_expt_assignment(world, E, expert_dict, dev))
+    owner = owners(d.expt_assignment)
+    inputs = []
+    for s in range(world):  # most slots on a few experts, so that an expert spans every block; some -1, some spread
+        gen = torch.Generator().manual_seed(SEED + 77 + s)
+        hot = torch.tensor([0, 5, 366, 367, 1024, 1100])
+        idx = hot[torch.randint(0, hot.numel(), (tokens[s], k), generator=gen)]
+        spread = torch.rand((tokens[s], k), generator=gen) < 0.3
+        idx = torch.where(spread, torch.randint(-1, E, (tokens[s], k), generator=gen), idx)
+        x = torch.randn((tokens[s], H), generator=gen).to(torch.bfloat16)
+        inputs.append((x, idx.to(torch.int32), torch.rand((tokens[s], k), generator=gen)))
+    x, idx, w = inputs[rank]
+    d._buf.fill_(float("nan"))
+    d._combine.fill_(float("nan"))
+    ctx.barrier()
+    buf, meta, handle = d.dispatch(x.to(dev), idx.to(dev), w.to(dev))
+    ref_rows, ref_sizes = ref_moe.dispatch([i[0] for i in inputs], [i[1] for i in inputs], owner, rank)
+    n, fails = int(meta.slice_offs[-1]), []
+    if not torch.equal(meta.slice_sizes.cpu(), ref_sizes):
+        fails.append("slice_sizes differ from the reference")
+    elif not torch.equal(buf[:n].cpu().view(torch.int16), ref_rows.view(torch.int16)):
+        fails.append("received rows differ from the reference")
+    local = [e for e in range(E) if owner[e] == rank]
+    out = d.combine(run_experts(buf, meta, local), handle, weighted=True)
+    slot_rows = expert_fn(x.repeat_interleave(k, 0), idx.to(torch.int64).clamp(min=0).reshape(-1)).view(-1, k, H)
+    if not torch.equal(out.cpu().view(torch.int16), ref_moe.combine(slot_rows, idx, w, E, True,
+                                                                    torch.bfloat16).view(torch.int16)):
+        fails.append("combine differs from the reference")
+    return fails
+
+
+def test_many_blocks_and_experts(pools):
+    results = pools(3).run(_many_blocks_body)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails)
+
+
 def _subgroup_body():
     """A dispatcher over ranks 1..3 of 4 (its buffers are the members' workspaces): rows and combine exact."""
     import torch.distributed as dist
