@@ -6,7 +6,7 @@
 # Writes moe_tests.log, moe_bench.log and moe_w1.json / moe_w2.json under OUT_DIR (default $OUT or
 # results-local); prints the table last (ms per dispatch + combine, host syncs, host us = the time an eager call
 # takes to return with the device drained first, GPU ops = kernels and copies per call) and the host time per eager
-# call. About 2 minutes on one H200. A correct run: "9 passed"; at W 1 iris's eager decode row (128 tokens) below
+# call. About 2 minutes on one H200. A correct run: "10 passed"; at W 1 iris's eager decode row (128 tokens) below
 # torch_a2a's, with host us well under 1000 and 5 GPU ops for iris_nosync (4 more for iris: the id check and its
 # copy to the host).
 set -uo pipefail
