@@ -47,8 +47,10 @@ def _methods_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, src, loaded, st
     ctx.atomic_max(counters + 7 + 0 * offs, v, 0, mask=lane)
     # a scalar operand beside a block pointer: broadcast to the block's layout
     ctx.atomic_add(counters + 8 + 0 * offs, 1, 0, mask=lane)
-    # CAS election on rank 0: exactly one rank finds 0
-    gl.store(olds + BLOCK + offs, ctx.atomic_cas(counters + 9 + 0 * offs, 0, me + 1, 0, sem="acq_rel", scope="sys"),
+    # CAS election on rank 0: exactly one rank finds 0. Every lane executes the CAS (it takes no mask), in an order
+    # the GPU does not fix, so only lane 0 may succeed: the others compare with a value the counter never holds.
+    cmp = gl.where(lane, 0, -12345)
+    gl.store(olds + BLOCK + offs, ctx.atomic_cas(counters + 9 + 0 * offs, cmp, me + 1, 0, sem="acq_rel", scope="sys"),
              mask=lane)
 
 
@@ -112,11 +114,12 @@ def _layout_kernel(out, BLOCK: gl.constexpr, LANES: gl.constexpr, WARPS: gl.cons
     (64, 1, "Layout has 64 threads per warp, but the module specifies 32 threads per warp"),
     (32, 2, "Layout has 2 warps per CTA, but the context requires 4 warps per CTA"),
 ])
-def test_interpreter_checks_layouts_as_the_compiler(lanes, warps, message):
+def test_interpreter_checks_layouts_as_the_compiler(lanes, warps, message, capfd):
     # the same words as the compiler's on an H200: the one test body serves both tiers
     out = torch.zeros(128, dtype=torch.int32, device="cuda" if on_gpu() else "cpu")
-    # the compiler reports the call site and chains its own error: look through the chain
-    assert message in error_message(_layout_kernel[(1,)], out, BLOCK=128, LANES=lanes, WARPS=warps, num_warps=4)
+    # the interpreter raises them; the compiler prints them as its diagnostic and raises a parse error
+    raised = error_message(_layout_kernel[(1,)], out, BLOCK=128, LANES=lanes, WARPS=warps, num_warps=4)
+    assert raised != "no error" and message in raised + capfd.readouterr().err
     _layout_kernel[(1,)](out, BLOCK=128, LANES=32, WARPS=4, num_warps=4)  # the layout an H200 takes
     assert torch.equal(out.cpu(), torch.arange(128, dtype=torch.int32))
 
