@@ -163,7 +163,7 @@ def _many_blocks_body():
     dealt round-robin over the shards: rows and sizes exact, the weighted combine bit for bit."""
     ctx = new_context(1 << 28 if GPU_SCALE else 1 << 23)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
-    E, k, tokens = 1101, 2, [300, 0, 257]
+    E, k, tokens = 1101, 2, [150, 0, 131]  # 300 entries: 3 route blocks; E: 2 prefix chunks, 9 route chunks
     expert_dict = {s: [e for e in range(E) if e % world == s] for s in range(world)}
     d = ctx.ccl.moe_dispatcher(H, E, k, max(tokens), expt_assignment=make_expt_assignment(world, E, expert_dict, dev))
     owner = owners(d.expt_assignment)
