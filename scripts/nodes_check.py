@@ -5,6 +5,7 @@ the whole tensor. ``python scripts/nodes_check.py OUT_JSON``; the rail engine is
 (nccl by default on GPUs). Prints one line per check, then ``ENGINE <name>`` and ``ALL OK`` or ``FAILED``.
 """
 
+import faulthandler
 import hashlib
 import json
 import os
@@ -54,6 +55,8 @@ def _check(name, tri, ref, rows):
 
 
 def main():
+    if os.environ.get("NODES_CHECK_DUMP_S"):  # each rank prints its Python stack after that long: where it waits
+        faulthandler.dump_traceback_later(float(os.environ["NODES_CHECK_DUMP_S"]), exit=False)
     ctx = iris.iris(1 << 30)
     rank, world, local = ctx.get_rank(), ctx.num_ranks, ctx.local_world_size
     if rank == 0:
