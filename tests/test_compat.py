@@ -226,6 +226,10 @@ def test_upstream_names(pools):
     assert iris.hip.get_num_xcc() == 1 and iris.hip.get_wall_clock_rate(0) == 1_000_000
     assert Context is iris.DeviceContext and iris.mem.triton.load is iris.load
     assert iris.mem.utils.read_realtime is iris.device.utils.read_realtime
+    from iris.host.tracing import Tracing  # the host tracing room keeps its path as a package
+    from iris.host.tracing.events import TraceEvent  # upstream's path of the event table
+
+    assert TraceEvent is iris.TraceEvent and TraceEvent().put == 3 and callable(Tracing)
     config = iris.ccl.Config()
     assert (config.block_size_m, config.block_size_n, config.swizzle_size, config.num_xcds,
             config.all_reduce_distribution, config.use_gluon) == (32, 64, 4, 1, 1, False)
