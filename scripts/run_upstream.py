@@ -3,15 +3,18 @@
     python scripts/run_upstream.py /path/to/upstream/iris [--world-size 2] [--timeout 300] [--jobs 4] [--json out.json]
                                    [--cuda-shim]
 
-Takes a checkout of upstream Iris (nothing of it is copied here). Each ``examples/NN_name/example.py`` runs under
+Takes a tree of upstream Iris's ``examples/`` and ``tests/`` (nothing of it is copied here). Each
+``examples/NN_name`` directory's entry (``example.py``, else its ``example_run*.py``, else its one file) runs under
 ``torchrun --nproc_per_node=W --standalone`` with ``--validate`` when it takes one, then
 ``tests/compile/test_functional.py`` and every ``tests/**/test_process_group*.py`` run under torchrun with pytest
-(a small plugin initialises torch.distributed from torchrun's environment first, as upstream's own runner does).
-``PYTHONPATH`` puts this repository first, so ``import iris`` is ours, then the checkout (its ``examples.common``
-helpers). On one GPU with ``IRIS_BACKEND=simulation`` the ranks share it: a ``sitecustomize`` maps
-``torch.cuda.set_device(r)`` to ``r % device_count`` (the harness's stand-in for a machine with W GPUs, not a
-change to the library). On the cpu backend (no GPU) upstream code that calls ``torch.cuda`` cannot run; such
-runs are counted under that reason.
+(a small plugin initialises torch.distributed from torchrun's environment first, as upstream's own runner does);
+``--jobs`` of them at once. ``PYTHONPATH`` puts this repository first, so ``import iris`` is ours, then the tree
+(its ``examples.common`` helpers). Everything that stands in for hardware is the harness's, in a
+``sitecustomize``, not a change to the library: with ``IRIS_BACKEND=simulation`` (ranks sharing one GPU)
+``torch.cuda.set_device(r)`` and ``cuda:r`` name device ``r % device_count`` and ``nccl`` becomes gloo (NCCL
+refuses two ranks on one device); on the cpu backend upstream code stops at its first ``torch.cuda`` call unless
+``--cuda-shim`` lets those calls land on the CPU (``scripts/upstream_cuda_shim.py``). The compile tests run
+without either stand-in (a global TorchFunctionMode and dynamo do not mix; their tensors are heap tensors).
 
 Prints one row per run (ran / passed / failed with the reason) and a count table last.
 """
@@ -74,8 +77,8 @@ if os.environ.get("IRIS_BACKEND") == "simulation":
             backend = "gloo"
         return _init(backend, *args, **kwargs)
     dist.init_process_group = init_process_group
-if os.environ.get("IRIS_UPSTREAM_CUDA_SHIM") == "1":
-    import upstream_cuda_shim  # noqa: F401  (--cuda-shim: torch.cuda calls and "cuda" tensors land on the CPU)
+if os.environ.get("IRIS_UPSTREAM_CUDA_SHIM"):
+    import upstream_cuda_shim  # noqa: F401  (its docstring says what each mode stands in for)
 '''
 
 
@@ -185,7 +188,8 @@ def main():
         timeout = args.test_timeout if kind == "test" else args.timeout
         # torch.compile traces through a global TorchFunctionMode badly, and upstream's compile tests make
         # their tensors on the heap, so they run without the shim.
-        rc, out = run(cmd, dict(env, IRIS_UPSTREAM_CUDA_SHIM="1") if shim and "compile" not in name else env,
+        mode = "1" if shim else "shared" if env.get("IRIS_BACKEND") == "simulation" else ""
+        rc, out = run(cmd, dict(env, IRIS_UPSTREAM_CUDA_SHIM=mode) if mode and "compile" not in name else env,
                       root, timeout)
         row = {"kind": kind, "name": name, "rc": rc}
         if kind == "test":
