@@ -176,8 +176,11 @@ def _bad_input_body():
         "shape": error_message(ctx.ccl.reduce_scatter, ctx.zeros(8, 4), ctx.zeros(4, 8)),
         "block": error_message(iris.ccl.Config, block_size_m=24),
         "config": error_message(ctx.ccl.all_gather, ctx.zeros(8), ctx.zeros(4), config="fast"),
-        "row_bias": error_message(ctx.ops.matmul_all_gather, ctx.zeros(8, 4), torch.ones(4, 4), torch.ones(4, 4),
-                                  torch.ones(3)),
+        "row_bias": error_message(ctx.ops.matmul_all_gather, ctx.zeros(8, 4), ctx.ones(4, 4), ctx.ones(4, 4),
+                                  ctx.ones(3)),
+        # on a GPU, host operands would give the kernel host pointers: refused before anything runs
+        "device": error_message(ctx.ops.matmul_all_gather, ctx.zeros(8, 4), ctx.ones(4, 4),
+                                torch.ones(4, 4, device="meta")),
     }
 
 
@@ -189,6 +192,7 @@ def test_bad_input_names_the_layout(pools):
     assert "block_size_m=24 must be a positive power of two" in r["block"]
     assert "config must be an iris.ccl.CollectiveConfig or iris.ccl.Config, got str" in r["config"]
     assert "ops.matmul_all_gather: bias is (3,), expected (4,)" in r["row_bias"]
+    assert "ops.matmul_all_gather: A is on" in r["device"] and "B on meta" in r["device"], r["device"]
 
 
 def _dropped_body(compiled):

@@ -28,6 +28,9 @@ def check_operands(caller, out, a, b):
             raise ValueError(f"{caller}: {name} has dtype {t.dtype}; use float16, bfloat16 or float32")
     if not a.dtype == b.dtype == out.dtype:
         raise ValueError(f"{caller}: A, B and out must share a dtype, got {a.dtype}, {b.dtype}, {out.dtype}")
+    if not a.device == b.device == out.device:  # a kernel given a host pointer faults and poisons the CUDA context
+        raise ValueError(f"{caller}: A is on {a.device}, B on {b.device} and out on {out.device}; move A and B to "
+                         f"{out.device}")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"{caller}: A is {tuple(a.shape)} and B is {tuple(b.shape)}: inner dimensions differ")
 
