@@ -7,8 +7,8 @@
 #    context freed, upstream's names, AMD-only launch options through the CUDA launcher), 2 and 3 ranks sharing;
 # 2. twelve 8 GiB contexts made and dropped (scripts/compat_dropped_contexts.py), 2 ranks sharing and 1 rank;
 # 3. with UPSTREAM set: upstream's examples and its test_functional.py / test_process_group.py, unchanged
-#    (scripts/run_upstream.py), 2 ranks sharing the GPU, four runs at once, each under its own timeout (60 s an
-#    example, 150 s a test file; the compile test makes 24 contexts of 8 GiB and compiles 24 graphs).
+#    (scripts/run_upstream.py), 2 ranks sharing the GPU, six runs at once, each under its own timeout (60 s an
+#    example, 120 s a test file; the compile test makes 24 contexts of 8 GiB and compiles 24 graphs).
 # Writes under $OUT (tests.log, dropped.log, upstream.log, upstream.json); prints a short table last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,18 +19,18 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" IRIS_TEST
 unset TRITON_INTERPRET
 
 : > "$OUT_DIR/tests.log"
-t_sim=$( { IRIS_BACKEND=simulation timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_compat.py \
+t_sim=$( { IRIS_BACKEND=simulation timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_compat.py \
           >> "$OUT_DIR/tests.log" 2>&1; echo $?; } )
-IRIS_BACKEND=simulation timeout 45 python3 scripts/compat_dropped_contexts.py --world-size 2 --count 12 \
+IRIS_BACKEND=simulation timeout 35 python3 scripts/compat_dropped_contexts.py --world-size 2 --count 12 \
   --heap-mib 8192 > "$OUT_DIR/dropped.log" 2>&1
 t_drop=$?
-IRIS_BACKEND=cuda timeout 25 python3 scripts/compat_dropped_contexts.py --world-size 1 --count 12 \
+IRIS_BACKEND=cuda timeout 20 python3 scripts/compat_dropped_contexts.py --world-size 1 --count 12 \
   --heap-mib 8192 >> "$OUT_DIR/dropped.log" 2>&1
 t_one=$?
 t_up="skipped (UPSTREAM unset)"
 if [ -n "${UPSTREAM:-}" ]; then
-  IRIS_BACKEND=simulation timeout 165 python3 scripts/run_upstream.py "$UPSTREAM" --world-size 2 --jobs 4 \
-    --timeout 60 --test-timeout 150 --json "$OUT_DIR/upstream.json" > "$OUT_DIR/upstream.log" 2>&1
+  IRIS_BACKEND=simulation timeout 150 python3 scripts/run_upstream.py "$UPSTREAM" --world-size 2 --jobs 6 \
+    --timeout 60 --test-timeout 120 --json "$OUT_DIR/upstream.json" > "$OUT_DIR/upstream.log" 2>&1
   t_up="exit $?"
 fi
 

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -125,13 +126,31 @@ def world_size_of(source, default):
     return int(found.group(1)) if found else default
 
 
+RUNNING = set()  # the torchrun processes under way, each the leader of its own process group
+
+
 def run(cmd, env, cwd, timeout):
+    """(exit status or None on timeout, stdout + stderr); a run that times out loses its whole process group
+    (torchrun and its ranks), so no rank keeps the GPU after its run is over."""
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    RUNNING.add(proc)
     try:
-        proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-        return proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return None, out + f"\n(timed out after {timeout} s)"
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        out, _ = proc.communicate()
+        return None, (out or "") + f"\n(timed out after {timeout} s)"
+    finally:
+        RUNNING.discard(proc)
+
+
+def _kill(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def main():
@@ -208,8 +227,20 @@ def main():
 
     # Tests first: they are the longest runs, so a pool of --jobs finishes soonest with them started early.
     jobs.sort(key=lambda job: job[0] != "test")
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        rows = list(pool.map(one, jobs))
+    # An outer `timeout` (scripts/gpu_compat.sh) ends us with SIGTERM: report what finished, end what did not.
+    signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt))
+    rows, pool = [], concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    futures = {pool.submit(one, job): job for job in jobs}
+    try:
+        for future in concurrent.futures.as_completed(futures):
+            rows.append(future.result())
+    except KeyboardInterrupt:
+        for proc in list(RUNNING):
+            _kill(proc)
+        done = {row["name"] for row in rows}
+        rows += [{"kind": kind, "name": name, "rc": None, "status": "failed", "reason": "not finished (outer timeout)"}
+                 for kind, name, _ in jobs if name not in done]
+    pool.shutdown(wait=False, cancel_futures=True)
     rows.sort(key=lambda row: (row["kind"], row["name"]))
 
     if args.json:
