@@ -3,7 +3,7 @@
 import torch
 import triton
 
-from iris.ops.config import OpsConfig
+from iris.ops.config import FusedConfig, OpsConfig
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DEFAULT_CONFIG = OpsConfig()
@@ -11,8 +11,11 @@ DEFAULT_CONFIG = OpsConfig()
 
 def resolve_config(config, caller):
     config = DEFAULT_CONFIG if config is None else config
+    if isinstance(config, FusedConfig):  # upstream Iris's config: its tile carries over
+        config = config.to_ops_config()
     if not isinstance(config, OpsConfig):
-        raise TypeError(f"{caller}: config must be an iris.ops.OpsConfig, got {type(config).__name__}")
+        raise TypeError(f"{caller}: config must be an iris.ops.OpsConfig (or upstream's iris.ops.FusedConfig), "
+                        f"got {type(config).__name__}")
     return config
 
 
