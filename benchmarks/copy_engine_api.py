@@ -3,8 +3,9 @@ rank itself: a copy within one GPU, which the driver runs as a kernel of its own
 (each rank puts to the next, over NVLink):
 
 - ``put`` of 4 KiB to 1 GiB against ``torch.Tensor.copy_`` of the same bytes (both timed with CUDA events around
-  ``--repeat`` back-to-back calls on the stream, median of ``--samples``);
-- what ``wait_flag`` (already met) and ``signal_flag`` add to a 4 KiB put;
+  back-to-back calls, the puts' queue joined to the stream once per sample; median of 5 samples);
+- what ``wait_flag`` (already met) and ``signal_flag`` add to a 4 KiB put: the host's time to issue it, and the
+  device's time per put with the host left out (puts captured in a CUDA graph and replayed);
 - ``put_tiles`` of 64 tiles (one submission) against 64 ``put_tile`` calls: host time to issue, device time to land;
 - a kernel releasing a pre-armed transfer: ``%globaltimer`` at the kernel's publish and at the landing signal, and
   the SMs the kernel kept computing (every program of its grid: none moves data);
@@ -31,16 +32,21 @@ from iris.copy_engine import Tile
 from iris.host.copy_engine import peer_view
 
 
-def _events_ms(fn, repeat, samples):
-    """Median over ``samples`` of the time per call of ``repeat`` back-to-back ``fn()`` on the stream."""
+def _events_ms(fn, repeat, samples, finish=None):
+    """Median over ``samples`` of the time per call of ``repeat`` back-to-back ``fn()`` on the stream (then
+    ``finish()``, which joins other streams' work to it)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     fn()
+    if finish is not None:
+        finish()
     torch.cuda.synchronize()
     times = []
     for _ in range(samples):
         start.record()
         for _ in range(repeat):
             fn()
+        if finish is not None:
+            finish()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / repeat)
@@ -83,10 +89,11 @@ def put_sweep(ctx, max_bytes, env):
 
         def put():
             ctx.put(s, me, d, async_op=True)
-            _join(main, lane)  # the events on the main stream see the transfer land
 
         theirs = peer_view(ctx, d, me)
-        ours = _events_ms(put, repeat, 5)
+        # back-to-back puts as back-to-back copy_ calls, joined once per sample: the events on the main stream see
+        # the last transfer land
+        ours = _events_ms(put, repeat, 5, finish=lambda: _join(main, lane))
         torch_ms = _events_ms(lambda: theirs.copy_(s), repeat, 5)
         ctx.barrier()
         if ctx.get_num_ranks() == 1:
@@ -116,8 +123,27 @@ def flag_overhead(ctx, env):
             ctx.put(src, me, dst, async_op=True, **kwargs)
         host_us = (time.perf_counter() - t0) / 200 * 1e6
         ctx.quiet(me)
-        rows.append(_row("put_4KiB_flags", "iris", 4096, ms, env, variant=variant, host_us=host_us))
+        rows.append(_row("put_4KiB_flags", "iris", 4096, ms, env, variant=variant, host_us=host_us,
+                         graph_us=_graph_us(ctx, put)))
     return rows
+
+
+def _graph_us(ctx, put, count=50):
+    """Device time per put, host time left out: ``count`` puts captured in one CUDA graph, replayed. None where the
+    driver refuses to capture one of its steps."""
+    try:
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(count):
+                put()
+        graph.replay()
+        torch.cuda.synchronize()
+    except RuntimeError as e:
+        print(f"graph capture of a put refused: {e}")
+        torch.cuda.synchronize()
+        return None
+    return _events_ms(graph.replay, 5, 5) / count * 1e3
 
 
 def tiles(ctx, env):
@@ -267,12 +293,17 @@ def body(out, max_bytes):
     if ctx.get_rank() != 0:
         return
     write_results(rows, out, "copy_engine_api")
-    print(format_table(rows, ("op", "provider", "variant", "bytes", "ms_p50", "algbw_GBps", "host_us", "sms_kept"),
-                       title=f"copy-engine API, {env['gpu']}, world size {ctx.get_num_ranks()}"))
+    columns = ("op", "provider", "variant", "bytes", "ms_p50", "algbw_GBps", "host_us", "graph_us", "sms_kept")
+    print(format_table(rows, columns, title=f"copy-engine API, {env['gpu']}, world size {ctx.get_num_ranks()}"))
     torch_bw = {r["bytes"]: r["algbw_GBps"] for r in rows if r["op"] == "put" and r["provider"] == "torch"}
     ratio = [f"{r['bytes'] >> 20} MiB {100 * r['algbw_GBps'] / torch_bw[r['bytes']]:.0f}%" for r in rows
              if r["op"] == "put" and r["provider"] == "iris" and r["bytes"] >= 64 << 20]
     print("put / Tensor.copy_ bandwidth from 64 MiB: " + ", ".join(ratio))
+    flags = {r["variant"]: r.get("graph_us") for r in rows if r["op"] == "put_4KiB_flags"}
+    if flags.get("plain") is not None:
+        print("device time a flag adds to a 4 KiB put (graph replay): " + ", ".join(
+            f"{name} {flags[name] - flags['plain']:+.2f} us" for name in ("wait", "signal", "wait+signal")
+            if flags.get(name) is not None))
     sys.stdout.flush()
 
 

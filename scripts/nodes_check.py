@@ -5,6 +5,7 @@ the whole tensor. ``python scripts/nodes_check.py OUT_JSON``; the rail engine is
 (nccl by default on GPUs). Prints one line per check, then ``ENGINE <name>`` and ``ALL OK`` or ``FAILED``.
 """
 
+import faulthandler
 import hashlib
 import json
 import os
@@ -36,15 +37,31 @@ def _time(fn, reps):
     return (time.perf_counter() - start) / reps * 1e6
 
 
+_START = time.perf_counter()
+
+
+def _progress(rows):
+    """Rank 0 prints each check as it ends (a slow start or a stuck stage shows where it is)."""
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(f"[{time.perf_counter() - _START:6.1f} s] {rows[-1]['check']}: {'ok' if rows[-1]['ok'] else 'FAIL'}",
+              flush=True)
+
+
 def _check(name, tri, ref, rows):
     ok = torch.equal(tri.cpu(), ref.cpu())
     rows.append({"check": name, "ok": ok})
+    _progress(rows)
     return ok
 
 
 def main():
+    if os.environ.get("NODES_CHECK_DUMP_S"):  # each rank prints its Python stack after that long: where it waits
+        faulthandler.dump_traceback_later(float(os.environ["NODES_CHECK_DUMP_S"]), exit=False)
     ctx = iris.iris(1 << 30)
     rank, world, local = ctx.get_rank(), ctx.num_ranks, ctx.local_world_size
+    if rank == 0:
+        print(f"[{time.perf_counter() - _START:6.1f} s] context made: {ctx.num_nodes} nodes of {local}, rail on "
+              f"{ctx.rail_engine}", flush=True)
     device = ctx.get_device()
     rows, timings = [], []
     on_cpu = device.type == "cpu"  # a dry run of the script in the interpreter: tiny sizes

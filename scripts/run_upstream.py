@@ -1,25 +1,32 @@
 """Run upstream Iris's examples and torch.compile / process-group tests, unchanged, against this repository's iris.
 
-    python scripts/run_upstream.py /path/to/upstream/iris [--world-size 2] [--timeout 300] [--json out.json]
+    python scripts/run_upstream.py /path/to/upstream/iris [--world-size 2] [--timeout 300] [--jobs 4] [--json out.json]
+                                   [--cuda-shim]
 
-Takes a checkout of upstream Iris (nothing of it is copied here). Each ``examples/NN_name/example.py`` runs under
+Takes a tree of upstream Iris's ``examples/`` and ``tests/`` (nothing of it is copied here). Each
+``examples/NN_name`` directory's entry (``example.py``, else its ``example_run*.py``, else its one file) runs under
 ``torchrun --nproc_per_node=W --standalone`` with ``--validate`` when it takes one, then
 ``tests/compile/test_functional.py`` and every ``tests/**/test_process_group*.py`` run under torchrun with pytest
-(a small plugin initialises torch.distributed from torchrun's environment first, as upstream's own runner does).
-``PYTHONPATH`` puts this repository first, so ``import iris`` is ours, then the checkout (its ``examples.common``
-helpers). On one GPU with ``IRIS_BACKEND=simulation`` the ranks share it: a ``sitecustomize`` maps
-``torch.cuda.set_device(r)`` to ``r % device_count`` (the harness's stand-in for a machine with W GPUs, not a
-change to the library). On the cpu backend (no GPU) upstream code that calls ``torch.cuda`` cannot run; such
-runs are counted under that reason.
+(a small plugin initialises torch.distributed from torchrun's environment first, as upstream's own runner does);
+``--jobs`` of them at once. ``PYTHONPATH`` puts this repository first, so ``import iris`` is ours, then the tree
+(its ``examples.common`` helpers). Everything that stands in for hardware is the harness's, in a
+``sitecustomize``, not a change to the library: with ``IRIS_BACKEND=simulation`` (ranks sharing one GPU)
+``torch.cuda.set_device(r)`` and ``cuda:r`` name device ``r % device_count`` and ``nccl`` becomes gloo (NCCL
+refuses two ranks on one device); on the cpu backend upstream code stops at its first ``torch.cuda`` call unless
+``--cuda-shim`` lets those calls land on the CPU (``scripts/upstream_cuda_shim.py``). The compile tests run
+without either stand-in (a global TorchFunctionMode and dynamo do not mix; their tensors are heap tensors).
 
 Prints one row per run (ran / passed / failed with the reason) and a count table last.
 """
 
 import argparse
+import concurrent.futures
 import glob
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,9 +35,10 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Reasons, first match wins: (pattern in the output, reason)
 REASONS = [
-    (r"Torch not compiled with CUDA|No CUDA GPUs|Found no NVIDIA driver|torch\.cuda\.|device=.?cuda|"
-     r"CUDA driver|cudaGetDevice|invalid device ordinal", "calls torch.cuda (no GPU here)"),
-    (r"libamdhip64|hipError|rocm|HIP_|gfx9|is_hip|tl\.extra\.hip|amd", "AMD hardware or HIP only"),
+    (r"Torch not compiled with CUDA|No CUDA GPUs|Found no NVIDIA driver|CUDA driver|cudaGetDevice|"
+     r"invalid device ordinal", "calls torch.cuda (no GPU here)"),
+    (r"libamdhip64|hipError|\brocm\b|HIP_|gfx9|is_hip|tl\.extra\.hip|\bamd\b|AMDGCN|s_waitcnt|s_memrealtime",
+     "AMD hardware or HIP only"),
     (r"ModuleNotFoundError: No module named '([\w.]+)'", "missing module {0}"),
     (r"ImportError: cannot import name '(\w+)' from '([\w.]+)'", "missing name {1}.{0}"),
     (r"AttributeError: module '([\w.]+)' has no attribute '(\w+)'", "missing name {0}.{1}"),
@@ -55,22 +63,61 @@ SITECUSTOMIZE = '''
 import os
 if os.environ.get("IRIS_BACKEND") == "simulation":
     import torch
+    import torch.distributed as dist
     _set_device = torch.cuda.set_device
     def set_device(device):
         count = torch.cuda.device_count()
         index = torch.device(device).index if not isinstance(device, int) else device
         return _set_device(index % count if count and index is not None else device)
     torch.cuda.set_device = set_device
+    # NCCL refuses two ranks on one device; gloo carries the examples' own torch.distributed checks instead.
+    _init = dist.init_process_group
+    def init_process_group(backend=None, *args, **kwargs):
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if backend == "nccl" and torch.cuda.device_count() < world:
+            backend = "gloo"
+        return _init(backend, *args, **kwargs)
+    dist.init_process_group = init_process_group
+if os.environ.get("IRIS_UPSTREAM_CUDA_SHIM"):
+    import upstream_cuda_shim  # noqa: F401  (its docstring says what each mode stands in for)
 '''
 
 
 def reason(text):
-    for pattern, why in REASONS:
-        found = re.search(pattern, text)
-        if found:
-            return why.format(*found.groups())
+    """The first error a rank raised (torchrun's own summary skipped), named by REASONS where one matches."""
+    errors = [m.group(1) for m in re.finditer(r"(?m)^(?:\[rank\d+\]:\s*)?(?:E\s+)?((?:[\w.]+\.)?\w*(?:Error|Exception)\b[^\n]*)",
+                                             text) if "ChildFailedError" not in m.group(1)]
+    for candidate in errors[:1] + [text]:
+        for pattern, why in REASONS:
+            found = re.search(pattern, candidate)
+            if found:
+                return why.format(*found.groups())
+    if errors:
+        return errors[0][:160]
+    if re.search(r"SIGSEGV|Signal 11", text):
+        return "segmentation fault"
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return (lines[-1][:120] if lines else "no output")
+
+
+def first_traceback(text):
+    """The first rank's traceback (what the row keeps), else the output's end."""
+    start = text.find("Traceback (most recent call last)")
+    return text[start:start + 4000] if start >= 0 and "ChildFailedError" not in text[start:start + 600] else text[-4000:]
+
+
+def example_entries(root):
+    """Each ``examples/NN_name`` directory's entry points: ``example.py``, else its ``example_run*.py`` files, else
+    its one Python file (upstream's advanced examples name theirs ``example_run.py`` or after the kernel)."""
+    entries = []
+    for folder in sorted(glob.glob(os.path.join(root, "examples", "[0-9][0-9]_*"))):
+        if os.path.isfile(os.path.join(folder, "example.py")):
+            entries.append(os.path.join(folder, "example.py"))
+            continue
+        runs = sorted(glob.glob(os.path.join(folder, "example_run*.py")))
+        files = sorted(glob.glob(os.path.join(folder, "*.py")))
+        entries += runs or (files if len(files) == 1 else [])
+    return entries
 
 
 def world_size_of(source, default):
@@ -79,22 +126,46 @@ def world_size_of(source, default):
     return int(found.group(1)) if found else default
 
 
+RUNNING = set()  # the torchrun processes under way, each the leader of its own process group
+
+
 def run(cmd, env, cwd, timeout):
+    """(exit status or None on timeout, stdout + stderr); a run that times out loses its whole process group
+    (torchrun and its ranks), so no rank keeps the GPU after its run is over."""
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    RUNNING.add(proc)
     try:
-        proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-        return proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return None, out + f"\n(timed out after {timeout} s)"
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        out, _ = proc.communicate()
+        return None, (out or "") + f"\n(timed out after {timeout} s)"
+    finally:
+        RUNNING.discard(proc)
+
+
+def _kill(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("upstream", help="path of an upstream Iris checkout")
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per example")
+    parser.add_argument("--test-timeout", type=int, default=600, help="seconds per upstream test file")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs at once (on one GPU each run's ranks share it with the other runs' ranks)")
     parser.add_argument("--only", default="", help="regex: run only the examples / tests whose path matches")
     parser.add_argument("--json", help="write every row here")
+    parser.add_argument("--cuda-shim", action="store_true",
+                        help="cpu backend only: let torch.cuda calls and 'cuda' tensors land on the CPU "
+                             "(scripts/upstream_cuda_shim.py), so the examples' iris calls run in the interpreter")
     args = parser.parse_args()
     root = os.path.abspath(args.upstream)
     helper = tempfile.mkdtemp(prefix="iris-upstream-")
@@ -102,17 +173,20 @@ def main():
         f.write(PLUGIN)
     with open(os.path.join(helper, "sitecustomize.py"), "w") as f:
         f.write(SITECUSTOMIZE)
+    shutil.copy(os.path.join(HERE, "scripts", "upstream_cuda_shim.py"), helper)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([HERE, helper, root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.setdefault("IRIS_LOG_LEVEL", "INFO")  # upstream's default: its examples report through ctx.info
     env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     on_cpu = env.get("IRIS_BACKEND") == "cpu" or not _gpu_visible()
+    shim = False
     if on_cpu:
         env.update(IRIS_BACKEND="cpu", TRITON_INTERPRET="1")  # before the examples import triton
+        shim = args.cuda_shim
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 
     jobs = []
-    for path in sorted(glob.glob(os.path.join(root, "examples", "*", "example.py"))):
+    for path in example_entries(root):
         with open(path) as f:
             source = f.read()
         extra = ["--validate"] if "--validate" in source else []
@@ -128,9 +202,14 @@ def main():
     if args.only:
         jobs = [job for job in jobs if re.search(args.only, job[1])]
 
-    rows = []
-    for kind, name, cmd in jobs:
-        rc, out = run(cmd, env, root, args.timeout)
+    def one(job):
+        kind, name, cmd = job
+        timeout = args.test_timeout if kind == "test" else args.timeout
+        # torch.compile traces through a global TorchFunctionMode badly, and upstream's compile tests make
+        # their tensors on the heap, so they run without the shim.
+        mode = "1" if shim else "shared" if env.get("IRIS_BACKEND") == "simulation" else ""
+        rc, out = run(cmd, dict(env, IRIS_UPSTREAM_CUDA_SHIM=mode) if mode and "compile" not in name else env,
+                      root, timeout)
         row = {"kind": kind, "name": name, "rc": rc}
         if kind == "test":
             counts = dict((k, int(v)) for v, k in re.findall(r"(\d+) (passed|failed|skipped|error)", out))
@@ -141,10 +220,28 @@ def main():
         if row["status"] != "passed":
             row["reason"] = ("timeout" if rc is None else
                              "a check failed" if rc == 0 else reason(out))
-            row["tail"] = out[-3000:]
-        rows.append(row)
+            row["tail"] = first_traceback(out)
         detail = f" {row.get('counts')}" if kind == "test" else ""
         print(f"{row['status']:7s} {name}{detail}{'  -- ' + row['reason'] if 'reason' in row else ''}", flush=True)
+        return row
+
+    # Tests first: they are the longest runs, so a pool of --jobs finishes soonest with them started early.
+    jobs.sort(key=lambda job: job[0] != "test")
+    # An outer `timeout` (scripts/gpu_compat.sh) ends us with SIGTERM: report what finished, end what did not.
+    signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt))
+    rows, pool = [], concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    futures = {pool.submit(one, job): job for job in jobs}
+    try:
+        for future in concurrent.futures.as_completed(futures):
+            rows.append(future.result())
+    except KeyboardInterrupt:
+        for proc in list(RUNNING):
+            _kill(proc)
+        done = {row["name"] for row in rows}
+        rows += [{"kind": kind, "name": name, "rc": None, "status": "failed", "reason": "not finished (outer timeout)"}
+                 for kind, name, _ in jobs if name not in done]
+    pool.shutdown(wait=False, cancel_futures=True)
+    rows.sort(key=lambda row: (row["kind"], row["name"]))
 
     if args.json:
         with open(args.json, "w") as f:

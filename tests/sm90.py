@@ -14,11 +14,18 @@ BACKEND = make_backend(TARGET)
 
 def launch_compile(fn, *args, **kwargs):
     """``fn`` compiled for ``args`` and constexpr ``kwargs`` (``num_warps`` and ``num_stages`` are options)."""
+    src, options = launch_source(fn, *args, **kwargs)
+    return triton.compile(src, target=TARGET, options=options)
+
+
+def launch_source(fn, *args, **kwargs):
+    """(what ``triton.compile`` takes, the options) for the launch ``fn[grid](*args, **kwargs)``; the source's
+    ``hash()`` is the key of the compiled binary in Triton's cache."""
     options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
     bound, specialization, launch_options = create_function_from_signature(fn.signature, fn.params, BACKEND)(
         *args, **kwargs)
     _, signature, constexprs, attrs = fn._pack_args(BACKEND, options, bound, specialization, launch_options)
-    return triton.compile(source(fn, signature, constexprs, attrs), target=TARGET, options=options)
+    return source(fn, signature, constexprs, attrs), options
 
 
 def source(fn, signature, constexprs, attrs):

@@ -14,6 +14,7 @@ import triton.language as tl
 from iris.device.utils import read_realtime
 from iris.ccl import reference as ref_ops
 from iris.ccl.reduce_scatter_tiles import TileLayout, layout_of
+from iris.ops import FusedConfig
 from iris.ops import reference as ops_ref
 from rank_utils import GPU_SCALE, SEED, error_message, new_context
 
@@ -138,8 +139,30 @@ def _gather_ops_body():
     side = ctx.full((m, world * n), float("nan"))
     ctx.ops.matmul_all_gather(side, a_rows[0].to(dev), b_cols[rank].to(dev))
     check("matmul_all_gather, B sharded by columns", side, ops_ref.matmul_all_gather(a_rows[0], b_cols))
+    tile = 64 if GPU_SCALE else 16  # not the default tile at either scale, so the config is what ran
+    fused = FusedConfig(block_size_m=tile, block_size_n=tile, block_size_k=tile, group_size_m=2, num_xcds=8)
+    reduced = ctx.full((m, n), float("nan"))
+    ctx.ops.matmul_all_reduce(reduced, a_rows[rank].to(dev), b_cols[rank].to(dev), config=fused)
+    check("matmul_all_reduce, upstream's FusedConfig", reduced, ops_ref.matmul_all_reduce(a_rows, b_cols))
+    out.fill_(float("nan"))
+    ctx.ops.all_gather_matmul(out, a_k[rank].to(dev), b_full.to(dev), config=fused)
+    check("all_gather_matmul, upstream's FusedConfig", out, torch.cat([x.double() for x in a_k], 1) @ b_full.double())
     ctx.barrier()
     return [f for f in fails if f]
+
+
+def test_fused_config_is_upstreams():
+    config = FusedConfig()
+    assert (config.block_size_m, config.block_size_n, config.block_size_k, config.group_size_m,
+            config.all_reduce_variant) == (256, 64, 64, 1, "two_shot")
+    ops = config.to_ops_config()
+    assert (ops.block_m, ops.block_n, ops.block_k, ops.group_m) == (256, 64, 64, 1)
+    with pytest.raises(ValueError, match="all_reduce_variant must be one of"):
+        FusedConfig(all_reduce_variant="tree").validate()
+    with pytest.raises(ValueError, match="block_size_n .* divisible by world_size"):
+        FusedConfig(all_reduce_variant="ring", block_size_n=64).validate(world_size=3)
+    with pytest.raises(ValueError, match="block_m=48 must be a power of two"):
+        FusedConfig(block_size_m=48).to_ops_config()
 
 
 def test_gather_ops_take_both_shardings(pools):
@@ -154,8 +177,11 @@ def _bad_input_body():
         "shape": error_message(ctx.ccl.reduce_scatter, ctx.zeros(8, 4), ctx.zeros(4, 8)),
         "block": error_message(iris.ccl.Config, block_size_m=24),
         "config": error_message(ctx.ccl.all_gather, ctx.zeros(8), ctx.zeros(4), config="fast"),
-        "row_bias": error_message(ctx.ops.matmul_all_gather, ctx.zeros(8, 4), torch.ones(4, 4), torch.ones(4, 4),
-                                  torch.ones(3)),
+        "row_bias": error_message(ctx.ops.matmul_all_gather, ctx.zeros(8, 4), ctx.ones(4, 4), ctx.ones(4, 4),
+                                  ctx.ones(3)),
+        # on a GPU, host operands would give the kernel host pointers: refused before anything runs
+        "device": error_message(ctx.ops.matmul_all_gather, ctx.zeros(8, 4), ctx.ones(4, 4),
+                                torch.ones(4, 4, device="meta")),
     }
 
 
@@ -167,6 +193,7 @@ def test_bad_input_names_the_layout(pools):
     assert "block_size_m=24 must be a positive power of two" in r["block"]
     assert "config must be an iris.ccl.CollectiveConfig or iris.ccl.Config, got str" in r["config"]
     assert "ops.matmul_all_gather: bias is (3,), expected (4,)" in r["row_bias"]
+    assert "ops.matmul_all_gather: A is on" in r["device"] and "B on meta" in r["device"], r["device"]
 
 
 def _dropped_body(compiled):
@@ -226,6 +253,10 @@ def test_upstream_names(pools):
     assert iris.hip.get_num_xcc() == 1 and iris.hip.get_wall_clock_rate(0) == 1_000_000
     assert Context is iris.DeviceContext and iris.mem.triton.load is iris.load
     assert iris.mem.utils.read_realtime is iris.device.utils.read_realtime
+    from iris.host.tracing import Tracing  # the host tracing room keeps its path as a package
+    from iris.host.tracing.events import TraceEvent  # upstream's path of the event table
+
+    assert TraceEvent is iris.TraceEvent and TraceEvent().put == 3 and callable(Tracing)
     config = iris.ccl.Config()
     assert (config.block_size_m, config.block_size_n, config.swizzle_size, config.num_xcds,
             config.all_reduce_distribution, config.use_gluon) == (32, 64, 4, 1, 1, False)

@@ -151,7 +151,7 @@ def _errors_body():
     flag = ctx.zeros(1, dtype=torch.int32)
     gate = _host_gate(ctx.get_device())
     ctx.barrier()
-    messages["not_heap"] = error_message(ctx.put, src, 0, torch.zeros(8))
+    messages["not_heap"] = error_message(ctx.put, src, 0, torch.zeros(8, device=ctx.get_device()))
     messages["size"] = error_message(ctx.put, src, 0, ctx.zeros(4))
     messages["flag_dtype"] = error_message(ctx.put, src, 0, dst, signal_flag=ctx.zeros(1))
     messages["flag_numel"] = error_message(ctx.put, src, 0, dst, signal_flag=ctx.zeros(2, dtype=torch.int32))
@@ -297,7 +297,7 @@ def _triggered_body():
     states = [plan.state.value, plan.epoch]
     misuse = error_message(plan.next_epoch)
     plan.destroy()
-    wrong = error_message(tr.TriggeredPlan, ctx, buffer, schedules[:1])
+    wrong = error_message(tr.TriggeredPlan, ctx, buffer, schedules + schedules[:1])  # one too many at any size
     outside = error_message(tr.TriggeredPlan, ctx, buffer, [[tr.Batch((tr.Segment(0, 1 << 20),))]] * world)
     return got, states, misuse, wrong, outside, busy
 

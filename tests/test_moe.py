@@ -109,6 +109,99 @@ def test_dispatch_combine_match_reference(pools, world_size):
         assert all(torch.equal(f, firsts[0]) for f in firsts), f"call {call}: shards disagree on a shared token"
 
 
+def _remembered_body():
+    """One dispatcher, calls of changing token counts, id dtypes and routing: each call's rows and combine are the
+    reference's bit for bit, and a dispatch (combine) whose token count and id dtype (token count) were seen
+    before takes its remembered launches, one never seen takes the general path."""
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    E, k = 2 * world, 2
+    d = ctx.ccl.moe_dispatcher(H, E, k, 6)
+    owner = owners(d.expt_assignment)
+    local = [e for e in range(E) if owner[e] == rank]
+    # (tokens of shard 0, id dtype): shard s has max(0, tokens - s) tokens; repeats are remembered
+    plan = [(4, torch.int32), (4, torch.int32), (6, torch.int32), (4, torch.int16), (4, torch.int32), (1, torch.int32),
+            (6, torch.int32)]
+    seen, fails = set(), []
+    for call, (t0, id_dtype) in enumerate(plan):
+        tokens = [max(0, t0 - s) for s in range(world)]
+        inputs = [(x, idx.to(id_dtype), w) for x, idx, w in routing(world, tokens, E, k, 50 + call)]
+        x, idx, w = inputs[rank]
+        d._buf.fill_(float("nan"))
+        d._combine.fill_(float("nan"))
+        ctx.barrier()
+        hits = d._launches.hits
+        buf, meta, handle = d.dispatch(x.to(dev), idx.to(dev), w.to(dev))
+        ref_rows, ref_sizes = ref_moe.dispatch([i[0] for i in inputs], [i[1] for i in inputs], owner, rank)
+        n = int(meta.slice_offs[-1])
+        if not torch.equal(meta.slice_sizes.cpu(), ref_sizes) or \
+                not torch.equal(buf[:n].cpu().view(torch.int16), ref_rows.view(torch.int16)):
+            fails.append(f"call {call} (T {tokens[rank]}, {id_dtype}): received rows differ from the reference")
+        out = d.combine(run_experts(buf, meta, local), handle, weighted=True)
+        slot_rows = expert_fn(x.repeat_interleave(k, 0), idx.to(torch.int64).clamp(min=0).reshape(-1)).view(-1, k, H)
+        ref = ref_moe.combine(slot_rows, idx, w, E, True, torch.bfloat16)
+        if not torch.equal(out.cpu().view(torch.int16), ref.view(torch.int16)):
+            fails.append(f"call {call} (T {tokens[rank]}, {id_dtype}): combine differs from the reference")
+        expect = ((tokens[rank], id_dtype) in seen) + any(t == tokens[rank] for t, _ in seen)  # combine: no ids
+        if d._launches.hits - hits != expect:
+            fails.append(f"call {call} (T {tokens[rank]}, {id_dtype}): {d._launches.hits - hits} remembered "
+                         f"launches, expected {expect}")
+        seen.add((tokens[rank], id_dtype))
+        ctx.barrier()
+    return fails
+
+
+def test_remembered_launches_follow_shape_and_routing(pools):
+    results = pools(3).run(_remembered_body)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails[:10])
+
+
+def _many_blocks_body():
+    """More (token, slot) entries than one route block and more experts than one tile of each kernel loop (ranks
+    and counts over several blocks, block prefixes, expert chunks, the offsets' carry over 1024 experts), experts
+    dealt round-robin over the shards: rows and sizes exact, the weighted combine bit for bit."""
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 23)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    E, k, tokens = 1101, 2, [150, 0, 131]  # 300 entries: 3 route blocks; E: 2 prefix chunks, 9 route chunks
+    expert_dict = {s: [e for e in range(E) if e % world == s] for s in range(world)}
+    d = ctx.ccl.moe_dispatcher(H, E, k, max(tokens), expt_assignment=make_expt_assignment(world, E, expert_dict, dev))
+    owner = owners(d.expt_assignment)
+    inputs = []
+    for s in range(world):  # most slots on a few experts, so that an expert spans every block; some -1, some spread
+        gen = torch.Generator().manual_seed(SEED + 77 + s)
+        hot = torch.tensor([0, 5, 366, 367, 1024, 1100])
+        idx = hot[torch.randint(0, hot.numel(), (tokens[s], k), generator=gen)]
+        spread = torch.rand((tokens[s], k), generator=gen) < 0.3
+        idx = torch.where(spread, torch.randint(-1, E, (tokens[s], k), generator=gen), idx)
+        x = torch.randn((tokens[s], H), generator=gen).to(torch.bfloat16)
+        inputs.append((x, idx.to(torch.int32), torch.rand((tokens[s], k), generator=gen)))
+    x, idx, w = inputs[rank]
+    d._buf.fill_(float("nan"))
+    d._combine.fill_(float("nan"))
+    ctx.barrier()
+    buf, meta, handle = d.dispatch(x.to(dev), idx.to(dev), w.to(dev))
+    ref_rows, ref_sizes = ref_moe.dispatch([i[0] for i in inputs], [i[1] for i in inputs], owner, rank)
+    n, fails = int(meta.slice_offs[-1]), []
+    if not torch.equal(meta.slice_sizes.cpu(), ref_sizes):
+        fails.append("slice_sizes differ from the reference")
+    elif not torch.equal(buf[:n].cpu().view(torch.int16), ref_rows.view(torch.int16)):
+        fails.append("received rows differ from the reference")
+    local = [e for e in range(E) if owner[e] == rank]
+    out = d.combine(run_experts(buf, meta, local), handle, weighted=True)
+    slot_rows = expert_fn(x.repeat_interleave(k, 0), idx.to(torch.int64).clamp(min=0).reshape(-1)).view(-1, k, H)
+    if not torch.equal(out.cpu().view(torch.int16), ref_moe.combine(slot_rows, idx, w, E, True,
+                                                                    torch.bfloat16).view(torch.int16)):
+        fails.append("combine differs from the reference")
+    return fails
+
+
+def test_many_blocks_and_experts(pools):
+    results = pools(3).run(_many_blocks_body)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails)
+
+
 def _subgroup_body():
     """A dispatcher over ranks 1..3 of 4 (its buffers are the members' workspaces): rows and combine exact."""
     import torch.distributed as dist

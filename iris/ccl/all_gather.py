@@ -51,9 +51,12 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
     # A slot starts at group_index * n elements: 16-byte aligned only when n keeps it so.
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
     if p.config.use_gluon:
-        from iris.ccl.gluon.all_gather import launch
+        from iris.ccl.gluon import all_gather, all_gather_tma
 
-        launch(ctx, out_flat, inp_flat, n, p, hint)
+        if p.config.gluon_path == "tma" and n:
+            all_gather_tma.launch(ctx, out_flat, inp_flat, n, p)
+        else:
+            all_gather.launch(ctx, out_flat, inp_flat, n, p, hint)
         return common.done(ctx, async_op)
     launch = launches.Launch(_all_gather_kernel, p.grid, (n, p.sync.args(ctx)),
                              dict(GROUP_SIZE=p.sync.size, HINT=hint, BLOCK=p.block, num_warps=p.warps))

@@ -98,6 +98,9 @@ def resolve_config(config, caller):
     if config.use_gluon and caller not in GLUON_COLLECTIVES:
         raise ValueError(f"{caller}: use_gluon=True, but only all_gather and all_to_all have a Gluon kernel; use "
                          "use_gluon=False (the Triton kernel, same results)")
+    if config.gluon_path == "tma" and caller != "ccl.all_gather":
+        raise ValueError(f"{caller}: gluon_path='tma', but only all_gather has a TMA path; use "
+                         "gluon_path='registers' (the Gluon register stores, same results)")
     return config
 
 

@@ -12,6 +12,7 @@ from iris.host.groups import MAX_COMM_PROGRAMS
 ALL_REDUCE_ALGORITHMS = ("auto", "one_shot", "two_shot")
 REDUCE_SCATTER_ALGORITHMS = ("auto", "pull", "push")
 ALGORITHMS = ALL_REDUCE_ALGORITHMS + REDUCE_SCATTER_ALGORITHMS[1:]
+GLUON_PATHS = ("registers", "tma")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class CollectiveConfig:
     ``use_gluon``: run the Gluon kernel (``iris/ccl/gluon/``; all_gather and all_to_all have one, as upstream);
     its register layout is derived from ``threads_per_warp`` (32: the NVIDIA warp; upstream's default 64 is an
     AMD wavefront and is refused) and ``num_warps``, so ``block_size`` must be a multiple of ``32 * num_warps``.
+    ``gluon_path``: how the Gluon all_gather moves data, ``"registers"`` (each thread stores its vectors to every
+    member) or ``"tma"`` (tiles staged in shared memory, one Hopper bulk tensor store per member through tensor maps
+    over the members' heaps: ``iris/ccl/gluon/all_gather_tma.py``; needs 16-byte aligned slots and sm_90).
     ``iris.ccl.Config`` (upstream's) translates to this."""
 
     algorithm: str = "auto"
@@ -46,6 +50,7 @@ class CollectiveConfig:
     check: bool = False
     use_gluon: bool = False
     threads_per_warp: int = 32
+    gluon_path: str = "registers"
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -59,6 +64,11 @@ class CollectiveConfig:
         if self.threads_per_warp != 32:
             raise ValueError(f"CollectiveConfig: threads_per_warp={self.threads_per_warp}; NVIDIA warps have 32 "
                              "threads (64 is an AMD wavefront): use threads_per_warp=32")
+        if self.gluon_path not in GLUON_PATHS:
+            raise ValueError(f"CollectiveConfig: gluon_path={self.gluon_path!r}; use one of {GLUON_PATHS}")
+        if self.gluon_path != "registers" and not self.use_gluon:
+            raise ValueError(f"CollectiveConfig: gluon_path={self.gluon_path!r} is a path of the Gluon all_gather; "
+                             "set use_gluon=True with it")
         if self.one_shot_max_bytes < 0:
             raise ValueError(f"CollectiveConfig: one_shot_max_bytes={self.one_shot_max_bytes} must be >= 0")
 
@@ -82,7 +92,8 @@ class Config:
       no effect: our kernels choose their own shapes.
     - ``use_gluon=True`` runs the Gluon all_gather and all_to_all (``iris/ccl/gluon/``) with ``num_warps`` warps of
       32 threads; other collectives raise, as upstream's do, and so do ``threads_per_warp`` other than 32 (an AMD
-      wavefront) and a non-persistent ``all_gather_variant``.
+      wavefront) and an ``all_gather_variant`` other than ``"persistent"`` (register stores) or ``"tma"`` (ours:
+      Hopper bulk tensor stores, ``CollectiveConfig.gluon_path``; upstream's TDM variants are gfx1250 code).
 
     A plain ``@dataclass`` like upstream's (its ``__post_init__`` fills ``num_xcds`` and ``chunk_size``)."""
 
@@ -109,10 +120,11 @@ class Config:
         if self.use_gluon and self.threads_per_warp not in (None, 32):
             raise ValueError(f"iris.ccl.Config: use_gluon=True with threads_per_warp={self.threads_per_warp}; NVIDIA "
                              "warps have 32 threads (64 is an AMD wavefront): use threads_per_warp=32")
-        if self.use_gluon and self.all_gather_variant != "persistent":
+        if self.use_gluon and self.all_gather_variant not in ("persistent", "tma"):
             raise ValueError(f"iris.ccl.Config: use_gluon=True with all_gather_variant={self.all_gather_variant!r}; "
                              "the Gluon all_gather is the persistent one (upstream's TDM variants are gfx1250 "
-                             "tensor-data-mover code): use all_gather_variant='persistent'")
+                             "tensor-data-mover code): use all_gather_variant='persistent' (register stores) or "
+                             "'tma' (Hopper bulk tensor stores)")
         if self.num_xcds is None:
             from iris import hip  # noqa: PLC0415  (iris.hip imports torch.cuda lazily too)
             self.num_xcds = hip.get_num_xcc()
@@ -139,5 +151,7 @@ class Config:
         algorithm = UPSTREAM_ALL_REDUCE.get(self.all_reduce_variant, "auto") if caller == "ccl.all_reduce" else "auto"
         comm_sms = None if self.comm_sms == Config.comm_sms else min(self.comm_sms, MAX_COMM_PROGRAMS)
         if self.use_gluon:  # upstream's Gluon kernels take num_warps from here; ours too
-            return CollectiveConfig(algorithm=algorithm, comm_sms=comm_sms, use_gluon=True, num_warps=self.num_warps)
+            tma = self.all_gather_variant == "tma" and caller == "ccl.all_gather"
+            return CollectiveConfig(algorithm=algorithm, comm_sms=comm_sms, use_gluon=True, num_warps=self.num_warps,
+                                    gluon_path="tma" if tma else "registers")
         return CollectiveConfig(algorithm=algorithm, comm_sms=comm_sms)

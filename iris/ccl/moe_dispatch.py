@@ -7,8 +7,14 @@ Upstream Iris's names and call shapes (``MoEDispatcher``, ``MoEDispatchConfig``,
 
 Memory: every buffer is the library's, made once when the dispatcher is made and reused by every call: a receive
 buffer of ``capacity = W * max_tokens * k`` rows (the most one shard can receive: every token of every shard
-routed to it k times), their origins, a ``[W, E]`` count table and a ``max_tokens * k``-row combine buffer. At
-the DeepSeek shape on 8 shards (4096 tokens, H 7168, k 8, bf16) the receive buffer is 3.8 GB per rank.
+routed to it k times), their origins, a ``[W, E]`` count table and a ``max_tokens * k``-row combine buffer on the
+heap; local int32 scratch of a few ``max_tokens * k`` and ``E``-sized arrays (the route kernel's ranks and counts
+per block of 128 entries, offsets, where each row goes) and the returned ``meta``. At the DeepSeek shape on 8 shards
+(4096 tokens, H 7168, k 8, bf16) the receive buffer is 3.8 GB per rank.
+
+Host path: a dispatch is three kernel launches and a combine two (``moe_kernels.py``), remembered per token count
+and dtypes in the dispatcher's launch cache (``iris/host/launches.py``): nothing is computed, allocated or read back
+on the host per call but the output of combine, and, with ``validate``, one check of the expert ids.
 """
 
 import itertools
@@ -17,8 +23,10 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from iris.ccl.moe_kernels import _combine_push_kernel, _combine_reduce_kernel, _counts_kernel, _dispatch_rows_kernel
+from iris.ccl.moe_kernels import (_combine_push_kernel, _combine_reduce_kernel, _counts_kernel, _dispatch_rows_kernel,
+                                  _route_kernel)
 from iris.ccl.moe_utils import RaggedTensorMetadata, make_expt_assignment, make_expt_dict_uniform, owners
+from iris.host import launches
 from iris.host.groups import MAX_COMM_PROGRAMS
 
 ID_DTYPES = (torch.int16, torch.int32, torch.int64)
@@ -27,6 +35,9 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32) + ((FP8,) if FP8 is not 
 SCALE_COLUMNS = 128  # FP8 rows carry one fp32 scale per 128 columns (DeepEP's recipe)
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}  # rows travel as integers of their width
 _SERIAL = itertools.count()
+# (token, slot) entries per program of the route kernel: its [128, 128] compares are 128 per thread at 4 warps; the
+# DeepSeek prefill shape (4096 tokens x 8) is 256 programs, decode (128 x 8) is 8
+ROUTE_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -60,9 +71,9 @@ class MoEDispatchConfig:
 
 @dataclass(frozen=True)
 class DispatchHandle:
-    """What ``combine`` needs from its ``dispatch``: where each of our (token, slot) rows went (``dest_row`` int32
-    ``[T * k]``, -1 for no expert), the gate weights (fp32 ``[T, k]``), the receive metadata, and the call it
-    belongs to (a later dispatch invalidates it)."""
+    """What ``combine`` needs from its ``dispatch``: where each of our (token, slot) rows went (``dest_row``, the
+    dispatcher's int32 ``[max_tokens * k]``, first ``T * k`` in use, -1 for no expert), the gate weights (fp32
+    ``[T, k]``), the receive metadata, and the call it belongs to (a later dispatch invalidates it)."""
 
     dest_row: torch.Tensor
     topk_weight: torch.Tensor
@@ -120,17 +131,29 @@ class MoEDispatcher:
         perm = torch.sort(owner, stable=True).indices  # ascending global id within a shard = local-id order
         first = torch.zeros(world + 1, dtype=torch.int64)
         first[1:] = torch.cumsum(torch.bincount(owner, minlength=world), 0)
-        self._owner, self._perm = owner.to(dev), perm.to(dev)
-        self._segment_first = first[owner[perm]].to(dev)  # [E]: position in perm of the shard's first expert
-        self._local = (owner == me).nonzero().flatten().to(dev)  # our experts, by local id
+        i32 = dict(dtype=torch.int32, device=dev)
+        self._owner, self._perm = owner.to(**i32), perm.to(**i32)
+        self._segment_first = first[owner[perm]].to(**i32)  # [E]: position in perm of the shard's first expert
+        self._local_first, self._n_local = int(first[me]), int(first[me + 1] - first[me])
 
         serial = next(_SERIAL)
-        self._counts = torch.zeros(num_experts, dtype=torch.int32, device=dev)
         self._count_table = self._heap(serial, "counts", (world, num_experts), torch.int32)
         self._buf = self._heap(serial, "recv", (self.capacity, hidden_dim), dtype)
         self._origins = self._heap(serial, "origins", (max(self.capacity, 1),), torch.int32)
         self._scales = self._heap(serial, "scales", (self.capacity, self.n_scales), torch.float32) if self.fp8 else None
         self._combine = self._heap(serial, "combine", (self.slots, hidden_dim), self.combine_dtype)
+        # Local scratch, reused by every call (each call rewrites all of it before reading it): the route kernel's
+        # ranks and per-block counts, the offsets from the count table, where each (token, slot) row goes
+        self._n_blocks = max(1, triton.cdiv(self.slots, ROUTE_BLOCK))
+        self._rank_in_block = torch.empty(max(self.slots, 1), **i32)
+        self._block_counts = torch.empty((self._n_blocks, num_experts), **i32)
+        self._excl = torch.empty(num_experts, **i32)
+        self._start = torch.empty(num_experts, **i32)
+        self._dest_row = torch.empty(max(self.slots, 1), **i32)
+        self._dest_shard = torch.empty(max(self.slots, 1), **i32)
+        self._meta = RaggedTensorMetadata(torch.empty(self._n_local, **i32), torch.zeros(self._n_local + 1, **i32))
+        # The launches, remembered per token count and dtypes; the dispatcher's own, since they hold its buffers
+        self._launches = launches.LaunchCache()
         self._call = 0
         on_cpu = dev.type == "cpu"
         self._programs = config.comm_sms or (2 if on_cpu else 128)
@@ -153,61 +176,49 @@ class MoEDispatcher:
         Returns ``(buf, meta, handle)``: ``buf`` ``[capacity, H]`` on the heap, where expert l (this shard's l-th
         expert in ascending global id) has rows ``meta.slice_offs[l] : meta.slice_offs[l + 1]``, the routed tokens'
         rows bit for bit, ordered by (source shard, source token, slot); rows past ``meta.slice_offs[-1]`` are
-        unspecified. ``meta`` holds int32 device tensors (no host synchronisation). Collective.
+        unspecified. ``meta`` holds int32 device tensors (no host synchronisation); like ``buf`` they are the
+        dispatcher's and the next dispatch rewrites them. Collective.
 
             ref: for each expert e of ours, cat over shards s, tokens t, slots j with topk_idx_s[t, j] == e of
                  tokens_s[t]"""
         caller = "moe_dispatch"
         T = self._check_dispatch(caller, tokens, topk_idx, topk_weight, scales)
-        k, E, me, dev = self.topk, self.num_experts, self._sync.index, self._ctx.get_device()
         self._call += 1
+        idx = topk_idx.contiguous()
+        per_call = (tokens, idx, scales if self.fp8 else self._origins, T)
+        key = launches.key_of(caller, self._group, self._config, per_call[:3])
+        if not self._launches.run(self._ctx, key, self._group, self._config, per_call):  # iris/host/launches.py
+            self._launches.put(key, self._group, self._config, self._dispatch_launches(tokens))(*per_call)
+            self._ctx.groups.check("iris.ccl.moe_dispatch")
+        handle = DispatchHandle(self._dest_row, topk_weight.detach().to(torch.float32).contiguous(), self._meta, T,
+                                self.hidden_dim, self.topk, self._call)
+        buf = (self._buf, self._scales) if self.fp8 else self._buf
+        return buf, self._meta, handle
 
-        # Local routing: each (token, slot)'s position among our rows for its expert, in (token, slot) order
-        flat = topk_idx.reshape(-1).to(torch.int64)
-        valid = (flat >= 0) & (flat < E)
-        key = torch.where(valid, flat, E)  # E: no expert, sorted last
-        counts = torch.zeros(E + 1, dtype=torch.int32, device=dev)
-        counts.scatter_add_(0, key, torch.ones_like(key, dtype=torch.int32))
-        order = torch.sort(key, stable=True).indices
-        starts = torch.cumsum(counts, 0) - counts
-        pos = torch.empty_like(key)
-        pos[order] = torch.arange(key.numel(), device=dev) - starts[key[order]]
-        self._counts.copy_(counts[:E])
-
-        sync_args = self._sync.args(self._ctx)
-        _counts_kernel[(1,)](self._count_table, self._counts, E, sync_args, GROUP_SIZE=self._sync.size,
-                             BLOCK=min(1024, triton.next_power_of_2(E)))
-
-        # Offsets from the count table, the same on every shard: expert e's rows start at ``base[e]`` in its owner's
-        # buffer (the owner's experts end to end in local-id order), shard s's rows for e after those of shards < s
-        table = self._count_table.to(torch.int64)  # [W, E]
-        totals = table.sum(0)
-        in_perm = totals[self._perm]
-        excl = torch.cumsum(in_perm, 0) - in_perm
-        base = torch.empty_like(excl)
-        base[self._perm] = excl - excl[self._segment_first]
-        before_us = (torch.cumsum(table, 0) - table)[me]  # [E]
-        kc = key.clamp(max=E - 1)
-        dest_row = torch.where(valid, base[kc] + before_us[kc] + pos, -1).to(torch.int32)
-        dest_shard = torch.where(valid, self._owner[kc], me).to(torch.int32)
-        sizes = totals[self._local].to(torch.int32)
-        offs = torch.zeros(sizes.numel() + 1, dtype=torch.int32, device=dev)
-        offs[1:] = torch.cumsum(sizes, 0)
-        meta = RaggedTensorMetadata(sizes, offs)
-
-        fp8 = self.fp8
-        hint = _hint(self.hidden_dim * tokens.element_size(), tokens, self._buf)
-        _dispatch_rows_kernel[(self._grid(),)](
-            _bits(self._buf), self._origins, _bits(tokens), dest_row, dest_shard, T, self.hidden_dim, self.slots,
-            _bits(self._scales) if fp8 else self._origins, _bits(scales) if fp8 else self._origins, self.n_scales,
-            sync_args, K=k, GROUP_SIZE=self._sync.size, HAS_SCALES=fp8, HINT=hint,
-            BLOCK=min(self._config.dispatch_block_size, triton.next_power_of_2(self.hidden_dim)),
-            BLOCK_S=triton.next_power_of_2(max(self.n_scales, 1)), num_warps=self._config.num_warps)
-        self._ctx.groups.check("iris.ccl.moe_dispatch")
-        handle = DispatchHandle(dest_row, topk_weight.detach().to(torch.float32).contiguous(), meta, T,
-                                self.hidden_dim, k, self._call)
-        buf = (self._buf, self._scales) if fp8 else self._buf
-        return buf, meta, handle
+    def _dispatch_launches(self, tokens):
+        """The three launches of a dispatch (``moe_kernels.py``), for tokens aligned as ``tokens`` is."""
+        E, k, fp8, sync = self.num_experts, self.topk, self.fp8, self._sync.args(self._ctx)
+        route = launches.Launch(_route_kernel, (self._n_blocks,), (self._rank_in_block, self._block_counts, E),
+                                dict(BLOCK=ROUTE_BLOCK, BLOCK_X=min(128, triton.next_power_of_2(E))))
+        blocks = triton.next_power_of_2(self._n_blocks)  # the prefix tile's rows; BLOCK_X experts wide, 4 K in all
+        meta = self._meta
+        counts = launches.Launch(
+            _counts_kernel, (1,),
+            (self._count_table, self._block_counts, self._n_blocks, E, self._perm, self._segment_first, self._excl,
+             self._start, meta.slice_sizes, meta.slice_offs, self._local_first, self._n_local, sync),
+            dict(GROUP_SIZE=self._sync.size, N_BLOCKS=blocks,
+                 BLOCK_X=max(1, min(triton.next_power_of_2(E), 4096 // blocks)),
+                 BLOCK_P=min(1024, triton.next_power_of_2(E))))
+        rows = launches.Launch(
+            _dispatch_rows_kernel, (self._grid(),),
+            (_bits(self._buf), self._origins, self._start, self._block_counts, self._rank_in_block, self._owner,
+             self._dest_row, self._dest_shard, E, self.hidden_dim, self.slots,
+             _bits(self._scales) if fp8 else self._origins, self.n_scales, sync),
+            dict(K=k, GROUP_SIZE=self._sync.size, HAS_SCALES=fp8,
+                 HINT=_hint(self.hidden_dim * tokens.element_size(), tokens, self._buf), ROUTE_BLOCK=ROUTE_BLOCK,
+                 BLOCK=min(self._config.dispatch_block_size, triton.next_power_of_2(self.hidden_dim)),
+                 BLOCK_S=triton.next_power_of_2(max(self.n_scales, 1)), num_warps=self._config.num_warps))
+        return _Dispatch(route, counts, rows, self.topk)
 
     # ------------------------------------------------------------------ combine
 
@@ -220,20 +231,31 @@ class MoEDispatcher:
             ref: out[t] = sum_j [topk_idx[t, j] valid] * (w[t, j] if weighted else 1) * expert_out[row(t, j)]"""
         caller = "moe_combine"
         self._check_combine(caller, expert_out, handle)
-        H, k, T = self.hidden_dim, self.topk, handle.n_tokens
-        hint = _hint(H * expert_out.element_size(), expert_out, self._combine)
-        block = min(self._config.combine_block_size, triton.next_power_of_2(H))
-        _combine_push_kernel[(self._grid(),)](
-            _bits(self._combine), _bits(expert_out), self._origins, handle.meta.slice_offs[-1:], H, self.slots,
-            self._sync.args(self._ctx), GROUP_SIZE=self._sync.size, HINT=hint, BLOCK=block,
-            num_warps=self._config.num_warps)
+        H, T = self.hidden_dim, handle.n_tokens
         out = torch.empty((T, H), dtype=expert_out.dtype, device=expert_out.device)
-        if T:
-            _combine_reduce_kernel[(T, triton.cdiv(H, block))](
-                out, self._combine, handle.dest_row, handle.topk_weight, H, K=k, WEIGHTED=bool(weighted), BLOCK=block,
-                num_warps=self._config.num_warps)
-        self._ctx.groups.check("iris.ccl.moe_combine")
+        per_call = (expert_out, out, handle.topk_weight)
+        weighted = bool(weighted)
+        key = launches.key_of(caller, self._group, self._config, per_call, int(weighted))
+        if not self._launches.run(self._ctx, key, self._group, self._config, per_call):
+            self._launches.put(key, self._group, self._config, self._combine_launches(expert_out, T, weighted))(
+                *per_call)
+            self._ctx.groups.check("iris.ccl.moe_combine")
         return out
+
+    def _combine_launches(self, expert_out, T, weighted):
+        """The two launches of a combine of ``T`` tokens (the reduce only when T > 0)."""
+        H, config = self.hidden_dim, self._config
+        block = min(config.combine_block_size, triton.next_power_of_2(H))
+        push = launches.Launch(
+            _combine_push_kernel, (self._grid(),),
+            (_bits(self._combine), self._origins, self._meta.slice_offs[-1:], H, self.slots,
+             self._sync.args(self._ctx)),
+            dict(GROUP_SIZE=self._sync.size, HINT=_hint(H * expert_out.element_size(), expert_out, self._combine),
+                 BLOCK=block, num_warps=config.num_warps))
+        reduce = None if not T else launches.Launch(
+            _combine_reduce_kernel, (T, triton.cdiv(H, block)), (self._combine, self._dest_row, H),
+            dict(K=self.topk, WEIGHTED=weighted, BLOCK=block, num_warps=config.num_warps))
+        return _Combine(push, reduce)
 
     # ------------------------------------------------------------------ checks
 
@@ -309,6 +331,34 @@ class MoEDispatcher:
             if rows < used:
                 raise ValueError(f"{caller}: expert_out has {rows} rows, fewer than the {used} rows dispatch "
                                  "delivered (meta.slice_offs[-1])")
+
+
+class _Dispatch:
+    """A dispatch's launches, called as one remembered launch on ``(tokens, topk_idx, scales, T)``."""
+
+    __slots__ = ("route", "counts", "rows", "topk")
+
+    def __init__(self, route, counts, rows, topk):
+        self.route, self.counts, self.rows, self.topk = route, counts, rows, topk
+
+    def __call__(self, tokens, idx, scales, n_tokens):
+        self.route(idx, n_tokens * self.topk)
+        self.counts()
+        self.rows(_bits(tokens), idx, _bits(scales), n_tokens)
+
+
+class _Combine:
+    """A combine's launches, called as one remembered launch on ``(expert_out, out, topk_weight)``."""
+
+    __slots__ = ("push", "reduce")
+
+    def __init__(self, push, reduce):
+        self.push, self.reduce = push, reduce
+
+    def __call__(self, expert_out, out, weights):
+        self.push(_bits(expert_out))
+        if self.reduce is not None:
+            self.reduce(out, weights)
 
 
 def _bits(tensor):

@@ -96,8 +96,15 @@ class _Lane:
         self.host = HostQueue() if self.stream is None else None
         # one event, recorded again by every put: torch's wait_stream makes a new event each call (cudaEventCreate,
         # a few us); a re-recorded event orders the same way, since a wait takes the record before it
-        self.event = torch.cuda.Event() if self.stream is not None else None
+        self.event = cuda_driver.event_create() if self.stream is not None else None
         self.handle = self.stream.cuda_stream if self.stream is not None else None
+
+    def __del__(self):
+        if self.event is not None:
+            try:
+                cuda_driver.event_destroy(self.event)
+            except Exception:  # at interpreter exit the driver may be gone first
+                pass
 
     def drained(self):
         """True once everything queued has run; raises the first failure (once)."""
@@ -145,22 +152,25 @@ def _cpu_atomic_add(address, value, bits):
 
 
 class _SignalLauncher:
-    """The queue's signal kernel launched through its compiled handle. Through ``JITFunction.__getitem__`` a launch
-    binds the arguments, computes the specialisation key and looks the kernel up (~30 us of Python on the H200's
-    host, plus building a tensor over the flag); the compiled handle takes the address as an int and the stream
-    (~5 us). Compiled and loaded with the context, once per (flag bits, 16-byte alignment): a kernel loaded later,
-    while a kernel of ours spins, can wait for the device (lazy module loading)."""
+    """The queue's signal kernel, compiled and loaded with the context once per (flag bits, 16-byte alignment) (a
+    kernel loaded later, while a kernel of ours spins, can wait for the device: lazy module loading), and launched
+    through Triton's C launcher with the address as an int: ``JITFunction.__getitem__`` would bind the arguments,
+    compute the specialisation key and look the kernel up (~30 us of Python on the H200's host)."""
 
     def __init__(self, device):
         from iris.device.copy_engine import _signal_add_kernel
 
         self._jit, self._compiled = _signal_add_kernel, {}
         scratch = torch.zeros(4, dtype=torch.int64, device=device)  # 16-byte aligned, and 4/8 bytes past it
+        self._direct = {}
         for view in (scratch[:1], scratch[1:2], scratch.view(torch.int32)[:1], scratch.view(torch.int32)[1:2]):
             key = (8 * view.element_size(), view.data_ptr() % 16 == 0)
             compiled = self._jit[(1,)](view, 0, num_warps=1)  # adds 0: compiles, loads, and runs once
             compiled._init_handles()
             self._compiled[key] = compiled
+            direct = private.compiled_launcher(compiled)  # Triton's C launcher itself, when this Triton has one
+            if direct is not None:
+                self._direct[key] = direct
         torch.cuda.synchronize(device)
 
     @staticmethod
@@ -170,8 +180,13 @@ class _SignalLauncher:
                              "int32 (sign-extended on an int64 flag)")
 
     def launch(self, stream_handle, address, bits, value):
-        compiled = self._compiled[(bits, address % 16 == 0)]
-        compiled[(1, 1, 1)](address, value, stream=stream_handle)
+        key = (bits, address % 16 == 0)
+        direct = self._direct.get(key)
+        if direct is not None and private.no_launch_hooks():
+            launch, prefix = direct
+            launch(1, 1, 1, stream_handle, *prefix, address, value)
+            return
+        self._compiled[key][(1, 1, 1)](address, value, stream=stream_handle)
 
 
 class CopyEngines:
@@ -244,20 +259,22 @@ class CopyEngines:
         else:
             if signal is not None:
                 self.signal.check(signal[2], caller)
-            current = torch.cuda.current_stream(self.device)
-            lane.event.record(current)  # after the caller's queued work, which may still write the source
-            lane.stream.wait_event(lane.event)
+            current = private.current_stream(self.device.index)
             s = lane.handle
+            cuda_driver.order_after(s, lane.event, current)  # after the caller's queued work (it may write the source)
             if wait is not None:
                 address, bits, value = wait
                 (cuda_driver.stream_wait_at_least if bits == 32 else cuda_driver.stream_wait_at_least_64)(
                     s, address, value)
             for dst, dst_pitch, src, src_pitch, width, height in copies:
-                cuda_driver.copy_2d(dst, dst_pitch, src, src_pitch, width, height, s)
+                if height == 1:
+                    cuda_driver.copy_1d(dst, src, width, s)
+                else:
+                    cuda_driver.copy_2d(dst, dst_pitch, src, src_pitch, width, height, s)
             if signal is not None:
                 self.signal.launch(s, *signal)
             if torch.cuda.is_current_stream_capturing():  # a capture must end joined: the graph orders the rest
-                current.wait_stream(lane.stream)
+                torch.cuda.current_stream(self.device).wait_stream(lane.stream)
                 return
         if not async_op:
             self._drain([lane], caller)

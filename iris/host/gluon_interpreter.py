@@ -17,9 +17,12 @@ user module imports Gluon) gives Gluon's language a meaning in the interpreter:
   result (only its speed);
 - a parameter annotated ``gl.constexpr`` is a constexpr.
 
-What is not interpreted: shared memory descriptors, TMA, mbarriers, ``warp_specialize`` and MMA layouts raise
-``NotImplementedError`` naming the construct; kernels that use them are compiled for sm_90 on the cpu tier
-instead (``tests/compile_launches.py``).
+- shared memory and Hopper's bulk tensor stores (``hopper.tma.async_copy_shared_to_global`` over a host-built
+  ``TensorDescriptor``) are interpreted by ``iris/host/gluon_shared.py``.
+
+What is not interpreted: mbarriers, TMA loads, ``warp_specialize`` and MMA layouts raise ``NotImplementedError``
+naming the construct; kernels that use them are compiled for sm_90 on the cpu tier instead
+(``tests/compile_launches.py``).
 """
 
 import inspect
@@ -96,11 +99,16 @@ def _semantic_class():
             # one Python thread runs the whole program: every "thread" has already arrived
             return None
 
+        def allocate_shared(self, element_ty, shape, layout, value=None):
+            from iris.host import gluon_shared
+
+            return gluon_shared.allocate(element_ty, shape, layout, value)
+
         def _unsupported(self, *args, **kwargs):
-            raise NotImplementedError("the cpu backend does not interpret Gluon shared memory, TMA, mbarriers or "
+            raise NotImplementedError("the cpu backend does not interpret Gluon mbarriers, TMA loads or "
                                       "warp_specialize; compile the kernel for sm_90 (tests/compile_launches.py)")
 
-        allocate_shared = warp_specialize = _unsupported
+        warp_specialize = _unsupported
 
     return GluonInterpreterSemantic
 
@@ -128,6 +136,8 @@ def install():
     from triton.runtime import interpreter
     from triton.runtime.jit import JITFunction
 
+    from iris.host import gluon_shared
+
     if getattr(gluon, "_iris_interpreted", False):
         return
     semantic = _semantic_class()(interpreter.interpreter_builder)
@@ -142,6 +152,7 @@ def install():
             scope.set_attr(gl, name, _plain_range)
         # a block's layout, read by kernels that build matching operands (gl.full(p.shape, v, dt, p.type.layout))
         scope.set_attr(tl.core.block_type, "layout", property(lambda self: None))
+        gluon_shared.install(scope)
 
     class GluonInterpretedFunction(interpreter.InterpretedFunction):
         """A ``@gluon.jit`` function run by the interpreter; ``gl`` is patched for as long as it runs."""

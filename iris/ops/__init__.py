@@ -1,7 +1,7 @@
 """Fused GEMM + communication on the symmetric heap: ``ctx.ops.<op>(out, A, B, ...)``."""
 
 from iris.ops.all_gather_matmul import all_gather_matmul
-from iris.ops.config import OpsConfig
+from iris.ops.config import FusedConfig, OpsConfig
 from iris.ops.matmul_all_gather import matmul_all_gather
 from iris.ops.reduce_ops import matmul_all_reduce, matmul_reduce_scatter
 
@@ -55,4 +55,4 @@ def single_node_only(ctx, name):
         "torch.matmul, then ctx.ccl.all_reduce), which runs hierarchically")
 
 
-__all__ = ["Ops", "OpsConfig", "matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"]
+__all__ = ["Ops", "OpsConfig", "FusedConfig", "matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"]

@@ -3,7 +3,7 @@
 import torch
 import triton
 
-from iris.ops.config import OpsConfig
+from iris.ops.config import FusedConfig, OpsConfig
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DEFAULT_CONFIG = OpsConfig()
@@ -11,8 +11,11 @@ DEFAULT_CONFIG = OpsConfig()
 
 def resolve_config(config, caller):
     config = DEFAULT_CONFIG if config is None else config
+    if isinstance(config, FusedConfig):  # upstream Iris's config: its tile carries over
+        config = config.to_ops_config()
     if not isinstance(config, OpsConfig):
-        raise TypeError(f"{caller}: config must be an iris.ops.OpsConfig, got {type(config).__name__}")
+        raise TypeError(f"{caller}: config must be an iris.ops.OpsConfig (or upstream's iris.ops.FusedConfig), "
+                        f"got {type(config).__name__}")
     return config
 
 
@@ -25,6 +28,9 @@ def check_operands(caller, out, a, b):
             raise ValueError(f"{caller}: {name} has dtype {t.dtype}; use float16, bfloat16 or float32")
     if not a.dtype == b.dtype == out.dtype:
         raise ValueError(f"{caller}: A, B and out must share a dtype, got {a.dtype}, {b.dtype}, {out.dtype}")
+    if not a.device == b.device == out.device:  # a kernel given a host pointer faults and poisons the CUDA context
+        raise ValueError(f"{caller}: A is on {a.device}, B on {b.device} and out on {out.device}; move A and B to "
+                         f"{out.device}")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"{caller}: A is {tuple(a.shape)} and B is {tuple(b.shape)}: inner dimensions differ")
 

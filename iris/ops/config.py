@@ -79,3 +79,56 @@ class OpsConfig:
     def stages(self):
         """Pipeline depth of the K loop: 3 unless set (4 does not fit a 128 x 256 bf16 tile's shared memory)."""
         return self.num_stages or 3
+
+
+FUSED_VARIANTS = ("atomic", "ring", "one_shot", "two_shot", "spinlock")
+
+
+@dataclass
+class FusedConfig:
+    """Upstream Iris's config of the fused GEMM + collective ops (``iris.ops.FusedConfig``), its fields and
+    defaults; ``ctx.ops.*(..., config=FusedConfig(...))`` takes it in place of an ``OpsConfig``.
+
+    What carries over (``to_ops_config``): the tile (``block_size_m/n/k``; ours must be powers of two >= 16, which
+    upstream's defaults 256 x 64 x 64 are) and ``group_size_m`` (our ``group_m``). What has no meaning here and is
+    accepted and ignored: ``num_sms`` (our fused kernels size their grid from the tile count and the SMs),
+    ``num_xcds`` / ``chunk_size`` (AMD chiplets; NVIDIA GPUs have one L2 domain), ``cache_modifier_a/b`` and
+    ``allow_tf32`` (our GEMM mainloop's choices: fp32 inputs go through tf32), ``all_reduce_variant`` /
+    ``all_reduce_num_rings`` (matmul_all_reduce reduces in rank order in one schedule of ours, deterministic),
+    ``ksplit``. ``validate`` raises upstream's ``ValueError`` for the same bad values."""
+
+    block_size_m: int = 256
+    block_size_n: int = 64
+    block_size_k: int = 64
+    group_size_m: int = 1
+    num_sms: int | None = None
+    num_xcds: int = 1
+    chunk_size: int = 1
+    cache_modifier_a: str = ".ca"
+    cache_modifier_b: str = ".ca"
+    allow_tf32: bool = True
+    all_reduce_variant: str = "two_shot"
+    all_reduce_num_rings: int = 1
+    ksplit: bool = False
+
+    def validate(self, world_size=None):
+        """Upstream's checks: positive sizes, a known all-reduce variant, and for ``ring`` a ``block_size_n``
+        that ``world_size`` divides."""
+        for name in ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_xcds", "chunk_size",
+                     "all_reduce_num_rings"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"FusedConfig: {name} must be positive, got {getattr(self, name)}")
+        if self.num_sms is not None and self.num_sms <= 0:
+            raise ValueError(f"FusedConfig: num_sms must be positive, got {self.num_sms}")
+        if self.all_reduce_variant not in FUSED_VARIANTS:
+            raise ValueError(f"FusedConfig: all_reduce_variant must be one of {list(FUSED_VARIANTS)}, "
+                             f"got {self.all_reduce_variant!r}")
+        if self.all_reduce_variant == "ring" and world_size is not None and self.block_size_n % world_size:
+            raise ValueError(f"FusedConfig: for the ring variant, block_size_n ({self.block_size_n}) must be "
+                             f"divisible by world_size ({world_size})")
+
+    def to_ops_config(self):
+        """The ``OpsConfig`` this asks for (validated here; an ``OpsConfig`` error names the field it came from)."""
+        self.validate()
+        return OpsConfig(block_m=self.block_size_m, block_n=self.block_size_n, block_k=self.block_size_k,
+                         group_m=self.group_size_m)

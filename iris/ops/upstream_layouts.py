@@ -27,11 +27,18 @@ def is_row_sharded(out, a, b, size):
             and a.shape[1] == b.shape[0] and out.shape[0] == size * a.shape[0] and out.shape[1] == b.shape[1])
 
 
-def _row_bias(out, bias, rows, caller):
+def _check_row_bias(bias, rows, device, caller):
     if bias is not None:
         if bias.dim() != 1 or bias.shape[0] != rows:
             raise ValueError(f"{caller}: bias is {tuple(bias.shape)}, expected ({rows},): upstream's sharding adds "
                              "one value per row")
+        if bias.device != device:
+            raise ValueError(f"{caller}: bias is on {bias.device}; move it to {device}")
+
+
+def _row_bias(out, bias, rows, caller):
+    _check_row_bias(bias, rows, out.device, caller)
+    if bias is not None:
         out.add_(bias[:, None])
 
 
@@ -66,6 +73,7 @@ def matmul_all_gather_rows(ctx, out, a, b, bias, group, config, caller):
     ctx.check_symmetric(out, caller, "out")
     sync = ctx.group_sync(group, caller)
     m_local = a.shape[0]
+    _check_row_bias(bias, m_local, out.device, caller)  # before anything runs
     slot = out[sync.index * m_local:(sync.index + 1) * m_local]
     common.bulk_gemm(slot, a, b, config)
     _row_bias(slot, bias, m_local, caller)

@@ -1,8 +1,9 @@
 """all_gather in Gluon: the Triton kernel's push (``iris/ccl/all_gather.py``) with its register layout spelled out.
 
-Each program owns blocks ``pid, pid + programs, ...`` of the input; a block is ``BLOCK`` elements spread as
-``BLOCK / (32 * num_warps)`` contiguous elements per thread (16 at the GPU defaults: four 16-byte vectors), and is
-stored to every member's slot ``group_index`` through the one translate (``iris.device.rma.store``).
+Each program owns blocks ``pid, pid + programs, ...`` of the input; a block is ``BLOCK`` elements in the layout
+``vector_layout`` gives (one 16-byte vector a thread, the warp's 32 vectors side by side, repeated over the block: the
+layout Triton's compiler picks for the same 1-D block), and is stored to every member's slot ``group_index`` through
+the one translate (``iris.device.rma.store``).
 
     barrier  ->  for each block: load it once, store it to every member (ourselves first)  ->  barrier
 """
@@ -19,13 +20,12 @@ WARP_SIZE = 32
 
 @gluon.jit
 def _all_gather_gluon_kernel(out, inp, n, sync, GROUP_SIZE: gl.constexpr, HINT: gl.constexpr, BLOCK: gl.constexpr,
-                             THREADS_PER_WARP: gl.constexpr):
+                             THREADS_PER_WARP: gl.constexpr, VEC: gl.constexpr):
     flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row = program_row(flags, world_size)
     # the strict barrier: the relaxed one's all-members acquire builds a layout-less block, which Gluon refuses
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still uses its out
-    layout: gl.constexpr = gl.BlockedLayout([BLOCK // (THREADS_PER_WARP * gl.num_warps())], [THREADS_PER_WARP],
-                                            [gl.num_warps()], [0])
+    layout: gl.constexpr = gl.BlockedLayout([VEC], [THREADS_PER_WARP], [gl.num_warps()], [0])
     slot = out + group_index.to(gl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
     for start in range(gl.program_id(0).to(gl.int64) * BLOCK, n, gl.num_programs(0) * BLOCK):
         offs = gl.arange(0, BLOCK, layout=layout)
@@ -42,6 +42,7 @@ def launch(ctx, out_flat, inp_flat, n, plan, hint):
     check_block(plan.block, plan.warps, "ccl.all_gather")
     _all_gather_gluon_kernel[plan.grid](out_flat, inp_flat, n, plan.sync.args(ctx), GROUP_SIZE=plan.sync.size,
                                         HINT=hint, BLOCK=plan.block, THREADS_PER_WARP=WARP_SIZE,
+                                        VEC=vector_width(plan.block, plan.warps, inp_flat.element_size()),
                                         num_warps=plan.warps)
 
 
@@ -51,3 +52,12 @@ def check_block(block, warps, caller):
         raise ValueError(f"{caller}: use_gluon=True needs block_size a multiple of 32 * num_warps = {threads} (one "
                          f"BlockedLayout over the program's threads), got block_size={block}; raise block_size "
                          f"or lower num_warps")
+
+
+def vector_width(block, warps, element_size):
+    """Elements a thread holds side by side in the register layout (``VEC`` of ``BlockedLayout([VEC], [32], [warps],
+    [0])``): one 16-byte vector, so that each warp-wide load or store covers 32 * 16 = 512 contiguous bytes, or the
+    whole block when it is smaller. A wider run per thread (``block / (32 * warps)`` elements, upstream's layout) puts
+    a thread's vectors side by side instead and spreads each warp instruction over twice the bytes, half of every
+    32-byte sector: at 4096 bf16 and 8 warps, 32 sectors a warp store instead of 16 (``tests/gluon_probe.py``)."""
+    return max(1, min(16 // element_size, block // (WARP_SIZE * warps)))

@@ -1,7 +1,7 @@
 """all_to_all in Gluon: the Triton kernel's push and layouts (``iris/ccl/all_to_all.py``: upstream's dim-1 split for
 ``all_to_all``, torch's dim-0 split for ``all_to_all_single``) with its register layout spelled out:
-``BLOCK / (32 * num_warps)`` contiguous elements per thread (upstream's Gluon kernel hard-codes a 64-lane layout,
-which no NVIDIA GPU runs).
+one 16-byte vector a thread, the warp's vectors side by side (``iris.ccl.gluon.all_gather.vector_width``; upstream's
+Gluon kernel hard-codes a 64-lane layout, which no NVIDIA GPU runs).
 
     barrier  ->  for each row and block: inp[:, q, :] -> out[:, me, :] of rank q, peers first  ->  barrier
 """
@@ -10,21 +10,20 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from iris.ccl.device import program_row
-from iris.ccl.gluon.all_gather import WARP_SIZE, check_block
+from iris.ccl.gluon.all_gather import WARP_SIZE, check_block, vector_width
 from iris.device.rma import store
 from iris.device.sync import group_barrier
 
 
 @gluon.jit
 def _all_to_all_gluon_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: gl.constexpr, HINT: gl.constexpr,
-                             BLOCK: gl.constexpr, THREADS_PER_WARP: gl.constexpr):
+                             BLOCK: gl.constexpr, THREADS_PER_WARP: gl.constexpr, VEC: gl.constexpr):
     # out / inp: [rows, GROUP_SIZE, n]; the programs form a (programs / col_programs) x col_programs grid over
     # (rows, blocks of n), as the Triton kernel's
     flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still uses its out
-    layout: gl.constexpr = gl.BlockedLayout([BLOCK // (THREADS_PER_WARP * gl.num_warps())], [THREADS_PER_WARP],
-                                            [gl.num_warps()], [0])
+    layout: gl.constexpr = gl.BlockedLayout([VEC], [THREADS_PER_WARP], [gl.num_warps()], [0])
     row_program = gl.program_id(0) // col_programs
     row_programs = gl.num_programs(0) // col_programs
     col_first = (gl.program_id(0) % col_programs).to(gl.int64) * BLOCK
@@ -49,4 +48,6 @@ def launch(ctx, out_flat, inp_flat, rows, n, col_programs, programs, block, plan
     if rows * n:
         _all_to_all_gluon_kernel[(programs,)](out_flat, inp_flat, rows, n, col_programs, plan.sync.args(ctx),
                                               GROUP_SIZE=plan.sync.size, HINT=hint, BLOCK=block,
-                                              THREADS_PER_WARP=WARP_SIZE, num_warps=plan.warps)
+                                              THREADS_PER_WARP=WARP_SIZE,
+                                              VEC=vector_width(block, plan.warps, inp_flat.element_size()),
+                                              num_warps=plan.warps)

@@ -166,7 +166,24 @@ def _compiled_class():
     return _aggregate(IrisDeviceCtx)
 
 
+def _device_code_key():
+    """A hash of the device code the methods run: the methods' source and the key of every ``iris.device`` function
+    they call. Triton keys a kernel's compiled binary by its constexpr arguments' ``cache_key`` (``str`` when they
+    have none), and it does not follow a class passed as a constexpr into the code it reaches, so without this key
+    a kernel taking ``IrisDeviceCtx`` would be served a binary compiled from older ``iris.device`` sources."""
+    import hashlib
+    import inspect
+
+    called = [getattr(rma, name) for name in ("load", "store", "get", "put", "copy")]
+    called += [getattr(atomics, name) for name in _METHOD_NAMES if name.startswith("atomic_")]
+    called += [_like] + [fn for fn in DeviceTracing.hash_attrs if hasattr(fn, "cache_key")]
+    text = inspect.getsource(_Methods) + "".join(fn.cache_key for fn in called)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 IrisDeviceCtx = _interpreted_class() if INTERPRETED else _compiled_class()
+if not INTERPRETED:
+    IrisDeviceCtx.cache_key = _device_code_key()
 IrisDeviceCtx.__doc__ = __doc__
 # Kernels take the class as a constexpr argument, which the cpu tier's launch log pickles: by this name, so that the
 # sm_90 compile finds the compiled form of the class.
