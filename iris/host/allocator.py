@@ -82,8 +82,8 @@ class OffsetAllocator:
 
     def release_many(self, offsets):
         """``release`` of each of ``offsets`` (ascending, each in use), in one merge of the blocks with the free
-        list: an agreement returns up to 256 of them (the heap's ``RECLAIM_EVERY``), where a bisect and an insert each cost
-        ~1 us an allocation on a 2-core host."""
+        list: an agreement returns up to 256 of them (the heap's ``RECLAIM_EVERY``), where a bisect and an insert
+        each cost ~1 us an allocation on a 2-core host."""
         used, blocks = self.used, []
         for offset in offsets:
             size = used.pop(offset)
