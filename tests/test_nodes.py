@@ -133,6 +133,12 @@ def _every_collective(ctx):
     assert torch.equal(tri, data), tri
     handed = triton.cdiv(N, local) * item if rank // local == root // local else 0
     assert ctx.rail.bytes_handed == handed, (ctx.rail.bytes_handed, handed)  # the root node's ranks: 1/L each
+    # heap allocations are collective: every rank made the same ones (a rooted call's workspace made on some ranks
+    # only sends them to the next agreement on frees at different calls, and they hang there)
+    from iris.host.distributed import all_gather_object
+
+    allocs = all_gather_object(ctx.heap.stats["num_allocs"])
+    assert len(set(allocs)) == 1, f"heap allocations by rank: {allocs}"
 
     ctx.rail.reset()
     _all_reduce(ctx, dtype)

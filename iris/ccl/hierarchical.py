@@ -192,8 +192,10 @@ def _broadcast(ctx, flat, src):
             node_broadcast(ctx, whole, src=src, group=ctx.node_group)
     piece = whole[ctx.local_rank * piece_len:(ctx.local_rank + 1) * piece_len]
     ctx.rail.broadcast(piece, root_node)
+    # made on every rank, the root's node too: making a workspace is a heap allocation, which every rank must make
+    # alike (a rank that skips one reaches the next agreement on frees at another call than its peers: a hang)
+    gathered = _scratch(ctx, "broadcast.gathered", piece_len * local, flat.dtype)
     if ctx.node != root_node:
-        gathered = _scratch(ctx, "broadcast.gathered", piece_len * local, flat.dtype)
         _node_all_gather(ctx, gathered, piece)
         whole = gathered
     if ctx.cur_rank != src:
