@@ -105,7 +105,7 @@ def put_sweep(ctx, max_bytes, env):
 
 
 def flag_overhead(ctx, env):
-    me, main = _peer(ctx), torch.cuda.current_stream()
+    me = _peer(ctx)
     lane = ctx.copy_engines.lanes[(me, 0)].stream
     src, dst = ctx.zeros(4096, dtype=torch.uint8), ctx.zeros(4096, dtype=torch.uint8)
     gate, flag = ctx.ones(1, dtype=torch.int32), ctx.zeros(1, dtype=torch.int32)
@@ -115,7 +115,7 @@ def flag_overhead(ctx, env):
                             ("wait+signal", {"wait_flag": gate, "wait_value": 1, "signal_flag": flag})):
         def put():
             ctx.put(src, me, dst, async_op=True, **kwargs)
-            _join(main, lane)
+            _join(torch.cuda.current_stream(), lane)  # the capture's stream inside a graph capture
 
         ms = _events_ms(put, 200, 7)
         t0 = time.perf_counter()

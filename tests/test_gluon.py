@@ -194,7 +194,7 @@ def _tma_body(cases):
     tri = ctx.full((world * 256,), poison_value(torch.bfloat16), dtype=torch.bfloat16)
     ctx.ccl.all_gather(tri, inp, config=upstream)
     ctx.barrier()
-    ok["Config"] = torch.equal(tri.cpu(), torch.cat([rank_data(r, 256, torch.bfloat16, dev) for r in range(world)]))
+    ok["Config"] = torch.equal(tri.cpu(), torch.cat([rank_data(r, 256, torch.bfloat16, "cpu") for r in range(world)]))
     tma = iris.ccl.CollectiveConfig(use_gluon=True, gluon_path="tma", block_size=128, num_warps=4)
     odd = ctx.zeros(world * 100, dtype=torch.bfloat16)
     for name, call in (("unaligned", lambda: ctx.ccl.all_gather(odd, odd[:100], config=tma)),
