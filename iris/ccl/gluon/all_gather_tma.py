@@ -40,6 +40,16 @@ MAX_COLS = 256  # a tensor map's box is at most 256 elements along each dimensio
 STAGES = 3  # shared-memory buffers in flight a program: 3 x 32 KiB at the GPU block (16384 bf16)
 
 
+if hasattr(gl, "thread_barrier"):  # the CTA-wide barrier's name in Triton 3.6; gl.barrier from 3.8
+    @gluon.jit
+    def _cta_barrier():
+        gl.thread_barrier()
+else:
+    @gluon.jit
+    def _cta_barrier():
+        gl.barrier()
+
+
 @gluon.jit
 def _wait_writes():
     """``cp.async.bulk.wait_group 0``: this thread's bulk stores have completed their writes (Triton 3.6's
@@ -84,10 +94,10 @@ def _all_gather_tma_kernel(inp, rows, sync, d0, d1, d2, d3, d4, d5, d6, d7, GROU
         buf = smem.index(step % STAGES)
         # the stores issued STAGES tiles ago, GROUP_SIZE of them, have read this buffer; then every thread may write
         tma.store_wait((STAGES - 1) * GROUP_SIZE)
-        gl.thread_barrier()
+        _cta_barrier()
         buf.store(x)
         hopper.fence_async_shared()  # our st.shared before the copy engine's reads (async proxy)
-        gl.thread_barrier()  # every thread's part of the tile is in buf before the store is issued
+        _cta_barrier()  # every thread's part of the tile is in buf before the store is issued
         tma.async_copy_shared_to_global(d0, [row0, 0], buf)  # ourselves first, then the members after us
         if GROUP_SIZE > 1:
             tma.async_copy_shared_to_global(d1, [row0, 0], buf)
