@@ -96,6 +96,12 @@ CASES = {  # world -> (tokens per shard, experts, topk, expert dict or None for 
 }
 
 
+def _assert_no_fails(results):
+    """Every rank's body returns the list of what it found wrong: all must be empty."""
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails[:10])
+
+
 @pytest.mark.parametrize("world_size", [3, 4])
 def test_dispatch_combine_match_reference(pools, world_size):
     tokens, E, k, experts, calls = CASES[world_size]
@@ -152,9 +158,7 @@ def _remembered_body():
 
 
 def test_remembered_launches_follow_shape_and_routing(pools):
-    results = pools(3).run(_remembered_body)
-    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
-    assert not fails, "\n".join(fails[:10])
+    _assert_no_fails(pools(3).run(_remembered_body))
 
 
 def _many_blocks_body():
@@ -197,9 +201,7 @@ def _many_blocks_body():
 
 
 def test_many_blocks_and_experts(pools):
-    results = pools(3).run(_many_blocks_body)
-    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
-    assert not fails, "\n".join(fails)
+    _assert_no_fails(pools(3).run(_many_blocks_body))
 
 
 def _subgroup_body():
@@ -228,9 +230,7 @@ def _subgroup_body():
 
 
 def test_subgroup_dispatcher(pools):
-    results = pools(4).run(_subgroup_body)
-    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
-    assert not fails, "\n".join(fails)
+    _assert_no_fails(pools(4).run(_subgroup_body))
 
 
 def _fp8_body():
@@ -266,9 +266,7 @@ def _fp8_body():
 
 
 def test_fp8_rows_and_scales_travel_bit_exact(pools):
-    results = pools(3).run(_fp8_body)
-    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
-    assert not fails, "\n".join(fails)
+    _assert_no_fails(pools(3).run(_fp8_body))
 
 
 def _graph_body(replays):
@@ -317,9 +315,7 @@ def _graph_body(replays):
 @pytest.mark.skipif(not on_gpu(), reason="CUDA graphs need a GPU (GPU tier)")
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_dispatch_combine_replay_in_cuda_graph_with_new_routing(pools, world_size):
-    results = pools(world_size).run(_graph_body, 20)
-    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
-    assert not fails, "\n".join(fails[:10])
+    _assert_no_fails(pools(world_size).run(_graph_body, 20))
 
 
 def _bad_input_body():
@@ -359,9 +355,7 @@ def _bad_input_body():
 
 
 def test_bad_input(pools):
-    results = pools(3).run(_bad_input_body)
-    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
-    assert not fails, "\n".join(fails[:10])
+    _assert_no_fails(pools(3).run(_bad_input_body))
 
 
 def _layer_body():
@@ -381,6 +375,4 @@ def _layer_body():
 
 
 def test_moe_layer_matches_one_device_reference(pools):
-    results = pools(3).run(_layer_body)
-    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
-    assert not fails, "\n".join(fails)
+    _assert_no_fails(pools(3).run(_layer_body))

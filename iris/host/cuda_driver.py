@@ -26,13 +26,17 @@ def _driver():
     return _lib
 
 
-def _fn(name):
+def _symbol(name):
     lib = _driver()
     # The header maps several names to versioned symbols (cuIpcOpenMemHandle -> cuIpcOpenMemHandle_v2).
     for symbol in (name + "_v2", name):
         if hasattr(lib, symbol):
-            return getattr(lib, symbol)
+            return symbol
     raise RuntimeError(f"iris: the CUDA driver has no {name}")
+
+
+def _fn(name):
+    return getattr(_driver(), _symbol(name))
 
 
 _BOUND = {}
@@ -42,12 +46,8 @@ def _bound(name, *argtypes):
     """``name`` with its argument types declared, so that a call converts plain ints in C (a hot path's calls take
     ~0.3 us, against ~1 us through ctypes objects built in Python)."""
     fn = _BOUND.get(name)
-    if fn is None:
-        lib = _driver()
-        symbol = next((s for s in (name + "_v2", name) if hasattr(lib, s)), None)
-        if symbol is None:
-            raise RuntimeError(f"iris: the CUDA driver has no {name}")
-        fn = ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)((symbol, lib))  # its own object: _fn's stays untyped
+    if fn is None:  # its own function object: _fn's stays untyped
+        fn = ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)((_symbol(name), _driver()))
         _BOUND[name] = fn
     return fn
 

@@ -118,9 +118,8 @@ def all_reduce_ring(tile, src_view, dst_view, ctx):
     every rank's src must be ready before the kernel starts (a barrier). ``tile`` needs no data.
 
     The sum runs in rank order 0..W-1 (fp32 for fp16/bf16) whichever rank computes it, so every rank gets the same
-    bits (upstream's ring adds in ring order, rank - 1, rank - 2, ..., which gives each rank other bits). There is
-    no second pass copying a peer's dst over ours: nothing says a peer's dst is written yet, and it would hold the
-    same bits."""
+    bits (upstream's ring adds in ring order, rank - 1, rank - 2, ..., which gives each rank other bits). Each rank
+    writes only its own dst and never reads a peer's: nothing orders a peer's dst writes before our reads."""
     src_ptr, mask = src_view.tile_ptr(tile)
     dst_ptr, dst_mask = dst_view.tile_ptr(tile)
     ours = tl.load(src_ptr, mask=mask, other=0)
