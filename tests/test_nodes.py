@@ -307,6 +307,8 @@ def test_off_node_access_and_failure():
 
 
 _TORCHRUN_SCRIPT = """
+import os
+import pathlib
 import torch
 import iris
 
@@ -314,7 +316,8 @@ ctx = iris.iris(1 << 16)
 inp = ctx.full((5,), ctx.get_rank() + 1, dtype=torch.int32)
 out = ctx.zeros(5, dtype=torch.int32)
 ctx.ccl.all_reduce(out, inp)
-print("RESULT", ctx.get_rank(), ctx.num_nodes, ctx.node, ctx.local_rank, ctx.direct, out.tolist(), flush=True)
+result = f"RESULT {ctx.get_rank()} {ctx.num_nodes} {ctx.node} {ctx.local_rank} {ctx.direct} {out.tolist()}"
+pathlib.Path(os.environ["RESULT_DIR"], f"rank{ctx.get_rank()}").write_text(result)
 ctx.close()
 """
 
@@ -326,14 +329,16 @@ def test_two_torchrun_agents(tmp_path):
     port = iris.host.launcher._free_port()
     agents = []
     for node in range(2):
-        env = dict(os.environ, IRIS_NODE_ID=f"agent{node}", IRIS_BACKEND="cpu", TRITON_INTERPRET="1")
+        env = dict(os.environ, IRIS_NODE_ID=f"agent{node}", IRIS_BACKEND="cpu", TRITON_INTERPRET="1",
+                   RESULT_DIR=str(tmp_path))
         env.pop("IRIS_LAUNCH_LOG", None)  # its kernels are the pools' too
         command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
                    f"--node-rank={node}", "--master-addr=127.0.0.1", f"--master-port={port}", str(script)]
         agents.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [agent.communicate(timeout=300)[0] for agent in agents]
-    lines = sorted(line for output in outputs for line in output.splitlines() if line.startswith("RESULT"))
     assert all(agent.returncode == 0 for agent in agents), "\n".join(outputs)[-4000:]
+    # One file a rank: the two workers of an agent share its stdout, where their lines can interleave.
+    lines = sorted(path.read_text() for path in tmp_path.glob("rank*"))
     expected = [f"RESULT {r} 2 {r // 2} {r % 2} {tuple(r // 2 == q // 2 for q in range(4))} [10, 10, 10, 10, 10]"
                 for r in range(4)]
     assert lines == expected, "\n".join(outputs)[-4000:]
