@@ -11,8 +11,10 @@
 #   mask= again: that call cannot bind, and a case failing on one rank leaves the other in a barrier. So by default
 #   only the four that bind run (host put, copy-engine atomic_add and atomic_cas); UPSTREAM_ALL=1 runs all;
 # - test_optional_sdma.py runs with the default (off);
-# - the example needs a GPU (it calls torch.cuda and pins cuda:N); it runs with IRIS_BACKEND=simulation unless
-#   IRIS_BACKEND is set, a small heap (-p), and passes when it logs "Validation successful".
+# - the example starts its own two ranks (mp.spawn) and binds rank r's process group to cuda:r, so on GPUs it needs
+#   two (with one it is not run); it runs with a small heap (-p) and passes when it logs "Validation successful";
+# - without a GPU everything runs on the cpu backend, scripts/upstream_cuda_shim.py answering the files' torch.cuda
+#   calls (device="cuda" tensors on the CPU, nccl and its device_id as gloo with none).
 # Prints one line per file with its pass/fail/skip counts, and a total.
 set -uo pipefail
 UP=${1:?usage: scripts/upstream_copy_engine.sh UPSTREAM_CHECKOUT [OUT_DIR]}
@@ -27,12 +29,19 @@ trap 'rm -rf "$SCRATCH"' EXIT
 mkdir -p "$SCRATCH/tests/unittests" "$SCRATCH/examples" "$SCRATCH/site"
 export PYTHONPATH="$PWD:$SCRATCH/site" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# The example reports through iris's logger, which installs no handler: show its INFO records.
-printf 'import logging\nlogging.basicConfig(format="%%(message)s")\nlogging.getLogger("iris").setLevel(logging.INFO)\n' \
-  > "$SCRATCH/site/sitecustomize.py"
+# The example reports through iris's logger (ctx.info): IRIS_LOG_LEVEL=INFO shows it. Without a GPU the harness's
+# CUDA stand-in (scripts/upstream_cuda_shim.py) puts the files' device="cuda" tensors on the CPU.
+export IRIS_LOG_LEVEL=INFO
+cat > "$SCRATCH/site/sitecustomize.py" <<'PY'
+import os
+
+if os.environ.get("IRIS_UPSTREAM_CUDA_SHIM"):
+    import upstream_cuda_shim  # noqa: F401
+PY
+cp scripts/upstream_cuda_shim.py "$SCRATCH/site/"
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 # upstream's files import triton before iris: the cpu backend needs the interpreter switched on from the start
-[ "$gpus" -lt 1 ] && export TRITON_INTERPRET=1
+[ "$gpus" -lt 1 ] && export TRITON_INTERPRET=1 IRIS_BACKEND=cpu IRIS_UPSTREAM_CUDA_SHIM=1
 summary=""
 port=29611
 
@@ -56,12 +65,12 @@ run_tests test_copy_engine_ops.py "$([ "${UPSTREAM_ALL:-0}" = 1 ] || echo "$boun
 run_tests test_optional_sdma.py "" IRIS_ENABLE_COPY_ENGINE=
 
 example="$UP/examples/06_message_passing/message_passing_host_initiated.py"
-if [ "$gpus" -lt 1 ]; then
-  summary+="message_passing_host_initiated.py: not run (needs a GPU: it calls torch.cuda)"$'\n'
+if [ "$gpus" -eq 1 ]; then
+  summary+="message_passing_host_initiated.py: not run (it binds rank 1 to cuda:1: two GPUs)"$'\n'
 elif [ -f "$example" ]; then
   cp "$example" "$SCRATCH/examples/"
   echo "=== message_passing_host_initiated.py" >> "$LOG"
-  (cd "$SCRATCH" && IRIS_ENABLE_COPY_ENGINE=1 IRIS_BACKEND=${IRIS_BACKEND:-simulation} timeout 300 \
+  (cd "$SCRATCH" && IRIS_ENABLE_COPY_ENGINE=1 IRIS_BACKEND=${IRIS_BACKEND:-cuda} timeout 300 \
       python examples/message_passing_host_initiated.py -p $((1 << 26)) -s 1048576 -b 4096 >> "$LOG" 2>&1)
   if grep -q "Validation successful" "$LOG"; then
     summary+="message_passing_host_initiated.py: passed"$'\n'

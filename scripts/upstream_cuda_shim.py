@@ -7,7 +7,7 @@ Imported from the harness's ``sitecustomize`` (never by the library), in one of 
 ``"cuda"``, which raise before any iris code runs. Here ``torch.cuda.*`` answers as one device with 4
 multiprocessors (a small persistent grid: the interpreter runs each program in turn), streams and events run in
 order, a ``TorchFunctionMode`` moves ``device="cuda[:i]"`` / ``.to("cuda")`` / ``.cuda()`` to the CPU, and
-``init_process_group("nccl")`` becomes gloo, so the examples' iris calls run in the interpreter and their checks
+``init_process_group("nccl", device_id=cuda:i)`` becomes gloo with no device, so the examples' iris calls run in the interpreter and their checks
 test iris's data. ``torch.cuda.is_available()`` stays False: iris keeps its cpu backend.
 
 ``shared`` (ranks sharing one GPU, ``IRIS_BACKEND=simulation``): rank ``r``'s ``cuda:r`` and
@@ -97,8 +97,13 @@ def _install_cpu():
     set_default_device = torch.set_default_device
     torch.set_default_device = lambda device: set_default_device(_cpu(device))
     init = dist.init_process_group
-    dist.init_process_group = lambda backend=None, *args, **kwargs: init(
-        "gloo" if backend in ("nccl", "cuda:nccl") else backend, *args, **kwargs)
+
+    def init_process_group(backend=None, *args, **kwargs):
+        if _cpu(kwargs.get("device_id")) is _CPU:  # a GPU to bind the group to: gloo on the CPU binds none
+            del kwargs["device_id"]
+        return init("gloo" if backend in ("nccl", "cuda:nccl") else backend, *args, **kwargs)
+
+    dist.init_process_group = init_process_group
     _Rewrite(_cpu).__enter__()
     # Heap tensors live on the heap's device; the examples name it "cuda", which is the CPU here.
     import iris.tensor_creation as creation
