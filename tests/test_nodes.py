@@ -3,13 +3,15 @@ node (IRIS_NODE_ID), against gloo's results on the world group.
 
 One pool per world size: a body sets IRIS_NODE_ID for the layout it checks before making its context, so the
 four-rank pool serves (1, 4), (2, 2) and (4, 1), the six-rank pool (2, 3) and (3, 2). Every layout checks the
-topology, the mappings and all_reduce; (2, 2) and (2, 3) check every collective, the iris torch.distributed
-backend and the bytes handed to the inter-node stage. A third pool, started by the launcher's nodes=2 in debug
+topology, the mappings, all_reduce and that iris binds or connects no network socket of its own; (2, 2) and
+(2, 3) check every collective, the iris torch.distributed backend and the bytes handed to the inter-node stage. A third pool, started by the launcher's nodes=2 in debug
 mode, checks the errors for off-node access and ends with a peer killed on the other node.
 """
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -179,25 +181,50 @@ def _every_collective(ctx):
     return results
 
 
+@contextlib.contextmanager
+def _network_sockets():
+    """Yields the list of (family, address) of every socket this process's Python code binds or connects to,
+    but for the Unix sockets a node's ranks pass heap handles over. torch.distributed's own connections (its store,
+    gloo's and NCCL's) are made in C++ and do not pass here: what lands in the list is a connection of iris's own."""
+    opened = []
+    bind, connect, connect_ex = socket.socket.bind, socket.socket.connect, socket.socket.connect_ex
+
+    def watched(method):
+        def call(self, address, *args):
+            if self.family != socket.AF_UNIX:
+                opened.append((self.family.name, address))
+            return method(self, address, *args)
+        return call
+
+    socket.socket.bind, socket.socket.connect = watched(bind), watched(connect)
+    socket.socket.connect_ex = watched(connect_ex)
+    try:
+        yield opened
+    finally:
+        socket.socket.bind, socket.socket.connect, socket.socket.connect_ex = bind, connect, connect_ex
+
+
 def _layout_body(nodes, full):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = world // nodes
     os.environ["IRIS_NODE_ID"] = f"layout-{nodes}x{local}-node{rank // local}"
-    try:
-        ctx = iris.iris(1 << 18)
-    finally:
-        del os.environ["IRIS_NODE_ID"]
-    try:
-        _check_topology(ctx, nodes)
-        results = {"all_reduce": _all_reduce(ctx, torch.int32)}
-        _all_reduce(ctx, torch.float32)
-        _all_reduce(ctx, torch.bfloat16)
-        if full:
-            results.update(_every_collective(ctx))
-        ctx.barrier()
-        return results
-    finally:
-        ctx.close()
+    with _network_sockets() as opened:
+        try:
+            ctx = iris.iris(1 << 18)
+        finally:
+            del os.environ["IRIS_NODE_ID"]
+        try:
+            _check_topology(ctx, nodes)
+            results = {"all_reduce": _all_reduce(ctx, torch.int32)}
+            _all_reduce(ctx, torch.float32)
+            _all_reduce(ctx, torch.bfloat16)
+            if full:
+                results.update(_every_collective(ctx))
+            ctx.barrier()
+        finally:
+            ctx.close()
+    assert not opened, f"iris opened network sockets of its own: {opened}"  # the rail is torch.distributed's
+    return results
 
 
 def _run_layouts(pool, layouts):
