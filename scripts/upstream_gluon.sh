@@ -4,47 +4,55 @@
 # Upstream's Gluon unit tests hard-code 64-lane layouts (AMD wavefronts), which no NVIDIA GPU compiles ("Layout has
 # 64 threads per warp, but the module specifies 32"). This copies them to a temporary folder, changes 64 lanes to
 # 32 there and nothing else (BlockedLayout threads_per_warp [64] -> [32], "BLOCK_SIZE = 64  # ... wavefront" -> 32,
-# threads_per_warp=64 -> 32), and runs:
+# threads_per_warp=64 -> 32, BLOCK_SIZE = 64 where a layout's lanes are BLOCK_SIZE -> 32), and runs:
 #   unit      tests/unittests/test_*gluon*.py (lane count changed)
 #   ccl       tests/ccl/test_*_gluon.py (lane count changed where any)
 #   examples  the Gluon message-passing and all-gather-tracing examples (lane count changed)
-# under the backend of the environment (without a GPU: the cpu backend, with a harness conftest that makes upstream's
-# device="cuda" reference tensors on the CPU), at world size 1 unless WORLD_SIZE is set (then under torchrun). Prints one
-# "UPSTREAM <part>: <pytest summary>" line per part, counted separately from the unchanged peer suite.
+# under the backend of the environment (without a GPU: the cpu backend, scripts/upstream_cuda_shim.py answering the
+# files' torch.cuda calls and device="cuda" tensors on the CPU), at world size 1 unless WORLD_SIZE is set (then
+# under torchrun). Prints one "UPSTREAM <part>: <pytest summary>" line per part, counted separately from the
+# unchanged peer suite.
 set -uo pipefail
 src=${1:?usage: scripts/upstream_gluon.sh UPSTREAM_CHECKOUT}
 here=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/upstream-gluon-XXXX)
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 world=${WORLD_SIZE:-1}
-# upstream's tests import triton before iris: without a GPU the interpreter must be on from the start
-command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 || export TRITON_INTERPRET=1
+# upstream's tests import triton before iris: without a GPU the interpreter must be on from the start, and the
+# harness's CUDA stand-in (scripts/upstream_cuda_shim.py) answers their torch.cuda calls on the CPU
+if ! { command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; }; then
+  export TRITON_INTERPRET=1 IRIS_BACKEND=cpu IRIS_UPSTREAM_CUDA_SHIM=1
+  mkdir -p "$work/site"
+  cp "$here/scripts/upstream_cuda_shim.py" "$work/site/"
+  printf 'import upstream_cuda_shim  # noqa: F401\n' > "$work/site/sitecustomize.py"
+  export PYTHONPATH="$PYTHONPATH:$work/site"
+fi
 
 lanes32() {  # the one change: 64 lanes to 32
   sed -E -e 's/(BlockedLayout\(\[[^]]*\],[[:space:]]*)\[64\]/\1[32]/g' \
          -e 's/^([[:space:]]*BLOCK_SIZE[[:space:]]*=[[:space:]]*)64([[:space:]]*#.*[Ww]avefront.*)$/\132\2/' \
          -e 's/threads_per_warp[[:space:]]*=[[:space:]]*64/threads_per_warp=32/g' "$1" > "$2"
+  # a layout whose lanes are BLOCK_SIZE (BlockedLayout([1], [BLOCK_SIZE], ...)): its BLOCK_SIZE = 64 is the lane count
+  if grep -qE 'BlockedLayout\(\[1\],[[:space:]]*\[BLOCK_SIZE\]' "$2"; then
+    sed -E -i 's/^([[:space:]]*BLOCK_SIZE[[:space:]]*=[[:space:]]*)64[[:space:]]*$/\132/' "$2"
+  fi
   cmp -s "$1" "$2" || echo "changed lanes: ${1#$src/}"
 }
 
-harness_conftest() {  # the environment, not upstream's code: without a GPU, device="cuda" tensors are made on the CPU
+runner_conftest() {  # upstream's test runner, not its code: the process group from torchrun's environment
   cat <<'PY'
-import functools
+import os
 
 import torch
+import torch.distributed as dist
 
-if not torch.cuda.is_available():
-    def _on_cpu(fn):
-        @functools.wraps(fn)
-        def made(*args, **kwargs):
-            if str(kwargs.get("device", "")).startswith("cuda"):
-                kwargs["device"] = "cpu"
-            return fn(*args, **kwargs)
-        return made
 
-    for _name in ("ones", "zeros", "full", "empty", "tensor", "arange", "randn", "rand", "randint", "ones_like",
-                  "zeros_like", "full_like", "empty_like"):
-        setattr(torch, _name, _on_cpu(getattr(torch, _name)))
+def pytest_configure(config):
+    if "RANK" in os.environ and not dist.is_initialized():
+        world, gpus = int(os.environ["WORLD_SIZE"]), torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus:
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % gpus)
+        dist.init_process_group("nccl" if gpus >= world else "gloo")  # NCCL refuses two ranks on one GPU
 PY
 }
 
@@ -53,7 +61,7 @@ run_part() {  # part, files...
   [ $# -eq 0 ] && { echo "UPSTREAM $part: no files in $src"; return; }
   mkdir -p "$work/$part"
   for f in "$@"; do lanes32 "$f" "$work/$part/$(basename "$f")"; done
-  harness_conftest > "$work/$part/conftest.py"
+  runner_conftest > "$work/$part/conftest.py"
   local log="$work/$part.log"
   if [ "$world" -gt 1 ]; then
     (cd "$work/$part" && timeout 600 torchrun --nproc-per-node="$world" -m pytest -q -p no:cacheprovider . ) > "$log" 2>&1
@@ -61,7 +69,7 @@ run_part() {  # part, files...
     (cd "$work/$part" && RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 1000)) \
       timeout 600 python -m pytest -q -p no:cacheprovider . ) > "$log" 2>&1
   fi
-  echo "UPSTREAM $part: $(grep -E '(passed|failed|error)' "$log" | tail -1)"
+  echo "UPSTREAM $part: $(grep -E '[0-9]+ (passed|failed|error|skipped)' "$log" | tail -1)"
 }
 
 shopt -s nullglob

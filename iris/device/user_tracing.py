@@ -11,10 +11,11 @@ Events go to the 13 buffers (one array per field, upstream's) whose addresses ``
 device context's tracing words: ``words = [trace_enabled, max_events, event counter, operation counter, event_id,
 pid, pid_m, pid_n, cur_rank, target_rank, xcc_id, cu_id, timestamp, address, duration_cycles, op_index,
 payload_size]``. ``timestamp`` is the start and ``duration_cycles`` the end (upstream's use of the names), both
-``%globaltimer`` nanoseconds on NVIDIA (upstream's are AMD ``s_memrealtime`` ticks); ``xcc_id`` is 0 (no chiplets)
-and ``cu_id`` the SM (``%smid``). In the interpreter the clock is logical: the operation counter, advanced by every
-start and end, so events keep their order. Events past ``max_events`` are counted and dropped. With
-``tracing=False`` (a constexpr) nothing is compiled.
+``%globaltimer`` nanoseconds on NVIDIA (upstream's are AMD ``s_memrealtime`` ticks), the host's monotonic clock in
+nanoseconds in the interpreter (``read_realtime``: one clock for every rank of the machine); ``op_index`` numbers the
+operations 0, 1, 2, ... (the operation counter, upstream's); ``xcc_id`` is 0 (no chiplets) and ``cu_id`` the SM
+(``%smid``). Events past ``max_events`` are counted and dropped. With ``tracing=False`` (a constexpr) nothing is
+compiled.
 """
 
 import os
@@ -22,7 +23,6 @@ import os
 import triton
 import triton.language as tl
 
-from iris.device.translate import INTERPRETED
 from iris.device.utils import get_cu_id, read_realtime
 
 # word indices in the tracing words
@@ -34,14 +34,6 @@ _MAX_EVENTS, _COUNTER, _OPS = tl.constexpr(1), tl.constexpr(2), tl.constexpr(3)
 @triton.jit
 def _words_ptr(words, index: tl.constexpr, dtype: tl.constexpr):
     return tl.load(words + index).to(tl.pointer_type(dtype))
-
-
-@triton.jit
-def _now(words):
-    if INTERPRETED:
-        return tl.atomic_add(_words_ptr(words, _OPS, tl.int32), 1, sem="relaxed").to(tl.int64)
-    else:
-        return read_realtime()
 
 
 @triton.jit
@@ -72,33 +64,38 @@ def _words(heap_bases):
 
 class _Methods:
     def record_event_start(self, event_id: tl.constexpr, target_rank, address, pid_m, pid_n, mask=None):
-        """Open one event; returns the handle ``record_event_end`` closes. A no-op (handle 0) without tracing."""
+        """Open one event; returns the handle ``record_event_end`` closes. A no-op (handle 0) without tracing, and
+        in a kernel compiled with tracing whose context has it off (its words are zero: no counter to count in)."""
         if not self.enabled:
             return 0
         words = _words(self.heap_bases)
-        start = _now(words)
-        slot = tl.atomic_add(_words_ptr(words, _COUNTER, tl.int32), 1, sem="relaxed")
-        if slot < tl.load(words + _MAX_EVENTS):
-            tl.store(_words_ptr(words, _EVENT_ID, tl.int32) + slot, event_id)
-            tl.store(_words_ptr(words, _PID, tl.int32) + slot, tl.program_id(0))
-            tl.store(_words_ptr(words, _PID_M, tl.int32) + slot, pid_m)
-            tl.store(_words_ptr(words, _PID_N, tl.int32) + slot, pid_n)
-            tl.store(_words_ptr(words, _CUR_RANK, tl.int32) + slot, tl.load(self.heap_bases - 2))  # context[0]
-            tl.store(_words_ptr(words, _TARGET, tl.int32) + slot, target_rank)
-            tl.store(_words_ptr(words, _XCC, tl.int32) + slot, 0)
-            tl.store(_words_ptr(words, _CU, tl.int32) + slot, get_cu_id())
-            tl.store(_words_ptr(words, _START, tl.int64) + slot, start)
-            tl.store(_words_ptr(words, _ADDRESS, tl.int64) + slot, _first_address(address))
-            tl.store(_words_ptr(words, _END, tl.int64) + slot, 0)
-            tl.store(_words_ptr(words, _OP_INDEX, tl.int32) + slot, start.to(tl.int32))
-            tl.store(_words_ptr(words, _PAYLOAD, tl.int32) + slot, _payload_bytes(address, mask))
+        max_events = tl.load(words + _MAX_EVENTS)
+        slot = max_events.to(tl.int32)  # 0 when off: a handle record_event_end leaves alone
+        if max_events > 0:
+            start = read_realtime()
+            slot = tl.atomic_add(_words_ptr(words, _COUNTER, tl.int32), 1, sem="relaxed")
+            op_index = tl.atomic_add(_words_ptr(words, _OPS, tl.int32), 1, sem="relaxed")
+            if slot < max_events:
+                tl.store(_words_ptr(words, _EVENT_ID, tl.int32) + slot, event_id)
+                tl.store(_words_ptr(words, _PID, tl.int32) + slot, tl.program_id(0))
+                tl.store(_words_ptr(words, _PID_M, tl.int32) + slot, pid_m)
+                tl.store(_words_ptr(words, _PID_N, tl.int32) + slot, pid_n)
+                tl.store(_words_ptr(words, _CUR_RANK, tl.int32) + slot, tl.load(self.heap_bases - 2))  # context[0]
+                tl.store(_words_ptr(words, _TARGET, tl.int32) + slot, target_rank)
+                tl.store(_words_ptr(words, _XCC, tl.int32) + slot, 0)
+                tl.store(_words_ptr(words, _CU, tl.int32) + slot, get_cu_id())
+                tl.store(_words_ptr(words, _START, tl.int64) + slot, start)
+                tl.store(_words_ptr(words, _ADDRESS, tl.int64) + slot, _first_address(address))
+                tl.store(_words_ptr(words, _END, tl.int64) + slot, 0)
+                tl.store(_words_ptr(words, _OP_INDEX, tl.int32) + slot, op_index)
+                tl.store(_words_ptr(words, _PAYLOAD, tl.int32) + slot, _payload_bytes(address, mask))
         return slot
 
     def record_event_end(self, handle):
         """Close the event ``handle`` opened (its end time)."""
         if self.enabled:
             words = _words(self.heap_bases)
-            end = _now(words)
+            end = read_realtime()
             if handle < tl.load(words + _MAX_EVENTS):
                 tl.store(_words_ptr(words, _END, tl.int64) + handle, end)
 

@@ -131,6 +131,7 @@ def install():
     """Teach the interpreter Gluon (idempotent). Call only when ``TRITON_INTERPRET=1``."""
     import triton.experimental.gluon as gluon
     import triton.experimental.gluon.language as gl
+    import triton.experimental.gluon.language._core as gl_core
     import triton.experimental.gluon.language._standard as gl_standard
     import triton.language as tl
     from triton.runtime import interpreter
@@ -143,11 +144,13 @@ def install():
     semantic = _semantic_class()(interpreter.interpreter_builder)
 
     def patch_gl(scope):
-        for name, member in inspect.getmembers(gl):
-            if tl.core.is_builtin(member):
-                scope.set_attr(gl, name, lambda *a, _m=member, **k: _m(
-                    *a, **{key: v for key, v in k.items() if key not in ("_semantic", "_generator")},
-                    _semantic=semantic))
+        # gl's builtins, also where Gluon's standard library reaches them (``gl.zeros`` calls ``_core.full``)
+        for module in (gl, gl_core):
+            for name, member in inspect.getmembers(module):
+                if tl.core.is_builtin(member):
+                    scope.set_attr(module, name, lambda *a, _m=member, **k: _m(
+                        *a, **{key: v for key, v in k.items() if key not in ("_semantic", "_generator")},
+                        _semantic=semantic))
         for name in ("range", "static_range"):
             scope.set_attr(gl, name, _plain_range)
         # a block's layout, read by kernels that build matching operands (gl.full(p.shape, v, dt, p.type.layout))
