@@ -130,8 +130,8 @@ RUNNING = set()  # the torchrun processes under way, each the leader of its own 
 
 
 def run(cmd, env, cwd, timeout):
-    """(exit status or None on timeout, stdout + stderr); a run that times out loses its whole process group
-    (torchrun and its ranks), so no rank keeps the GPU after its run is over."""
+    """(exit status or None on timeout, stdout + stderr); a run that times out loses torchrun and its ranks, so no
+    rank keeps the GPU (or the pipe this reads) after its run is over."""
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     RUNNING.add(proc)
@@ -146,11 +146,33 @@ def run(cmd, env, cwd, timeout):
         RUNNING.discard(proc)
 
 
+def _descendants(pid):
+    """Every process below ``pid`` (from /proc), children first found first."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as f:
+                children = [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+        found += children
+        todo += children
+    return found
+
+
 def _kill(proc):
+    """The run's process group and every process below it: torchrun starts each rank in a session of its own."""
+    below = _descendants(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def main():

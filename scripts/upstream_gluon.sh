@@ -14,19 +14,9 @@
 # unchanged peer suite.
 set -uo pipefail
 src=${1:?usage: scripts/upstream_gluon.sh UPSTREAM_CHECKOUT}
-here=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d /tmp/upstream-gluon-XXXX)
-export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
-world=${WORLD_SIZE:-1}
-# upstream's tests import triton before iris: without a GPU the interpreter must be on from the start, and the
-# harness's CUDA stand-in (scripts/upstream_cuda_shim.py) answers their torch.cuda calls on the CPU
-if ! { command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; }; then
-  export TRITON_INTERPRET=1 IRIS_BACKEND=cpu IRIS_UPSTREAM_CUDA_SHIM=1
-  mkdir -p "$work/site"
-  cp "$here/scripts/upstream_cuda_shim.py" "$work/site/"
-  printf 'import upstream_cuda_shim  # noqa: F401\n' > "$work/site/sitecustomize.py"
-  export PYTHONPATH="$PYTHONPATH:$work/site"
-fi
+# shellcheck source=scripts/upstream_harness.sh
+source "$(dirname "$0")/upstream_harness.sh"
+harness_init upstream-gluon
 
 lanes32() {  # the one change: 64 lanes to 32
   sed -E -e 's/(BlockedLayout\(\[[^]]*\],[[:space:]]*)\[64\]/\1[32]/g' \
@@ -39,42 +29,9 @@ lanes32() {  # the one change: 64 lanes to 32
   cmp -s "$1" "$2" || echo "changed lanes: ${1#$src/}"
 }
 
-runner_conftest() {  # upstream's test runner, not its code: the process group from torchrun's environment
-  cat <<'PY'
-import os
-
-import torch
-import torch.distributed as dist
-
-
-def pytest_configure(config):
-    if "RANK" in os.environ and not dist.is_initialized():
-        world, gpus = int(os.environ["WORLD_SIZE"]), torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if gpus:
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % gpus)
-        dist.init_process_group("nccl" if gpus >= world else "gloo")  # NCCL refuses two ranks on one GPU
-PY
-}
-
-run_part() {  # part, files...
-  local part=$1; shift
-  [ $# -eq 0 ] && { echo "UPSTREAM $part: no files in $src"; return; }
-  mkdir -p "$work/$part"
-  for f in "$@"; do lanes32 "$f" "$work/$part/$(basename "$f")"; done
-  runner_conftest > "$work/$part/conftest.py"
-  local log="$work/$part.log"
-  if [ "$world" -gt 1 ]; then
-    (cd "$work/$part" && timeout 600 torchrun --nproc-per-node="$world" -m pytest -q -p no:cacheprovider . ) > "$log" 2>&1
-  else
-    (cd "$work/$part" && RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 1000)) \
-      timeout 600 python -m pytest -q -p no:cacheprovider . ) > "$log" 2>&1
-  fi
-  echo "UPSTREAM $part: $(grep -E '[0-9]+ (passed|failed|error|skipped)' "$log" | tail -1)"
-}
-
 shopt -s nullglob
-run_part unit "$src"/tests/unittests/test_*gluon*.py
-run_part ccl "$src"/tests/ccl/test_*_gluon.py
+run_part unit lanes32 "$src"/tests/unittests/test_*gluon*.py
+run_part ccl lanes32 "$src"/tests/ccl/test_*_gluon.py
 
 mkdir -p "$work/examples"
 ok=0; total=0

@@ -11,6 +11,9 @@ import torch
 import iris  # before triton: on the cpu backend this switches Triton to its interpreter
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
+
+from conftest import on_gpu
 from iris.device.utils import read_realtime
 from iris.ccl import reference as ref_ops
 from iris.ccl.reduce_scatter_tiles import TileLayout, layout_of
@@ -271,3 +274,38 @@ def test_upstream_names(pools):
         functional._iris_ctx = saved
     t0, t1 = pools(2).run(_realtime_body)[0]
     assert 0 < t0 <= t1
+
+
+@triton.jit
+def _libdevice_kernel(x, out, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(x + offs).to(tl.float32)  # CUDA's libdevice takes float32 and float64
+    dtype = out.dtype.element_ty
+    tl.store(out + offs, libdevice.tanh(v).to(dtype))
+    tl.store(out + BLOCK + offs, libdevice.fast_expf(v).to(dtype))
+    tl.store(out + 2 * BLOCK + offs, libdevice.erf(v).to(dtype))
+    tl.store(out + 3 * BLOCK + offs, libdevice.pow(tl.abs(v), 1.5 + v * 0).to(dtype))
+
+
+@triton.jit
+def _libdevice_missing_kernel(x, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x + offs, libdevice.clz(tl.load(x + offs).to(tl.int32)).to(tl.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_libdevice_in_kernels(dtype):
+    """libdevice, which upstream's flash-decode kernels call (``fast_expf``): the compiler's on GPUs, numpy's on the
+    cpu backend, where Triton's interpreter calls its stubs and got None."""
+    dev = "cuda" if on_gpu() else "cpu"
+    block = 64
+    x = (torch.arange(block, dtype=torch.float32, device=dev) / 16 - 2).to(dtype)
+    out = torch.full((4 * block,), float("nan"), dtype=dtype, device=dev)
+    _libdevice_kernel[(1,)](x, out, BLOCK=block)
+    w = x.double()
+    expected = torch.cat([w.tanh(), w.exp(), torch.erf(w), w.abs() ** 1.5]).to(dtype)
+    tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}[dtype]
+    torch.testing.assert_close(out.cpu(), expected.cpu(), rtol=tol, atol=tol)
+    if not on_gpu():  # a libdevice function the cpu backend does not interpret says so, by name
+        message = error_message(_libdevice_missing_kernel[(1,)], x.float(), BLOCK=block)
+        assert "libdevice.clz" in message and "cpu backend" in message, message

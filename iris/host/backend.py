@@ -56,6 +56,8 @@ def fix_interpreter():
       same bits as int32/int64) and ``atomic_add`` on bf16 (a compare-and-swap loop per lane on the 16-bit
       word, the sum rounded to nearest even as the GPU's ``atom.add.noftz.bf16`` does); and it has no bf16
       constants and does bf16 arithmetic on the raw bits (computed in float32 and rounded back instead);
+    - ``libdevice``'s functions are stubs that return None there: its float functions get numpy's meaning, the
+      rest raise naming themselves (``_fix_interpreter_libdevice``);
     - it wraps whatever a kernel raises in ``InterpreterError(repr(e))``, once per nested device function:
       let ``iris.PeerError`` (raised into a spinning kernel by the watchdog) out as itself, so that
       ``except iris.PeerError`` works as on GPUs."""
@@ -93,6 +95,7 @@ def fix_interpreter():
 
     builder = interpreter.InterpreterBuilder
     _fix_interpreter_atomics(builder, interpreter)
+    _fix_interpreter_libdevice(interpreter)
     create_dot = builder.create_dot
     if getattr(create_dot, "_iris_fixed", False):
         return
@@ -108,6 +111,81 @@ def fix_interpreter():
 
     dot._iris_fixed = True
     builder.create_dot = dot
+
+
+# libdevice's elementwise float functions the interpreter gives a meaning, as numpy computes them in float32 (the
+# functions' own precision: libdevice's f-suffixed versions are float32, and half types are widened on GPUs too)
+def _libdevice_numpy():
+    import math
+
+    import numpy as np
+
+    erf = np.vectorize(math.erf, otypes=[np.float32])
+    same = {name: getattr(np, name) for name in (
+        "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan", "sinh", "cosh",
+        "tanh", "floor", "ceil", "trunc", "fmod", "fmax", "fmin", "hypot", "cbrt")}
+    arcs = {name: getattr(np, "arc" + name[1:]) for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh",
+                                                               "atan2")}
+    return same | arcs | {
+        "fast_expf": np.exp, "fast_exp10f": lambda x: np.power(np.float32(10), x), "exp10": lambda x: 10 ** x,
+        "fast_logf": np.log, "fast_log2f": np.log2, "fast_log10f": np.log10, "fast_sinf": np.sin,
+        "fast_cosf": np.cos, "fast_tanf": np.tan, "fast_powf": np.power, "pow": np.power, "powf": np.power,
+        "fast_dividef": np.divide, "div_rn": np.divide, "rsqrt": lambda x: 1 / np.sqrt(x), "erf": erf,
+        "abs": np.abs, "fabs": np.abs, "rint": np.rint, "nearbyint": np.rint,
+        "round": lambda x: np.copysign(np.floor(np.abs(x) + 0.5), x),  # halves away from zero, as CUDA's round
+        "saturatef": lambda x: np.clip(x, 0, 1), "fma": lambda a, b, c: a * b + c,
+    }
+
+
+def _fix_interpreter_libdevice(interpreter):
+    """``triton.language.extra.libdevice`` is a module of stubs that the compiler replaces by the backend's
+    libdevice; the interpreter calls the stubs, which return None, so ``libdevice.tanh(x)`` gave None and a
+    kernel failed far from the cause (or stored nothing). Here the float functions compute in numpy, and every
+    other stub raises, naming itself."""
+    import inspect
+
+    import numpy as np
+    import triton.language as tl
+    from triton.language.extra import libdevice
+
+    if getattr(libdevice, "_iris_interpreted", False):
+        return
+
+    def to_float32(value):
+        if isinstance(value, tl.tensor):
+            data = value.handle.data
+            if value.dtype.scalar == tl.bfloat16:
+                return _bf16_to_fp32(data)
+            return data.astype(np.float32) if value.dtype.scalar.is_fp16() else data
+        return value
+
+    def elementwise(name, fn):
+        def call(*args, **kwargs):
+            ref = next((a for a in args if isinstance(a, tl.tensor)), None)
+            if ref is None or not ref.dtype.scalar.is_floating():
+                raise NotImplementedError(f"libdevice.{name}: the cpu backend interprets it on float tensors only, "
+                                          f"got {[type(a).__name__ for a in args]}")
+            with np.errstate(all="ignore"):  # inf and nan as the GPU gives them, without numpy's warnings
+                out = np.asarray(fn(*(to_float32(a) for a in args)))
+            scalar = ref.dtype.scalar
+            data = _fp32_to_bf16(out) if scalar == tl.bfloat16 else out.astype(ref.handle.data.dtype)
+            return tl.tensor(interpreter.TensorHandle(data, scalar), ref.type)
+        call.__name__, call.__module__ = name, libdevice.__name__  # still a stub to the compiler's hashing
+        return call
+
+    def missing(name):
+        def call(*args, **kwargs):
+            raise NotImplementedError(f"libdevice.{name}: the cpu backend (Triton's interpreter) has no version of "
+                                      "it; compile the kernel for a GPU, or write it with triton.language")
+        call.__name__, call.__module__ = name, libdevice.__name__
+        return call
+
+    numpy_versions = _libdevice_numpy()
+    for name, stub in inspect.getmembers(libdevice, inspect.isfunction):
+        if stub.__module__ == libdevice.__name__:
+            setattr(libdevice, name, elementwise(name, numpy_versions[name]) if name in numpy_versions
+                    else missing(name))
+    libdevice._iris_interpreted = True
 
 
 def _bf16_to_fp32(bits):
