@@ -113,8 +113,8 @@ def fix_interpreter():
     builder.create_dot = dot
 
 
-# libdevice's elementwise float functions the interpreter gives a meaning, as numpy computes them in float32 (the
-# functions' own precision: libdevice's f-suffixed versions are float32, and half types are widened on GPUs too)
+# libdevice's elementwise float functions that the interpreter gives a meaning: numpy's, in the argument's precision
+# (float16 and bfloat16 widened to float32, as a kernel must widen them for CUDA's libdevice)
 def _libdevice_numpy():
     import math
 
