@@ -7,8 +7,8 @@ Imported from the harness's ``sitecustomize`` (never by the library), in one of 
 ``"cuda"``, which raise before any iris code runs. Here ``torch.cuda.*`` answers as one device with 4
 multiprocessors (a small persistent grid: the interpreter runs each program in turn), streams and events run in
 order, a ``TorchFunctionMode`` moves ``device="cuda[:i]"`` / ``.to("cuda")`` / ``.cuda()`` to the CPU, and
-``init_process_group("nccl", device_id=cuda:i)`` becomes gloo with no device, so the examples' iris calls run in the interpreter and their checks
-test iris's data. ``torch.cuda.is_available()`` stays False: iris keeps its cpu backend.
+``init_process_group("nccl", device_id=cuda:i)`` becomes gloo with no device, so the examples' iris calls run in
+the interpreter and their checks test iris's data. ``torch.cuda.is_available()`` stays False: iris keeps its cpu backend.
 
 ``shared`` (ranks sharing one GPU, ``IRIS_BACKEND=simulation``): rank ``r``'s ``cuda:r`` and
 ``get_device_properties(r)`` name device ``r % device_count``, the stand-in for a machine with a GPU a rank.

@@ -4,8 +4,9 @@ node (IRIS_NODE_ID), against gloo's results on the world group.
 One pool per world size: a body sets IRIS_NODE_ID for the layout it checks before making its context, so the
 four-rank pool serves (1, 4), (2, 2) and (4, 1), the six-rank pool (2, 3) and (3, 2). Every layout checks the
 topology, the mappings, all_reduce and that iris binds or connects no network socket of its own; (2, 2) and
-(2, 3) check every collective, the iris torch.distributed backend and the bytes handed to the inter-node stage. A third pool, started by the launcher's nodes=2 in debug
-mode, checks the errors for off-node access and ends with a peer killed on the other node.
+(2, 3) check every collective, the iris torch.distributed backend and the bytes handed to the inter-node stage.
+A third pool, started by the launcher's nodes=2 in debug mode, checks the errors for off-node access and ends with
+a peer killed on the other node.
 """
 
 import contextlib
