@@ -24,24 +24,15 @@ OUT_DIR=${2:-${OUT:-results-local}}
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/upstream_copy_engine.log"
 : > "$LOG"
-SCRATCH=$(mktemp -d /tmp/iris-upstream-XXXXXX)
+gpus=$(python3 -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)  # before the stand-in
+# shellcheck source=scripts/upstream_harness.sh
+source scripts/upstream_harness.sh
+harness_init iris-upstream  # without a GPU: the cpu backend and the CUDA stand-in
+SCRATCH=$work
 trap 'rm -rf "$SCRATCH"' EXIT
-mkdir -p "$SCRATCH/tests/unittests" "$SCRATCH/examples" "$SCRATCH/site"
-export PYTHONPATH="$PWD:$SCRATCH/site" PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# The example reports through iris's logger (ctx.info): IRIS_LOG_LEVEL=INFO shows it. Without a GPU the harness's
-# CUDA stand-in (scripts/upstream_cuda_shim.py) puts the files' device="cuda" tensors on the CPU.
-export IRIS_LOG_LEVEL=INFO
-cat > "$SCRATCH/site/sitecustomize.py" <<'PY'
-import os
-
-if os.environ.get("IRIS_UPSTREAM_CUDA_SHIM"):
-    import upstream_cuda_shim  # noqa: F401
-PY
-cp scripts/upstream_cuda_shim.py "$SCRATCH/site/"
-gpus=$(python3 -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
-# upstream's files import triton before iris: the cpu backend needs the interpreter switched on from the start
-[ "$gpus" -lt 1 ] && export TRITON_INTERPRET=1 IRIS_BACKEND=cpu IRIS_UPSTREAM_CUDA_SHIM=1
+mkdir -p "$SCRATCH/tests/unittests" "$SCRATCH/examples"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export IRIS_LOG_LEVEL=INFO  # the example reports through iris's logger (ctx.info)
 summary=""
 port=29611
 

@@ -37,15 +37,10 @@ mkdir -p "$work/examples"
 ok=0; total=0
 for ex in "$src"/examples/*message_passing*/message_passing_gluon.py "$src"/examples/*gluon_all_gather_tracing*/*.py; do
   total=$((total + 1))
-  lanes32 "$ex" "$work/examples/$(basename "$ex")"
-  if [ "$world" -gt 1 ]; then
-    cmd=(torchrun --nproc-per-node="$world" "$work/examples/$(basename "$ex")")
-  else
-    cmd=(env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 1000)) \
-         python "$work/examples/$(basename "$ex")")
-  fi
-  if timeout 300 "${cmd[@]}" > "$work/examples/$(basename "$ex").log" 2>&1; then ok=$((ok + 1)); else
-    echo "example failed: ${ex#$src/}: $(grep -E 'Error|error' "$work/examples/$(basename "$ex").log" | tail -1)"; fi
+  copy="$work/examples/$(basename "$ex")"
+  lanes32 "$ex" "$copy"
+  if harness_run 300 "$copy" > "$copy.log" 2>&1; then ok=$((ok + 1)); else
+    echo "example failed: ${ex#$src/}: $(grep -E 'Error|error' "$copy.log" | tail -1)"; fi
 done
 echo "UPSTREAM examples: $ok of $total ran to the end"
 echo "logs: $work"

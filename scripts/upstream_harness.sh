@@ -3,10 +3,13 @@
 #   harness_init NAME      $here (this checkout), $work (a scratch folder), $world (WORLD_SIZE, default 1), and
 #                          without a GPU the cpu backend with the interpreter on from the start (upstream's files
 #                          import triton before iris) and scripts/upstream_cuda_shim.py answering their torch.cuda calls
+#   harness_run LIMIT ARGS...
+#                          python ARGS (a script, or -m pytest ...) as $world ranks: under torchrun when $world > 1,
+#                          else as rank 0 of 1; killed after LIMIT seconds
 #   run_part PART COPY FILE...
 #                          copies each FILE into $work/PART with COPY (cp, or a function that changes the copy), adds
-#                          the runner's conftest and runs pytest there, under torchrun when $world > 1; prints
-#                          "UPSTREAM PART: <pytest summary>" (rank 0's)
+#                          the runner's conftest and runs pytest there (harness_run); prints "UPSTREAM PART: <pytest
+#                          summary>" (rank 0's)
 
 harness_init() {
   here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,19 +42,23 @@ def pytest_configure(config):
 PY
 }
 
+harness_run() {
+  local limit=$1; shift
+  local port=$((29500 + RANDOM % 1000))
+  if [ "$world" -gt 1 ]; then
+    timeout "$limit" torchrun --nproc-per-node="$world" --master-port=$port "$@"
+  else
+    RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout "$limit" python "$@"
+  fi
+}
+
 run_part() {
   local part=$1 copy=$2; shift 2
   [ $# -eq 0 ] && { echo "UPSTREAM $part: no files"; return; }
   mkdir -p "$work/$part"
   for f in "$@"; do "$copy" "$f" "$work/$part/$(basename "$f")"; done
   runner_conftest > "$work/$part/conftest.py"
-  local log="$work/$part.log" limit=${UPSTREAM_TIMEOUT_S:-600}
-  if [ "$world" -gt 1 ]; then
-    (cd "$work/$part" && timeout "$limit" torchrun --nproc-per-node="$world" \
-       --master-port=$((29500 + RANDOM % 1000)) -m pytest -q -p no:cacheprovider . ) > "$log" 2>&1
-  else
-    (cd "$work/$part" && RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 1000)) \
-       timeout "$limit" python -m pytest -q -p no:cacheprovider . ) > "$log" 2>&1
-  fi
+  local log="$work/$part.log"
+  (cd "$work/$part" && harness_run "${UPSTREAM_TIMEOUT_S:-600}" -m pytest -q -p no:cacheprovider .) > "$log" 2>&1
   echo "UPSTREAM $part: $(grep -E '[0-9]+ (passed|failed|error|skipped)' "$log" | head -1)"
 }

@@ -131,8 +131,7 @@ def _standard_library_kernel(x_ptr, out, BLOCK: gl.constexpr):
     x = gl.load(x_ptr + offs)
     acc = gl.zeros([BLOCK], gl.float32, layout) + x  # gl.zeros reaches _core.full, not gl.full
     gl.store(out + offs, acc + gl.full_like(x, 1.0) + gl.zeros_like(x))
-    gl.store(out + BLOCK + gl.arange(0, 1, layout=gl.BlockedLayout([1], [32], [4], [0])),
-             gl.sum(x, axis=0) + gl.zeros([1], gl.float32, gl.BlockedLayout([1], [32], [4], [0])))
+    gl.store(out + BLOCK + gl.arange(0, 1, layout=layout), gl.sum(x, axis=0) + gl.zeros([1], gl.float32, layout))
 
 
 def test_gluon_standard_library(capfd):
