@@ -59,6 +59,44 @@ def test_tensor_creation_is_symmetric(pools, world_size):
         assert offsets == results[0][2], "allocations landed at different offsets on different ranks"
 
 
+def _random_body():
+    """Every rank seeds torch differently; the context's random factories still agree, and a rank's own generator
+    gives that rank's stream."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    torch.manual_seed(1000 + 7 * rank)
+    ctx = new_context()
+    device = ctx.get_device()
+    shared = {"randn": ctx.randn(33, 5, dtype=torch.float32), "rand": ctx.rand(101),
+              "uniform": ctx.uniform(40, -2.0, 3.0), "randint": ctx.randint(-50, 50, (77,), dtype=torch.int32)}
+    own_seed = 5 + rank
+    own = ctx.randn(64, generator=torch.Generator(device).manual_seed(own_seed))
+    expected_own = torch.randn(64, generator=torch.Generator(device).manual_seed(own_seed), device=device)
+    shared["after_own"] = ctx.rand(50)  # the caller's generator left the shared stream where it was
+    shared = {k: v.cpu().clone() for k, v in shared.items()}
+    own, own_is_torchs = own.cpu().clone(), torch.equal(own, expected_own)
+    ctx.close()
+    torch.manual_seed(42 + rank)  # rank 0's seed decides, whatever the others say
+    again = new_context()
+    first = again.randn(16)
+    expected_first = torch.empty(16, device=device).normal_(generator=torch.Generator(device).manual_seed(42))
+    return shared, own, own_is_torchs, torch.equal(first, expected_first)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_random_factories_agree_across_ranks(pools, world_size):
+    results = pools(world_size).run(_random_body)
+    shared0 = results[0][0]
+    assert shared0["randn"].std() > 0.5 and len(shared0["randint"].unique()) > 10  # random, not constant
+    for rank, (shared, own, own_is_torchs, reproducible) in enumerate(results):
+        for name, values in shared.items():
+            assert torch.equal(values, shared0[name]), f"rank {rank}: ctx.{name} differs from rank 0's"
+        assert own_is_torchs, f"rank {rank}: generator= did not give the caller's own stream"
+        assert rank == 0 or not torch.equal(own, results[0][1]), "ranks' own generators gave the same values"
+        assert reproducible, f"rank {rank}: torch.manual_seed(42) before iris.iris() did not fix the shared stream"
+
+
 def _identity_body():
     ctx = new_context()
     tensor, peer_bases = ctx.allocate_symmetric(16, dtype=torch.float32)

@@ -93,8 +93,10 @@ class Iris(TensorFactory, RankLogger):
         self._store = default_store()
         self._barriers = {}
 
-        sizes, places, cu_counts = zip(*all_gather_object((heap_size, (socket.gethostname(), self._device.index),
-                                                           self.get_cu_count())))
+        place = (socket.gethostname(), self._device.index)
+        sizes, places, cu_counts, seeds = zip(*all_gather_object((heap_size, place, self.get_cu_count(),
+                                                                  torch.initial_seed())))
+        self.init_random(seeds[0])  # one stream on every rank, from rank 0's seed (iris/host/tensors.py)
         self._agreed_cu_count = min(cu_counts)  # grids launched on every rank are sized from it
         # more ranks than GPUs (simulation, or the cuda backend on too few GPUs): some ranks share a GPU
         self.shares_gpu = not on_cpu and len(set(places)) < self.num_ranks

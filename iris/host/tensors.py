@@ -5,8 +5,14 @@ ranks call it with the same shape and dtype, so it lands at the same offset ever
 fill it with the ordinary torch operation in place. The keywords are torch's (``out``, ``dtype``, ``layout``,
 ``device``, ``requires_grad``, ``pin_memory``, ``memory_format``, ``generator``); ``device`` must name the heap's
 device (``"cuda"`` without an index is the rank's GPU), and ``pin_memory`` has nothing to do: heap pages are device
-memory on GPUs and shared pages every rank maps on the cpu backend. Random fills draw from torch's generator on
-each rank; seed each rank differently (``torch.manual_seed(seed + rank)``) when ranks need different data.
+memory on GPUs and shared pages every rank maps on the cpu backend.
+
+The random factories (``randn``, ``rand``, ``randint``, ``uniform``) are collective like the others, and without a
+``generator=`` they give the same values on every rank, whatever each rank's own torch seed: they draw from one
+generator per context, seeded at creation from rank 0's ``torch.initial_seed()`` and advanced alike by every rank's
+(collective) calls. ``torch.manual_seed(s)`` on every rank before ``iris.iris()`` makes a run reproducible. A rank
+that needs data of its own passes its own generator (``generator=torch.Generator(device).manual_seed(seed + rank)``),
+which is used as given and leaves the shared stream where it was.
 """
 
 import torch
@@ -55,7 +61,15 @@ def _plain_shape(size):
 
 
 class TensorFactory:
-    """Mixed into ``Iris``; needs ``self.heap`` and ``self.get_device()``."""
+    """Mixed into ``Iris``; needs ``self.heap`` and ``self.get_device()``, and ``init_random(seed)`` called once with
+    a seed every rank agrees on before the first random factory."""
+
+    def init_random(self, seed):
+        """Seed the context's shared random stream (collective: every rank passes the same ``seed``)."""
+        self._shared_generator = torch.Generator(self.get_device()).manual_seed(seed)
+
+    def _generator(self, generator):
+        return self._shared_generator if generator is None else generator
 
     def _make(self, name, size, dtype, fill, **kwargs):
         return create(self.heap, self.get_device(), f"Iris.{name}", size, dtype, fill, **kwargs)
@@ -95,7 +109,9 @@ class TensorFactory:
 
     def randn(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
               requires_grad=False, pin_memory=False):
-        """Collective. Normal(0, 1) values."""
+        """Collective. Normal(0, 1) values, the same on every rank unless ``generator`` is given (module docstring)."""
+        generator = self._generator(generator)
+
         def fill(t):
             _require_floating(t.dtype, "Iris.randn")
             t.normal_(generator=generator)
@@ -105,17 +121,19 @@ class TensorFactory:
 
     def rand(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
              requires_grad=False, pin_memory=False):
-        """Collective. Uniform values in [0, 1)."""
+        """Collective. Uniform values in [0, 1), the same on every rank unless ``generator`` is given."""
         return self._uniform("rand", size, 0.0, 1.0, generator, out=out, dtype=dtype, layout=layout, device=device,
                              requires_grad=requires_grad)
 
     def uniform(self, size, low=0.0, high=1.0, *, generator=None, out=None, dtype=None, layout=torch.strided,
                 device=None, requires_grad=False):
-        """Collective. Uniform values in [low, high)."""
+        """Collective. Uniform values in [low, high), the same on every rank unless ``generator`` is given."""
         return self._uniform("uniform", (size,), low, high, generator, out=out, dtype=dtype, layout=layout,
                              device=device, requires_grad=requires_grad)
 
     def _uniform(self, name, size, low, high, generator, dtype, **kwargs):
+        generator = self._generator(generator)
+
         def fill(t):
             _require_floating(t.dtype, f"Iris.{name}")
             t.uniform_(low, high, generator=generator)
@@ -124,7 +142,8 @@ class TensorFactory:
 
     def randint(self, *args, size=None, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
                 requires_grad=False):
-        """Collective. Integers in [low, high): ``randint(high, size)`` or ``randint(low, high, size)``."""
+        """Collective. Integers in [low, high): ``randint(high, size)`` or ``randint(low, high, size)``; the same on
+        every rank unless ``generator`` is given."""
         if size is None and len(args) in (2, 3):
             args, size = args[:-1], args[-1]
         if size is None or len(args) not in (1, 2):
@@ -136,6 +155,7 @@ class TensorFactory:
                                "[low, high))")
         if dtype is None and out is None:
             dtype = torch.int64
+        generator = self._generator(generator)
         return self._make("randint", (size,), dtype, lambda t: t.random_(low, high, generator=generator), out=out,
                           layout=layout, device=device, requires_grad=requires_grad)
 
