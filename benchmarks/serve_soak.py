@@ -26,7 +26,7 @@ from iris.ccl import CollectiveConfig
 from iris.host.allocator import align_up
 from iris.host.distributed import all_gather_object
 
-iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 CHECK_EVERY = 10  # steps between exchanges of the ranks' verdicts
 

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 import iris
 
-iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 DTYPE = torch.bfloat16
 

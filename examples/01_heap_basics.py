@@ -1,6 +1,7 @@
 """The symmetric heap: PyTorch-style tensors that land at the same offset on every rank.
 
-Creates tensors with the heap factories, checks their values against the plain torch calls, checks that
+Creates tensors with the heap factories, checks their values against the plain torch calls (the random ones
+give every rank the same values unless given a generator of the rank's own), checks that
 they are on the heap (and a plain torch tensor is not), and checks that every allocation sits at the same
 offset from the heap base on every rank: the property that lets a kernel reach a peer's copy of a tensor
 by swapping the base. Also shows ``allocate_symmetric``, which returns each peer's address of the tensor.
@@ -14,18 +15,20 @@ import torch
 
 import iris  # before triton: on the cpu backend this switches Triton to its interpreter
 
-iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 SEED = 1234
 
 
 def main(n):
+    torch.manual_seed(SEED)  # rank 0's seed at iris.iris() seeds the random factories' one stream
     ctx = iris.iris(heap_size=(1 << 20) + 64 * n)
     rank, world_size = ctx.get_rank(), ctx.get_num_ranks()
     device = ctx.get_device()
     # Each heap factory, then the plain torch call it must match. Allocation is collective: every rank makes
-    # the same calls in the same order. The random fills draw from torch's generator, seeded per rank.
-    torch.manual_seed(SEED + rank)
+    # the same calls in the same order. The random factories give every rank the same values; a generator of
+    # the rank's own gives data of its own.
+    own = torch.Generator(device).manual_seed(SEED + rank)
     heap = {
         "zeros": ctx.zeros(n, dtype=torch.float32),
         "ones": ctx.ones(3, n, dtype=torch.bfloat16),
@@ -34,17 +37,19 @@ def main(n):
         "linspace": ctx.linspace(-1.0, 1.0, n),
         "randn": ctx.randn(n),
         "randint": ctx.randint(-100, 100, (n,), dtype=torch.int32),
+        "randn_own": ctx.randn(n, generator=own),
     }
     heap["zeros_like"] = ctx.zeros_like(heap["randn"])
-    torch.manual_seed(SEED + rank)  # replay the same random stream for the reference
+    shared, own = torch.Generator(device).manual_seed(SEED), torch.Generator(device).manual_seed(SEED + rank)
     ref = {
         "zeros": torch.zeros(n, dtype=torch.float32),
         "ones": torch.ones(3, n, dtype=torch.bfloat16),
         "full": torch.full((n,), rank + 7, dtype=torch.int32),
         "arange": torch.arange(n),
         "linspace": torch.linspace(-1.0, 1.0, n),
-        "randn": torch.randn(n, device=device),
-        "randint": torch.randint(-100, 100, (n,), dtype=torch.int32, device=device),
+        "randn": torch.randn(n, device=device, generator=shared),
+        "randint": torch.randint(-100, 100, (n,), dtype=torch.int32, device=device, generator=shared),
+        "randn_own": torch.randn(n, device=device, generator=own),
         "zeros_like": torch.zeros(n),
     }
 

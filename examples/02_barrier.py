@@ -16,7 +16,7 @@ import iris  # before triton: on the cpu backend this switches Triton to its int
 import triton
 import triton.language as tl
 
-iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 SEED = 1234
 BLOCK = 256

@@ -14,7 +14,7 @@ import torch
 
 import iris  # before triton: on the cpu backend this switches Triton to its interpreter
 
-iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 SEED = 1234
 

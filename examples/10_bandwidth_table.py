@@ -16,7 +16,7 @@ import iris
 from iris.bench import micro, report
 from iris.bench.suite import default_world_size
 
-iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 
 def main(nbytes, quick):

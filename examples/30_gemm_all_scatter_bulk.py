@@ -21,7 +21,7 @@ import triton.language as tl
 from iris.ops import OpsConfig, reference
 from iris.ops.gemm import matmul
 
-iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 SEED = 1234
 

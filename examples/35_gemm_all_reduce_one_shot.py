@@ -22,7 +22,7 @@ import triton.language as tl
 from iris.ops import reference
 from iris.ops.gemm import mainloop, tile_coords
 
-iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 SEED = 1234
 BM, BN, BK = 32, 32, 32

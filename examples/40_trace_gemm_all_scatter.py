@@ -19,7 +19,7 @@ import iris
 from iris.bench.report import plot_trace
 from iris.ops import OpsConfig, reference
 
-iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 SEED = 1234
 

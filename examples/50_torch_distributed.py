@@ -16,7 +16,7 @@ import torch.distributed._functional_collectives as fc
 import iris
 import iris.distributed  # registers the "iris" backend
 
-iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 
 def main(n=1000):

@@ -16,7 +16,7 @@ import torch
 import iris  # before triton: on the cpu backend this switches Triton to its interpreter
 from iris.models import IrisComm, LlamaConfig, NoComm, TensorParallelLlama, TorchDistComm
 
-iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as [Iris] [rank/world] ...
+iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
 
 SEED = 1234
 

@@ -2,8 +2,8 @@
 
 Each example is run as its own command (``python examples/NN_name.py --world-size 2``), as a user would, so
 this also covers ``iris.run`` starting the ranks. An example checks its own result against a torch
-reference and raises on a mismatch; on success rank 0 logs one line ``[Iris] [0/2] name: ...``, where
-``name`` is the file name without its number. New files matching ``examples/[0-9]*.py`` are picked up.
+reference and raises on a mismatch; on success rank 0 logs one line ``HH:MM:SS INFO  [Iris] [0/2] name: ...``,
+where ``name`` is the file name without its number. New files matching ``examples/[0-9]*.py`` are picked up.
 """
 
 import os
@@ -38,7 +38,7 @@ def test_example(path):
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{path.name} exited with {proc.returncode}:\n{output[-6000:]}"
-    summary = re.compile(rf"^\[Iris\] \[0/{WORLD_SIZE}\] {re.escape(name)}: ", re.MULTILINE)
+    summary = re.compile(rf"^\d\d:\d\d:\d\d INFO  \[Iris\] \[0/{WORLD_SIZE}\] {re.escape(name)}: ", re.MULTILINE)
     assert summary.search(output), (f"{path.name}: no summary line '[Iris] [0/{WORLD_SIZE}] {name}: ...'; end the "
                                     f"example with `if rank == 0: ctx.info(f\"{name}: ...\")`. "
                                     f"Output:\n{output[-3000:]}")

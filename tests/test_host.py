@@ -3,6 +3,7 @@
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -175,10 +176,11 @@ def _logging_body():
 def test_logging_prefix_and_levels(pools):
     out = pools(2).run(_logging_body)
     for rank, text in enumerate(out):
-        lines = text.strip().splitlines()
-        assert f"[Iris] [{rank}/2] dbg" in lines and f"[Iris] [{rank}/2] warn" in lines
-        assert f"[Iris] [{rank}/2] err" in lines and not any("hidden" in line for line in lines)
-        assert "[Iris] own" in lines  # iris.logger, upstream's name, with upstream's format
+        # upstream's newest format, "HH:MM:SS LEVEL [Iris] [rank/world] message", the clock cut off
+        lines = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in text.strip().splitlines()]
+        assert f"DEBUG [Iris] [{rank}/2] dbg" in lines and f"WARNING [Iris] [{rank}/2] warn" in lines
+        assert f"ERROR [Iris] [{rank}/2] err" in lines and not any("hidden" in line for line in lines)
+        assert "WARNING [Iris] [?/?] own" in lines  # iris.logger, upstream's name: no context, no rank
     from iris.logging import IrisFormatter, logger  # upstream Iris's module path
 
     assert logger is iris.logger and IrisFormatter is iris.host.logging.RankFormatter

@@ -26,11 +26,14 @@ def test_import_shows_warnings_and_leaves_the_bench_harness_alone():
     lines = run.stdout.split("\n")
     assert lines[0] == "True ['StreamHandler'] 30 False"
     assert lines[1] == "['StreamHandler'] iris.host.timing"
-    assert run.stderr.splitlines() == ["[Iris] shown once", "[Iris] debug shown", "app: through the app"], run.stderr
+    shown = [line[9:] for line in run.stderr.splitlines()[:2]] + run.stderr.splitlines()[2:]  # past "HH:MM:SS "
+    assert shown == ["ERROR [Iris] [?/?] shown once", "DEBUG [Iris] [?/?] debug shown", "app: through the app"], (
+        run.stderr)
     env_code = "import iris; print(iris.logger.level); iris.logger.info('info shown')"
     env = {**os.environ, "IRIS_LOG_LEVEL": "info"}
     run = subprocess.run([sys.executable, "-c", env_code], capture_output=True, text=True, check=True, env=env)
-    assert run.stdout.strip() == "20" and run.stderr.strip() == "[Iris] info shown", (run.stdout, run.stderr)
+    shown = run.stderr.strip()[9:]
+    assert run.stdout.strip() == "20" and shown == "INFO  [Iris] [?/?] info shown", (run.stdout, run.stderr)
 
 
 def test_version_check_names_what_is_untested():

@@ -1,4 +1,5 @@
-"""Rank-aware logging under the ``iris`` logger: records print as ``[Iris] [rank/world] message`` on stderr.
+"""Rank-aware logging under the ``iris`` logger: records print as ``HH:MM:SS LEVEL [Iris] [rank/world] message`` on
+stderr (upstream Iris's newest format; ``[?/?]`` for a record no context logged).
 
 Default level: WARNING, so errors and warnings (``ctx.error``, ``ctx.warning``, the library's notes about what it
 ignores) are always seen, while ``ctx.info`` / ``ctx.debug`` stay quiet. ``IRIS_LOG_LEVEL`` (DEBUG, INFO, WARNING,
@@ -23,13 +24,15 @@ logger = logging.getLogger("iris")
 
 
 class RankFormatter(logging.Formatter):
-    """``[Iris] [rank/world] message`` for records a context logged; ``[Iris] message`` for the others (a program's
-    own ``iris.logger.info(...)``)."""
+    """``HH:MM:SS LEVEL [Iris] [rank/world] message``, as upstream Iris prints: the rank and world of the context that
+    logged the record, ``?`` for a record none did (a program's own ``iris.logger.info(...)``), and the module's name
+    after them for a record marked ``iris_internal``."""
 
     def format(self, record):
-        if not hasattr(record, "iris_rank"):
-            return f"[Iris] {record.getMessage()}"
-        return f"[Iris] [{record.iris_rank}/{getattr(record, 'iris_num_ranks', '?')}] {record.getMessage()}"
+        where = f"[{getattr(record, 'iris_rank', '?')}/{getattr(record, 'iris_num_ranks', '?')}]"
+        if getattr(record, "iris_internal", False):
+            where += f" [{record.module}]"
+        return f"{self.formatTime(record, '%H:%M:%S')} {record.levelname:<5s} [Iris] {where} {record.getMessage()}"
 
 
 IrisFormatter = RankFormatter  # upstream Iris's name
@@ -60,7 +63,7 @@ _handler = None  # the rank-prefixed stderr handler
 
 
 def add_rank_handler(stream=None):
-    """Print the ``iris`` logger's records as ``[Iris] [rank/world] message`` on ``stream`` (stderr by default),
+    """Print the ``iris`` logger's records in ``RankFormatter``'s format on ``stream`` (stderr by default),
     unless the application configured handlers on the root logger. Once: a second call returns the handler
     already added (made at import)."""
     global _handler
