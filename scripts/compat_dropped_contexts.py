@@ -5,12 +5,13 @@
 Each round: ``ctx = iris.iris(heap)``, the collectives through ``ctx.ccl`` and ``torch.ops.iris`` under
 ``torch.compile`` (inductor), then ``ctx.barrier(); del ctx; gc.collect()``. With ranks sharing one H200 (141 GB),
 two 8 GiB heaps a round leak past the GPU's memory by the eighth round if dropped contexts keep their heaps.
-Prints one line per round (free GiB on rank 0) and ``dropped contexts: PASS`` when the free memory after the last
+Prints one line per round (free GiB on rank 0, seconds so far) and ``dropped contexts: PASS`` when the free memory after the last
 round is within 2 GiB of the first round's.
 """
 
 import argparse
 import gc
+import time
 
 import torch
 
@@ -21,6 +22,7 @@ def rounds(count, heap_bytes):
     import iris.compile
 
     free = []
+    start = time.perf_counter()
     for i in range(count):
         ctx = iris.iris(heap_bytes)
         iris.compile.set_context(ctx)
@@ -40,7 +42,8 @@ def rounds(count, heap_bytes):
         gc.collect()
         if torch.cuda.is_available():  # the cpu backend runs the same rounds, for a smoke test
             torch.cuda.synchronize()
-        free.append(torch.cuda.mem_get_info()[0] / 2**30 if torch.cuda.is_available() else 0.0)
+        free.append((torch.cuda.mem_get_info()[0] / 2**30 if torch.cuda.is_available() else 0.0,
+                     time.perf_counter() - start))
     return free
 
 
@@ -51,8 +54,9 @@ def main():
     parser.add_argument("--heap-mib", type=int, default=8192)
     args = parser.parse_args()
     free = iris.run(rounds, args.world_size, args.count, args.heap_mib << 20)[0]
-    for i, gib in enumerate(free):
-        print(f"round {i:2d}: {gib:7.1f} GiB free")
+    for i, (gib, seconds) in enumerate(free):
+        print(f"round {i:2d}: {gib:7.1f} GiB free, {seconds:6.1f} s since the first round began")
+    free = [gib for gib, _ in free]
     ok = free[-1] >= free[0] - 2
     print(f"dropped contexts: {'PASS' if ok else 'FAIL'} ({args.count} x {args.world_size} heaps of {args.heap_mib} MiB;"
           f" free {free[0]:.1f} -> {free[-1]:.1f} GiB)")

@@ -24,7 +24,7 @@ t_sim=$( { IRIS_BACKEND=simulation timeout 90 python3 -m pytest -q -p no:cachepr
 IRIS_BACKEND=simulation timeout 35 python3 scripts/compat_dropped_contexts.py --world-size 2 --count 12 \
   --heap-mib 8192 > "$OUT_DIR/dropped.log" 2>&1
 t_drop=$?
-IRIS_BACKEND=cuda timeout 20 python3 scripts/compat_dropped_contexts.py --world-size 1 --count 12 \
+IRIS_BACKEND=cuda timeout 90 python3 scripts/compat_dropped_contexts.py --world-size 1 --count 12 \
   --heap-mib 8192 >> "$OUT_DIR/dropped.log" 2>&1
 t_one=$?
 t_up="skipped (UPSTREAM unset)"
