@@ -131,7 +131,7 @@ def plots(rows, out):
 
 
 def main(out, quick, max_bytes, min_bytes=0, ops=OPS, configs=(), rounds=1):
-    on_cpu = iris.host.backend.BACKEND == "cpu"
+    on_cpu = iris.platform.backend.BACKEND == "cpu"
     sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
     if quick or on_cpu:
         sizes = [4 << 10, 16 << 10]

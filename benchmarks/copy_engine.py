@@ -1,4 +1,4 @@
-"""Copy-engine throughput of the transfers the fused ops queue (``iris/host/copy_engine.py``), 2 GPUs, both
+"""Copy-engine throughput of the transfers the fused ops queue (``iris/host/copy_engine/queue.py``), 2 GPUs, both
 ranks copying to each other at once as the ops do: one copy per band of matmul_all_gather's column block (2-D,
 rows narrower than the pitch) against contiguous copies of the same bytes, on one side stream and spread over
 several.
@@ -9,8 +9,8 @@ several.
 import iris  # first: it picks the backend
 import torch
 
-from iris.host import cuda_driver
-from iris.host.copy_engine import peer_view
+from iris.platform import cuda_driver
+from iris.host.copy_engine.queue import peer_view
 
 # (name, bytes per row, rows per copy, pitch (None: one contiguous copy), copies, side streams)
 CASES = (

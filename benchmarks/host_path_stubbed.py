@@ -14,7 +14,7 @@ import torch.distributed as dist
 import iris
 import iris.compile as iris_compile
 import iris.distributed as iris_distributed
-from iris.host import private
+from iris.platform import private
 
 
 def _median_us(fn, count=1000, rounds=7):

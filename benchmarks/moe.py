@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 import iris
 from iris.ccl import MoEDispatchConfig
-from iris.ccl.moe_utils import owners
+from iris.ccl.moe.routing import owners
 
 
 def _routing(rank, T, E, k, H, dev):
@@ -44,7 +44,7 @@ def _routing(rank, T, E, k, H, dev):
 def _time(fn, iters, warmup, barrier):
     for _ in range(warmup):
         fn()
-    if torch.cuda.is_available() and iris.host.backend.BACKEND != "cpu":
+    if torch.cuda.is_available() and iris.platform.backend.BACKEND != "cpu":
         times = []
         for _ in range(iters):
             barrier()
@@ -196,7 +196,7 @@ class _NoKernel:
 
 
 def _host_only_body(T, H, E, k, iters):
-    from iris.ccl import moe_dispatch
+    from iris.ccl.moe import dispatch as moe_dispatch
 
     for name in ("_route_kernel", "_counts_kernel", "_dispatch_rows_kernel", "_combine_push_kernel",
                  "_combine_reduce_kernel"):
@@ -231,7 +231,7 @@ def main():
         for T in [int(t) for t in args.tokens.split(",")]:
             per_rank = iris.launch(_host_only_body, args.world, T, 7168, 256, 8, 200)
             records += [dict(op="moe_host_path", provider=name, world_size=args.world, tokens=T, host_us=us,
-                             backend=iris.host.backend.BACKEND) for name, us in per_rank[0].items()]
+                             backend=iris.platform.backend.BACKEND) for name, us in per_rank[0].items()]
         with open(os.path.join(args.out, "moe_host.json"), "w") as f:
             json.dump(records, f, indent=1)
         for r in records:
@@ -259,7 +259,7 @@ def main():
                                     host_us=max((r[name]["host_us"] for r in per_rank
                                                  if r[name]["host_us"] is not None), default=None),
                                     gpu_ops=per_rank[0][name]["gpu_ops"],
-                                    backend=iris.host.backend.BACKEND))
+                                    backend=iris.platform.backend.BACKEND))
     finally:
         pool.close()
     with open(os.path.join(args.out, "moe.json"), "w") as f:

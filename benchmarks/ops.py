@@ -175,7 +175,7 @@ def plots(rows, out):
 
 
 def main(out, quick, ops=OPS, shapes=SHAPES, providers=PROVIDERS, rounds=3):
-    on_cpu = iris.host.backend.BACKEND == "cpu"
+    on_cpu = iris.platform.backend.BACKEND == "cpu"
     shapes = ((64, 64, 96),) if quick or on_cpu else shapes
     ctx = iris.iris(heap_size=(1 << 22) if on_cpu else (24 << 30))
     timing = Timing(warmup=1, repeat=2, min_repeat=1, budget_ms=5) if on_cpu else Timing(repeat=10, rounds=rounds)

@@ -23,7 +23,7 @@ import torch
 
 import iris
 from iris.ccl import CollectiveConfig
-from iris.host.allocator import align_up
+from iris.host.memory.allocator import align_up
 from iris.host.distributed import all_gather_object
 
 iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as HH:MM:SS INFO [Iris] [rank/world] ...
@@ -43,7 +43,7 @@ def _values(step, rank, salt, shape, device):
 def main(steps, max_tokens, seed, out_dir, minutes=None, hidden=None, allocator="vmem"):
     import torch.distributed as dist
 
-    on_cpu = iris.host.backend.BACKEND == "cpu"
+    on_cpu = iris.platform.backend.BACKEND == "cpu"
     hidden = hidden or (32 if on_cpu else 4096)
     start_heap = 1 << 20 if on_cpu else 1 << 26  # a starting size: the vmem heap grows to what the loop needs
     ctx = iris.iris(heap_size=start_heap, allocator_type=allocator)
@@ -150,7 +150,7 @@ if __name__ == "__main__":
     parser.add_argument("--out", default=None)
     parser.add_argument("--world-size", type=int, default=None)
     args = parser.parse_args()
-    on_cpu = iris.host.backend.BACKEND == "cpu"
+    on_cpu = iris.platform.backend.BACKEND == "cpu"
     max_tokens = args.max_tokens or (64 if on_cpu else 8192)
     from iris.bench.suite import default_world_size
 

@@ -111,6 +111,6 @@ if __name__ == "__main__":
     parser.add_argument("--out", default=None)
     parser.add_argument("--world-size", type=int, default=None)
     args = parser.parse_args()
-    on_cpu = iris.host.backend.BACKEND == "cpu"
+    on_cpu = iris.platform.backend.BACKEND == "cpu"
     max_elems = args.max_elems or (300 if on_cpu else 1 << 20)
     iris.run(main, args.world_size or default_world_size(), args.count, max_elems, args.seed, args.out)

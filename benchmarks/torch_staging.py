@@ -92,7 +92,7 @@ def _cases(ctx, op, n, group, heap_in, heap_out, nccl):
 def main(ops, max_bytes, reps, repeats):
     import iris.distributed
 
-    on_gpu = iris.host.backend.BACKEND != "cpu"
+    on_gpu = iris.platform.backend.BACKEND != "cpu"
     max_bytes = max_bytes if on_gpu else min(max_bytes, 64 << 10)
     world_size = dist.get_world_size() if dist.is_initialized() else None
     max_n = max_bytes // DTYPE.itemsize

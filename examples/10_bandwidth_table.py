@@ -43,6 +43,6 @@ if __name__ == "__main__":
     parser.add_argument("--bytes", type=int, default=None, help="bytes per rank (a power of two)")
     parser.add_argument("--world-size", type=int, default=None, help="ranks (default: every GPU; 2 on the cpu)")
     args = parser.parse_args()
-    on_cpu = iris.host.backend.BACKEND == "cpu"
+    on_cpu = iris.platform.backend.BACKEND == "cpu"
     nbytes = args.bytes or (16 << 10 if on_cpu else 64 << 20)
     iris.run(main, args.world_size or default_world_size(), nbytes, on_cpu or nbytes <= 1 << 20)

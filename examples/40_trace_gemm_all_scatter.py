@@ -25,7 +25,7 @@ SEED = 1234
 
 
 def main(m, n, k, trace_path, png):
-    ctx = iris.iris(heap_size=1 << 30 if iris.host.backend.BACKEND != "cpu" else 1 << 24)
+    ctx = iris.iris(heap_size=1 << 30 if iris.platform.backend.BACKEND != "cpu" else 1 << 24)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     dev = ctx.get_device()
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32

@@ -22,7 +22,7 @@ iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as HH:M
 def main(n=1000):
     group = dist.new_group(backend="iris")  # every rank; the backend creates its iris context on first use
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    device = "cpu" if iris.host.backend.BACKEND == "cpu" else torch.device("cuda", torch.cuda.current_device())
+    device = "cpu" if iris.platform.backend.BACKEND == "cpu" else torch.device("cuda", torch.cuda.current_device())
     grads = torch.arange(n, dtype=torch.float32, device=device) * (rank + 1)
     dist.all_reduce(grads, group=group)  # sum over ranks: arange * (1 + 2 + ... + world_size)
     expected = torch.arange(n, dtype=torch.float32, device=device) * (world_size * (world_size + 1) // 2)

@@ -1,26 +1,35 @@
 """iris: multi-GPU programming in Triton on a symmetric heap.
 
 Importing iris chooses the backend (``IRIS_BACKEND``: cuda, simulation or cpu; automatic by default). On
-the cpu backend it switches Triton to its interpreter, so import iris before anything imports triton.
+the cpu backend it switches Triton to its interpreter and mends it (``iris/interpreter/``), so import iris before
+anything imports triton. This module is the package's face: it picks the backend, installs the interpreter's changes
+or the AMD launch options, and re-exports the public names.
 """
 
-from iris.host import backend as _backend  # noqa: F401  (first: may set TRITON_INTERPRET)
-from iris.host.timing import do_bench
-from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
-                         atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate)
-from iris.device.copy_engine import (put_signal, put_signal_rect, quiet, wait_then_put_rect,
+from iris.platform import backend as _backend  # first: may set TRITON_INTERPRET, before anything imports triton
+
+if _backend.BACKEND == "cpu":
+    from iris.interpreter import triton as _interpreter
+
+    _interpreter.install(debug=_backend.DEBUG)  # before any module decorates a kernel
+else:  # kernels written for upstream Iris pass AMD-only launch options, which Triton's CUDA launcher refuses
+    from iris.platform import amd_options as _amd_options
+
+    _amd_options.install()
+
+from iris.errors import PeerError, RankError, RankTimeoutError  # noqa: E402
+from iris.host.timing import do_bench  # noqa: E402
+from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min,  # noqa: E402
+                         atomic_or, atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate)
+from iris.device.copy_engine import (put_signal, put_signal_rect, quiet, wait_then_put_rect,  # noqa: E402
                                      wait_then_put_signal_rect)
-from iris.device.trace_events import TraceEvent
-# iris/iris.py (upstream's module path) loads first, so that the package attribute iris.iris ends as the factory
-from iris import iris as _module_path  # noqa: F401
-from iris.host.context import Iris, iris
-from iris.host.distributed import RankTimeoutError
-from iris.host.launcher import RankError, RankPool, launch, run
-from iris.host.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
-from iris.host.watchdog import PeerError
-from iris import tensor_creation
-from iris import hip, mem  # upstream's iris.hip queries and iris.mem.* layout (aliases)
-from iris.host import private as _private
+from iris.device.trace_events import TraceEvent  # noqa: E402
+# the module iris/iris.py (upstream's path) loads first; the package attribute iris.iris then ends as the factory
+from iris.iris import Iris, iris  # noqa: E402
+from iris.host.launcher import RankPool, launch, run  # noqa: E402
+from iris.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
+from iris import tensor_creation, hip, mem  # noqa: E402  upstream's module paths (iris/upstream.py)
+from iris.platform import private as _private  # noqa: E402
 
 _private.warn_untested()  # a warning, once, if torch or triton is outside the tested versions
 

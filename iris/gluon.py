@@ -1,4 +1,5 @@
-"""Upstream Iris's Gluon entry point: ``from iris.gluon import IrisDeviceCtx`` (an alias of ``iris.device.gluon``)."""
+"""``iris.gluon``, upstream Iris's module path: the Gluon device API's entry point. Generated from
+``iris/upstream.py``."""
 
 from iris.device.gluon import IrisDeviceCtx
 

@@ -1,10 +1,582 @@
-"""``iris.iris``: upstream Iris's module path for the context class, its factory and the device API
-(``from iris.iris import DeviceContext``). The package attribute ``iris.iris`` is the factory function, as
-upstream's is; this module stays importable by its path."""
+"""``Iris``: the host side of one rank, composed of the rooms below it: its heap, its peers, the copy engines, the
+collectives (``ctx.ccl``) and fused ops (``ctx.ops``), and PyTorch-style tensor creation on the heap.
 
+This module is upstream Iris's ``iris.iris``: besides ``Iris`` and its factory ``iris()`` it re-exports the device API
+(``from iris.iris import load``), as upstream's does. The package attribute ``iris.iris`` is the factory."""
+
+import functools
+import importlib
+import math
+import os
+import socket
+import sys
+import weakref
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import triton.language as tl
+
+from iris.platform import backend as _backend
+from iris.interpreter.triton import patch_interpreter_asserts
+from iris.host.distributed import StoreBarrier, all_gather_object, default_store, device_synchronize, \
+    StoreExchange, ensure_process_group
+from iris.host.copy_engine.queue import CopyQueue
+from iris.host.copy_engine.api import CopyEngines, disabled_error, resolve_engines
+from iris.host.groups import GroupTable, region_bytes
+from iris.host.memory.allocator import align_up
+from iris.host.memory.heap import SymmetricHeap
+from iris.host.launches import LaunchCache
+from iris.logging import RankLogger
+from iris.host.memory.backing import CudaIpcMemory, SharedMemory
+from iris.host.memory.vmem import GrowableMemory
 from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
                          atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate)
-from iris.host.context import Iris, iris
+from iris.device.context import CONTEXT_HEADER
+from iris.device.debug import TRACE_WORDS
+from iris.device.translate import check_base_alignment, misaligned_bases
+from iris.host.memory.factories import TensorFactory
+from iris.host import topology as _topology
+from iris.host.watchdog import StoreReports, Watchdog
+
+ALLOCATORS = ("torch", "vmem")
+_context_serial = 0  # advances on every rank with each (collective) context creation
+
+
+class Iris(TensorFactory, RankLogger):
+    """One rank's view of the symmetric heap.
+
+    Construction is collective: every rank of the default process group must create its context with the
+    same ``heap_size``. Prefer the factory ``iris.iris(...)``.
+    """
+
+    def __init__(self, heap_size=1 << 30, allocator_type="torch", engines=(), timeout_s=None, debug=None,
+                 workspace_size=None, copy_engine=None, enable_copy_engine=None):
+        global _context_serial
+        if debug:
+            enable_debug()
+        allocator_type = os.environ.get("IRIS_ALLOCATOR", allocator_type)
+        if not isinstance(heap_size, int) or isinstance(heap_size, bool) or heap_size <= 0:
+            raise ValueError(f"iris.iris: heap_size must be a positive number of bytes, got {heap_size!r}; "
+                             "for example iris.iris(heap_size=1 << 30) for 1 GiB")
+        if allocator_type not in ALLOCATORS:
+            raise ValueError(f"iris.iris: unknown allocator_type {allocator_type!r}; use 'torch' (default) or "
+                             "'vmem'")
+        if workspace_size is None:
+            workspace_size = max(heap_size // 4, 1 << 20)
+        if not isinstance(workspace_size, int) or isinstance(workspace_size, bool) or workspace_size < 0:
+            raise ValueError(f"iris.iris: workspace_size must be a number of bytes >= 0, got {workspace_size!r}")
+        self.enable_copy_engine = resolve_engines(engines, copy_engine, enable_copy_engine)
+        if self.enable_copy_engine:
+            # upstream's switch: a program that set iris.device.sdma_utils.sdma_ep to None has no copy engine
+            # (read where the program imported it; the library never imports the alias module)
+            if getattr(sys.modules.get("iris.device.sdma_utils"), "sdma_ep", True) is None:
+                raise ImportError("iris.iris: the copy engine was asked for but iris.device.sdma_utils.sdma_ep is None "
+                                  "(upstream: the iris[sdma] extra); leave sdma_utils.sdma_ep as iris sets it")
+
+        self.backend = _backend.BACKEND
+        self.timeout_s = timeout_s
+        self._closed = False
+        on_cpu = self.backend == "cpu"
+        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
+        if on_cpu:
+            self._device = torch.device("cpu")
+            ensure_process_group("cpu")
+        else:
+            if not torch.cuda.is_available():
+                raise RuntimeError(f"iris.iris: IRIS_BACKEND={self.backend} but no GPU is visible; unset "
+                                   "IRIS_BACKEND to use the cpu backend")
+            gpus = torch.cuda.device_count()
+            if self.backend == "simulation":
+                device_id = int(os.environ.get("RANK", local_rank)) % gpus
+            else:
+                device_id = local_rank % gpus
+            self._device = torch.device("cuda", device_id)
+            torch.cuda.set_device(self._device)
+            ensure_process_group(self.backend)
+        self.device = str(self._device)  # upstream Iris's string, "cuda:N" or "cpu"; get_device() is the torch.device
+
+        self.cur_rank = dist.get_rank()
+        self.num_ranks = dist.get_world_size()
+        _context_serial += 1
+        self._serial = _context_serial
+        self._store = default_store()
+        self._barriers = {}
+
+        place = (socket.gethostname(), self._device.index)
+        sizes, places, cu_counts, seeds = zip(*all_gather_object((heap_size, place, self.get_cu_count(),
+                                                                  torch.initial_seed())))
+        self.init_random(seeds[0])  # one stream on every rank, from rank 0's seed (iris/host/memory/factories.py)
+        self._agreed_cu_count = min(cu_counts)  # grids launched on every rank are sized from it
+        # more ranks than GPUs (simulation, or the cuda backend on too few GPUs): some ranks share a GPU
+        self.shares_gpu = not on_cpu and len(set(places)) < self.num_ranks
+        self.peer_devices = [index for host, index in places if host == places[self.cur_rank][0]]
+        if len(set(sizes)) != 1:
+            raise ValueError(f"iris.iris: ranks asked for different heap sizes {list(sizes)} (bytes, by rank); every "
+                             "rank must pass the same heap_size")
+        # Heaps are mapped within a node only (iris/host/topology.py): the memory below is made by the node's ranks,
+        # which exchange handles among themselves; the world's table gets off-node codes for the others.
+        self.topology = _topology.discover(self.cur_rank, self.num_ranks, all_gather_object)
+        self.node_group = self.rail_group = self.rail_engine = None
+        exchange, local_barrier = all_gather_object, self._host_barrier
+        if self.topology.num_nodes > 1:
+            self.node_group, self.rail_group, self.rail_engine = _topology.make_groups(self.topology, self.backend)
+            exchange = functools.partial(all_gather_object, group=self.node_group)
+            local_barrier = functools.partial(self._host_barrier, self.topology.node_ranks())
+        local_rank, local_size = self.topology.local_rank, self.topology.local_world_size
+        # [group flags | subgroup workspace area | user tensors (grows with allocator_type="vmem")]
+        group_bytes, workspace_bytes = align_up(region_bytes(self.num_ranks)), align_up(workspace_size)
+        total = group_bytes + workspace_bytes + align_up(heap_size)
+        self.allocator_type = allocator_type
+        if allocator_type == "vmem":
+            memory = GrowableMemory(total, self._device, local_rank, local_size, exchange)
+        elif on_cpu:
+            memory = SharedMemory(total, local_rank, local_size, exchange, local_barrier)
+        else:
+            memory = CudaIpcMemory(total, self._device, local_rank, exchange)
+        # translate() claims to the compiler that the bases differ by multiples of BASE_ALIGNMENT; every rank checks
+        # the addresses it sees (its node's) and all raise together (one rank raising alone would leave the rest in
+        # the barrier)
+        top = self.topology
+        check_base_alignment([(seen, top.node_ranks(top.node_of(seen))[local], base) for seen, found in
+                              enumerate(all_gather_object(misaligned_bases(memory.bases))) for local, base in found])
+        self.heap = SymmetricHeap(memory, heap_size, group_bytes, workspace_bytes, self.cur_rank, self.num_ranks,
+                                  all_gather_object)
+        self.heap.bases = self.topology.world_bases(memory.bases)
+        self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self._device,
+                                 StoreExchange(self._store, self.cur_rank, self._serial, timeout_s))
+        # A subgroup's slot comes back when its ProcessGroups go. Through a weak reference: the watchdog thread
+        # holds the table, and a strong one would keep the context (and its heap mappings) from being collected.
+        context = weakref.ref(self)
+        self.groups.on_agreed(lambda ranks: context()._watch_group(ranks))
+        self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine/queue.py)
+        self.launches = LaunchCache()  # eager calls' remembered launches (iris/host/launches.py)
+        self.watchdog = Watchdog(self.cur_rank, self.num_ranks, exchange, local_barrier, self.groups, self.topology,
+                                 StoreReports(self._store, f"iris/watchdog/{self._serial}"))
+        # Upstream Iris's layout, [rank, world_size, base_0, ..., tracing words], then the bytes each base addresses
+        # (debug mode's extent, iris/device/debug.py). heap_bases is a view of the bases; the words around it stay
+        # in reach of the kernels that get it. A rank on another node has a negative code for a base.
+        self._device_context = torch.tensor(bases_table(self.cur_rank, self.num_ranks, self.heap.bases, memory.size),
+                                            dtype=torch.int64, device=self._device)
+        self.heap_bases = self._device_context[CONTEXT_HEADER.value:CONTEXT_HEADER.value + self.num_ranks]
+        # Growth keeps every base (the ranges are reserved up front) and widens the extent debug mode checks.
+        self.heap.on_grow(lambda capacity: self._device_context[-1].fill_(capacity))
+        # upstream's host copy-engine methods (iris/host/copy_engine/api.py); None when off
+        self.copy_engines = CopyEngines(self) if self.enable_copy_engine else None
+        self.barrier()
+        self.watchdog.start()
+        if self.copy_engines is not None:
+            self.info(self.copy_engines.describe())
+        self.debug(f"heap of {heap_size} bytes on {self.device} ({self.backend} backend)")
+
+    # ------------------------------------------------------------------ identity
+    def get_rank(self):
+        """This process's rank in the default process group."""
+        return self.cur_rank
+
+    def get_num_ranks(self):
+        """Number of ranks (the world size)."""
+        return self.num_ranks
+
+    def get_device(self):
+        """The ``torch.device`` that holds this rank's heap (``cpu`` on the cpu backend)."""
+        return self._device
+
+    def get_device_id(self):
+        """The GPU index of this rank (several ranks share one in simulation mode); 0 on the cpu backend."""
+        return self._device.index if self._device.type == "cuda" else 0
+
+    # ------------------------------------------------------------------ topology (iris/host/topology.py)
+    @property
+    def num_nodes(self):
+        """Nodes in the job: sets of ranks whose heaps map into one another (``IRIS_NODE_ID`` or the host name)."""
+        return self.topology.num_nodes
+
+    @property
+    def node(self):
+        """This rank's node, in ``[0, num_nodes)``; node n holds ranks ``[n * L, (n + 1) * L)``."""
+        return self.topology.node
+
+    @property
+    def local_rank(self):
+        """This rank's position in its node (``rank % local_world_size``)."""
+        return self.topology.local_rank
+
+    @property
+    def local_world_size(self):
+        """Ranks per node, ``L``: the same on every node."""
+        return self.topology.local_world_size
+
+    @property
+    def direct(self):
+        """Per rank: whether device code can reach its heap by load/store (same node), upstream's ``direct``."""
+        return self.topology.direct
+
+    def spans_nodes(self, group, caller):
+        """Whether ``group`` (None: the world) holds ranks of several nodes; such a group must be the world, which
+        the collectives run hierarchically (``iris/ccl/multinode/hierarchical.py``)."""
+        ranks = self._group_ranks(group, caller)
+        if not self.topology.spans_nodes(ranks):
+            return False
+        if len(ranks) != self.num_ranks:
+            nodes = sorted({self.topology.node_of(r) for r in ranks})
+            raise ValueError(f"{caller}: the group {ranks} spans nodes {nodes} but is not the world; across nodes "
+                             "the collectives run on the whole world; use a group within one node, or "
+                             "torch.distributed on a group of the NCCL/gloo backend")
+        return True
+
+    def check_direct(self, peer, caller, name="peer"):
+        """Raise at once when ``peer``'s heap is not mapped here (another node): host calls taking a peer rank."""
+        self.check_rank(peer, caller, name)
+        if not self.topology.direct[peer]:
+            raise ValueError(f"{caller}: {name}={peer} is on node {self.topology.node_of(peer)} and rank "
+                             f"{self.cur_rank} on node {self.node}; heaps are mapped within a node only, so only "
+                             f"ranks {self.topology.node_ranks()} can be reached directly; move data between nodes "
+                             "with the collectives (ctx.ccl) or torch.distributed")
+        return peer
+
+    def get_cu_count(self):
+        """Streaming multiprocessors of this rank's GPU (the CPU count on the cpu backend)."""
+        if self._device.type == "cuda":
+            return torch.cuda.get_device_properties(self._device).multi_processor_count
+        return os.cpu_count()
+
+    def get_agreed_cu_count(self):
+        """The smallest ``get_cu_count()`` over the ranks, exchanged once at context creation: what a kernel whose
+        programs wait for their peers' same-numbered programs sizes its grid from, so that ranks on GPUs of
+        different kinds launch the same grid (and every program stays resident on each)."""
+        return self._agreed_cu_count
+
+    def get_heap_bases(self):
+        """int64[world_size] on the device: entry r is where rank r's heap appears in this process.
+        Pass it to kernels that call the free device functions (``iris.load``, ``iris.put``, ...)."""
+        return self.heap_bases
+
+    def get_device_context(self):
+        """int64 tensor for ``iris.DeviceContext.initialize`` and Gluon's ``IrisDeviceCtx.initialize``, laid out as
+        upstream Iris's: ``[rank, world_size, heap_base_0, ..., heap_base_{W-1}, trace_enabled, max_events,
+        event counter address, operation counter address, 13 trace buffer addresses]`` (the tracing words are
+        zero until ``tracing.enable``), then the bytes each base addresses (read by debug mode)."""
+        return self._device_context
+
+    def get_copy_engine_ctx(self):
+        """The device-side copy-engine context to pass to device ops as ``copy_engine_ctx`` (a uint64 [world_size, 6]
+        tensor, opaque), or None when the context was made without ``engines=("sdma",)``."""
+        return None if self.copy_engines is None else self.copy_engines.device_ctx
+
+    # ------------------------------------------------------------------ copy engine (iris/host/copy_engine/api.py)
+    def _engines(self, method):
+        if self.copy_engines is None:
+            raise disabled_error(method)
+        self.groups.check(method)
+        return self.copy_engines
+
+    def put(self, src_tensor=None, to_rank=None, dst_tensor=None, wait_flag=None, wait_value=None, signal_flag=None,
+            signal_value=1, async_op=False, channel=0, *, dst_rank=None, to_tensor=None, from_tensor=None):
+        """Copy ``src_tensor`` into ``dst_tensor``'s counterpart (default: ``src_tensor``'s) on ``to_rank`` on a copy
+        engine, after the work queued on the current stream and, with ``wait_flag``, once that local int32/int64
+        flag reaches ``wait_value``; then add ``signal_value`` to ``signal_flag``'s counterpart on ``to_rank``
+        (release: a kernel there that acquires the flag sees the data). ``async_op=False`` blocks the host until it
+        has landed (the context's timeout; ``PeerError`` once a peer fails); ``async_op=True`` returns at once
+        (``quiet`` waits). No SM is used for the copy; the signal is a one-thread kernel. Graph-capturable.
+        ``dst_rank`` / ``to_tensor`` / ``from_tensor`` are upstream's other names."""
+        engines = self._engines("Iris.put")
+        src = _one_of("Iris.put", src_tensor=src_tensor, from_tensor=from_tensor)
+        rank = _one_of("Iris.put", to_rank=to_rank, dst_rank=dst_rank)
+        dst = _one_of("Iris.put", dst_tensor=dst_tensor, to_tensor=to_tensor, required=False)
+        engines.put(src, rank, dst, wait_flag, wait_value, signal_flag, signal_value, async_op, channel)
+
+    def put_tile(self, tile, to_rank, to_ptr, to_stride, wait_flag=None, wait_value=None, signal_flag=None,
+                 signal_value=1, async_op=False, channel=0):
+        """Upstream's low-level 2-D put: ``tile`` (``iris.copy_engine.Tile``: a sub-window of the matrix at address
+        ``tile.data``, row pitch ``tile.src_stride`` bytes) into the same window of the matrix at ``to_ptr`` (an
+        address already in the peer's heap, e.g. ``iris.copy_engine.peer_address``), row pitch ``to_stride`` bytes.
+        Flags as in ``put``, as tensors or raw addresses (32 bits; a raw ``signal_flag`` is already the peer's)."""
+        self._engines("Iris.put_tile").put_tiles([tile], to_rank, [to_ptr], [to_stride], wait_flag, wait_value,
+                                                 signal_flag, signal_value, async_op, channel, caller="Iris.put_tile")
+
+    def put_tiles(self, tiles, to_rank, to_ptrs, to_strides, wait_flag=None, wait_value=None, signal_flag=None,
+                  signal_value=1, async_op=False, channel=0):
+        """``put_tile`` for a batch in one submission: one wait before the first tile, one 2-D copy per tile, one
+        signal after the last."""
+        self._engines("Iris.put_tiles").put_tiles(tiles, to_rank, to_ptrs, to_strides, wait_flag, wait_value,
+                                                  signal_flag, signal_value, async_op, channel)
+
+    def quiet(self, to_rank=None, channel=0, *, dst_rank=None):
+        """Host-blocking: until every transfer queued to ``to_rank`` (every rank: None) on ``channel`` has landed,
+        signals included; the context's timeout, ``PeerError`` once a peer fails. Inside a capture, nothing to do."""
+        engines = self._engines("Iris.quiet")
+        engines.quiet(dst_rank if to_rank is None else to_rank, channel)
+
+    @property
+    def failure(self):
+        """None, or why this context stopped waiting for peers: a peer raised or died (``iris.PeerError``)."""
+        return self.groups.failure
+
+    # Made on first use: importing iris stays light, and a program that never calls them pays nothing.
+    @functools.cached_property
+    def ccl(self):
+        """The collectives (``iris.ccl``) bound to this context: ``ctx.ccl.all_reduce(out, inp)``, ..."""
+        from iris.ccl import CCL
+
+        return CCL(self)
+
+    @functools.cached_property
+    def rail(self):
+        """The inter-node stage (``iris/ccl/multinode/rail.py``): this rank's rail group, and the bytes handed to it."""
+        from iris.ccl.multinode.rail import Rail
+
+        return Rail(self)
+
+    @functools.cached_property
+    def tracing(self):
+        """Device tracing (``iris/host/tracing.py``): ``enable(max_events)``, ``reset()``, ``export(path)``."""
+        from iris.host.tracing import Tracing
+
+        return Tracing(self)
+
+    @functools.cached_property
+    def workspaces(self):
+        """The heap buffers and flags the collectives and fused ops keep between calls
+        (``iris/host/memory/workspaces.py``); ``ctx.workspaces.release(group)`` frees a group's."""
+        from iris.host.memory.workspaces import Workspaces
+
+        return Workspaces(self)
+
+    @functools.cached_property
+    def ops(self):
+        """The fused GEMM + communication ops (``iris.ops``) bound to this context: ``ctx.ops.matmul_all_gather``."""
+        from iris.ops import Ops
+
+        return Ops(self)
+
+    # ------------------------------------------------------------------ heap
+    def is_symmetric(self, tensor):
+        """True when ``tensor`` lies entirely in this rank's symmetric heap."""
+        return self.heap.contains(tensor)
+
+    def check_symmetric(self, tensor, caller, name="tensor"):
+        """Raise a clear error when ``tensor`` is not on the heap (kernels would read a peer's garbage)."""
+        if not self.is_symmetric(tensor):
+            where = f"on {tensor.device}" if isinstance(tensor, torch.Tensor) else f"a {type(tensor).__name__}"
+            raise ValueError(f"{caller}: {name} is not on the symmetric heap ({where}); allocate it with "
+                             "ctx.zeros(...) / ctx.empty(...), or copy it there with ctx.as_symmetric(t)")
+        return tensor
+
+    def check_rank(self, rank, caller, name="rank"):
+        if not isinstance(rank, int) or not 0 <= rank < self.num_ranks:
+            raise ValueError(f"{caller}: {name}={rank!r} is outside [0, {self.num_ranks}); ranks run from 0 to "
+                             f"world_size - 1 = {self.num_ranks - 1}")
+        return rank
+
+    def memory_stats(self):
+        """This rank's heap in the spirit of ``torch.cuda.memory_stats``: ``allocated_bytes.all.current`` /
+        ``.peak`` (bytes in live tensors and whole-world workspaces, including tensors dropped here but not yet
+        on every rank), ``reserved_bytes.all.current`` / ``.peak`` (bytes mapped: the heap's size, which grows
+        with ``allocator_type="vmem"``), counts of allocations, frees, agreements and growths, ``held_by_graphs``
+        (allocations made during CUDA graph captures whose graphs live: not reused, dropped or not), and
+        ``workspace_bytes`` (whole-world ones on the heap, subgroup ones in the workspace area). Local, cheap."""
+        stats = self.heap.memory_stats()
+        stats["workspace_bytes"] = self.workspaces.bytes()
+        return stats
+
+    def empty_cache(self):
+        """Collective over every rank. Collect this rank's garbage (tensors in reference cycles) and return to
+        the heap every tensor all ranks have dropped, and the workspaces and sync flags of every group whose
+        ProcessGroups every member has dropped; ``memory_stats`` then shows what is live."""
+        import gc
+
+        gc.collect()
+        self.heap.reclaim("Iris.empty_cache")
+
+    def allocate_symmetric(self, *size, dtype=None):
+        """Collective. An uninitialised heap tensor and int64[world_size] ``peer_bases`` on the device:
+        entry r is the address of this tensor on rank r (entry ``cur_rank`` is its own ``data_ptr()``)."""
+        tensor = self.empty(*size, dtype=dtype)
+        offset = self.heap.offset_of(tensor)
+        # Laid out as every bases table iris hands out (the device context's layout), for debug mode's words; the
+        # off-node codes stay as they are.
+        bases = [b + offset if direct else b for b, direct in zip(self.heap.bases, self.direct)]
+        table = bases_table(self.cur_rank, self.num_ranks, bases, tensor.numel() * tensor.element_size())
+        return tensor, torch.tensor(table, dtype=torch.int64, device=self._device)[2:2 + self.num_ranks]
+
+    # ------------------------------------------------------------------ synchronisation
+    def _group_ranks(self, group, caller):
+        if group is None:
+            return list(range(self.num_ranks))
+        if isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER:  # new_group's on ranks left out
+            raise ValueError(f"{caller}: rank {self.cur_rank} is not a member of the group")
+        if not isinstance(group, dist.ProcessGroup):
+            raise TypeError(f"{caller}: group must be a torch.distributed ProcessGroup or None, got "
+                            f"{type(group).__name__}; make one with torch.distributed.new_group(ranks)")
+        ranks = dist.get_process_group_ranks(group)
+        if self.cur_rank not in ranks:
+            raise ValueError(f"{caller}: rank {self.cur_rank} is not a member of the group {ranks}")
+        return sorted(ranks)
+
+    def barrier(self, stream=None, group=None, timeout_s=None):
+        """Collective, host-blocking. Wait for this rank's device work (``stream`` only, if given), then
+        for every rank of ``group``. Raises ``iris.RankTimeoutError`` naming the ranks that did not
+        arrive after ``timeout_s`` (default ``IRIS_TIMEOUT_S`` or 300 s). Not graph-capturable; use
+        ``device_barrier`` inside graphs. Raises ``iris.PeerError`` once a peer has failed."""
+        self.groups.check("Iris.barrier")
+        device_synchronize(self._device, stream)
+        self._host_barrier(self._group_ranks(group, "Iris.barrier"), timeout_s)
+
+    def _host_barrier(self, ranks=None, timeout_s=None):
+        """The store barrier alone: what ``barrier`` does after its checks, and the barrier of context
+        creation (before ``groups`` exists)."""
+        ranks = list(range(self.num_ranks)) if ranks is None else ranks
+        barrier = self._barriers.get(tuple(ranks))
+        if barrier is None:
+            name = f"{self._serial}/{'-'.join(map(str, ranks))}"
+            barrier = self._barriers[tuple(ranks)] = StoreBarrier(self._store, self.cur_rank, ranks, name)
+        barrier.wait(self.timeout_s if timeout_s is None else timeout_s, what="Iris.barrier",
+                     check=self._check_peers)
+
+    def _check_peers(self, caller="Iris.barrier"):
+        """Raise ``PeerError`` once the watchdog has seen a peer fail: host waits call it between short waits."""
+        groups = getattr(self, "groups", None)  # None during context creation
+        if groups is not None:
+            groups.check(caller)
+
+    def _watch_group(self, ranks):
+        self.workspaces.watch(ranks)
+
+    def group_sync(self, group, caller):
+        """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises
+        ``iris.PeerError`` once a peer has failed (every collective starts here or at ``groups.get``)."""
+        ranks = self._group_ranks(group, caller)
+        if self.topology.spans_nodes(ranks):
+            nodes = sorted({self.topology.node_of(r) for r in ranks})
+            raise ValueError(f"{caller}: the group {ranks} spans nodes {nodes}; iris kernels reach the ranks of one "
+                             "node only; the collectives of ctx.ccl run across nodes on the whole world (group=None) "
+                             "or on groups within one node")
+        return self.groups.get(ranks, caller)
+
+    @property
+    def _device_barrier_state(self):
+        """Upstream's view of the flags ``device_barrier`` counts on, by group (``None``: every rank): the same tensor
+        at every call (upstream's tests check that it is kept)."""
+        return {None: self.group_sync(None, "Iris.device_barrier").flags}
+
+    def device_barrier(self, group=None):
+        """Collective over ``group``, asynchronous for the host, graph-capturable (after a first call outside
+        the capture): one single-program kernel on the current stream that returns once every member's
+        kernel has arrived. Work queued before it on each member's stream (remote stores included) is
+        visible to work queued after it on every member. Sys-scope release/acquire counters on the heap."""
+        from iris.device.sync import _device_barrier_kernel
+
+        if self.num_nodes > 1 and self.spans_nodes(group, "Iris.device_barrier"):  # node, rail, node (hierarchical.py)
+            from iris.ccl.multinode.hierarchical import barrier
+
+            return barrier(self)
+        sync = self.group_sync(group, "Iris.device_barrier")
+        _device_barrier_kernel[(1,)](sync.flags, self.heap_bases, sync.members, self.cur_rank,
+                                     GROUP_SIZE=sync.size, num_warps=1)
+        # Where the kernel runs synchronously (the cpu backend), a wait released by a failed peer's poison returns
+        # normally if the watchdog's asynchronous PeerError was lost (Python drops one raised in a finalizer).
+        self.groups.check("Iris.device_barrier")
+
+    def broadcast(self, value, src=0):
+        """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back
+        as numpy arrays (moved with a tensor broadcast; bfloat16 arrives as float32, which numpy lacks), anything
+        else as the same Python object."""
+        self.groups.check("Iris.broadcast")
+        self.check_rank(src, "Iris.broadcast", "src")
+        header = [None]
+        if self.cur_rank == src:
+            if isinstance(value, (torch.Tensor, np.ndarray)):
+                array = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.from_numpy(
+                    np.ascontiguousarray(value))
+                header = [("tensor", tuple(array.shape), array.dtype)]
+            else:
+                header = [("object", value)]
+        dist.broadcast_object_list(header, src=src)
+        if header[0][0] == "object":
+            return header[0][1]
+        _, shape, dtype = header[0]
+        device = self._device if dist.get_backend() == "nccl" else torch.device("cpu")
+        buffer = array.contiguous().to(device) if self.cur_rank == src else torch.empty(shape, dtype=dtype,
+                                                                                         device=device)
+        if math.prod(shape) > 0:
+            dist.broadcast(buffer, src=src)
+        if buffer.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every bf16 value exactly
+            buffer = buffer.float()
+        return buffer.cpu().numpy()
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self):
+        """Release the peer mappings and tell peers this rank closed cleanly (so its exit is no failure).
+        Tensors on the local heap stay valid while referenced."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._device.type == "cuda":
+                torch.cuda.synchronize(self._device)  # the watchdog still runs: a wait for a dead peer ends
+        finally:
+            if self.copy_engines is not None:
+                self.copy_engines.proxy.close()
+            self.watchdog.close()
+            self.heap.memory.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def enable_debug():
+    """Turn debug mode on for kernels compiled from now on (``iris.iris(debug=True)`` calls this): the device
+    switches in ``iris/device/debug.py``, ``translate`` and ``sync``, Triton's device asserts, and the interpreter's
+    on the cpu backend. A kernel compiled before keeps its mode; Triton refuses to launch it again once the switch
+    has changed."""
+    import triton.knobs
+
+    from iris.device import debug
+
+    debug.ENABLED = tl.constexpr(True)
+    # By module path: ``iris.device.translate`` the attribute is the function, which shadows its module.
+    for name in ("iris.device.translate", "iris.device.sync"):
+        importlib.import_module(name).DEBUG = debug.ENABLED
+    triton.knobs.runtime.debug = True  # device asserts are compiled only in debug builds
+    if _backend.BACKEND == "cpu":
+        patch_interpreter_asserts()
+
+
+def bases_table(rank, world_size, bases, extent):
+    """The words of a device context (``get_device_context``) with tracing off."""
+    return [rank, world_size] + list(bases) + [0] * TRACE_WORDS.value + [extent]
+
+
+def _one_of(caller, required=True, **names):
+    given = {name: value for name, value in names.items() if value is not None}
+    if len(given) > 1:
+        raise TypeError(f"{caller}: got both {' and '.join(given)}; they name the same argument, pass one")
+    if not given and required:
+        raise TypeError(f"{caller}: missing {' (or '.join(names)}{')' * (len(names) - 1)}")
+    return next(iter(given.values()), None)
+
+
+def iris(heap_size=1 << 30, allocator_type="torch", engines=(), **kwargs):
+    """Create this rank's ``Iris`` context (collective). Initialises ``torch.distributed`` from the
+    environment (NCCL on GPUs, gloo on the cpu backend) unless the caller already did. ``debug=True`` (or
+    ``IRIS_DEBUG=1``) compiles bounds checks and bounded waits into kernels (``iris/device/debug.py``);
+    ``timeout_s`` bounds host-side waits (default ``IRIS_TIMEOUT_S`` or 300 s). A watchdog thread turns a
+    peer that raised or died into ``iris.PeerError`` on this rank (``iris/host/watchdog.py``; off with
+    ``IRIS_WATCHDOG=0``). ``engines=("sdma",)`` (also ``"sdma"``, ``("ce",)``, ``copy_engine="sdma"``,
+    ``enable_copy_engine=True`` or ``IRIS_ENABLE_COPY_ENGINE=1``) sets up this platform's copy engines for
+    ``ctx.put / put_tile / put_tiles / quiet`` (``iris/host/copy_engine/api.py``)."""
+    return Iris(heap_size=heap_size, allocator_type=allocator_type, engines=engines, **kwargs)
+
 
 __all__ = [
     "Iris", "iris", "DeviceContext", "translate", "load", "store", "get", "put", "copy", "atomic_add", "atomic_sub",

@@ -1,7 +1,7 @@
-"""Upstream Iris's ``iris.triggered``: copy-engine transfers that kernels release, the fused ops' mechanism made
-public (``iris/host/triggered.py``, ``iris/device/triggered.py``)."""
+"""``iris.triggered``, upstream Iris's module path: copy-engine transfers that kernels release. Generated from
+``iris/upstream.py``."""
 
-from iris.device.triggered import arrived, publish, wait
-from iris.host.triggered import Batch, Segment, State, TriggeredPlan, chunks, whole
+from iris.device.triggered import publish, arrived, wait
+from iris.host.copy_engine.triggered import TriggeredPlan, State, Batch, Segment, whole, chunks
 
 __all__ = ["TriggeredPlan", "State", "Batch", "Segment", "whole", "chunks", "publish", "arrived", "wait"]

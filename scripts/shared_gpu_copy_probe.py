@@ -52,7 +52,7 @@ def _grid(kind):
 
 def _queue_copy(kind, stream, dst, src):
     """One copy of ``kind`` from ``src`` to ``dst`` (uint8 buffers of ROWS * PITCH bytes) on ``stream``."""
-    from iris.host import cuda_driver
+    from iris.platform import cuda_driver
 
     if kind == "memcpy_1d":
         with torch.cuda.stream(stream):
@@ -67,7 +67,7 @@ def _case(grid_kind, copy_kind, count, flag, peer_flag, dst, src, side, timeout_
     """Launch the spinning kernel on our ``flag``, then queue on ``side``: wait until every program has raised
     ``count``, copy into ``dst``, write 1 into ``peer_flag`` (our own flag in one process, the peer's in two,
     which ``barrier`` keeps from starting before ours is cleared)."""
-    from iris.host import cuda_driver
+    from iris.platform import cuda_driver
 
     grid = _grid(grid_kind)
     seen = torch.full((grid,), -1, dtype=torch.int32, device="cuda")
@@ -108,7 +108,7 @@ def two_ranks(timeout_ms):
     """On a rank of the simulation backend: each rank spins on its own flag, its side stream copies into the
     peer's heap and raises the peer's flag."""
     import iris
-    from iris.host.copy_engine import peer_view
+    from iris.host.copy_engine.queue import peer_view
 
     ctx = iris.iris(1 << 26)
     peer = 1 - ctx.get_rank()

@@ -1,6 +1,6 @@
 """Compile for sm_90, without a GPU, every kernel specialisation the CPU tier launched (used by test_compile.py).
 
-Reads the records ``iris/host/launch_log.py`` wrote into the directory given as the first argument, keeps the
+Reads the records ``iris/interpreter/launch_log.py`` wrote into the directory given as the first argument, keeps the
 kernels defined in the folders given after it, compiles each distinct specialisation with Triton's own LLVM and
 ptxas, and prints ``RESULT`` and a JSON summary: how many compiled, and each failure with its first error line.
 """

@@ -18,7 +18,7 @@ LAST = "test_compile.py::test_launched_kernels_compile_for_sm90"
 
 def pytest_configure(config):
     """On the cpu backend, rank processes record every kernel specialisation they interpret
-    (``iris/host/launch_log.py``); ``LAST`` compiles them all for sm_90 after every other test."""
+    (``iris/interpreter/launch_log.py``); ``LAST`` compiles them all for sm_90 after every other test."""
     if not on_gpu() and "IRIS_LAUNCH_LOG" not in os.environ:
         os.environ["IRIS_LAUNCH_LOG"] = tempfile.mkdtemp(prefix="iris-launches-")
 
@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def on_gpu():
-    return iris.host.backend.BACKEND != "cpu"
+    return iris.platform.backend.BACKEND != "cpu"
 
 
 @pytest.fixture(scope="module")

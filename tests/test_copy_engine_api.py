@@ -1,4 +1,4 @@
-"""The documented copy-engine API (``iris/host/copy_engines.py``, ``iris/device/copy_engine.py``): engine selection,
+"""The documented copy-engine API (``iris/host/copy_engine/api.py``, ``iris/device/copy_engine.py``): engine selection,
 host ``put / put_tile / put_tiles / quiet`` with their wait and signal flags, the errors, and the device operations
 with ``use_copy_engine=True``. On the cpu backend host threads stand in for the copy queues; on GPUs the same
 bodies run on the copy engines."""
@@ -127,7 +127,7 @@ def _errors_body():
 
     import iris
     from iris.copy_engine import Tile
-    from iris.host.copy_engines import resolve_engines
+    from iris.host.copy_engine.api import resolve_engines
 
     messages = {}
     messages["bad_engine"] = error_message(resolve_engines, ("nvlink",))
@@ -377,7 +377,7 @@ for dtype in (torch.int32, torch.int64):
 def test_signal_kernel_compiles_once_per_flag_for_every_value():
     # The host launches the signal through compiled handles made with the context, one per (flag dtype, 16-byte
     # alignment): a value of 1 or a multiple of 16 must not select another specialisation, and the handle takes the
-    # address and an int32 value with no scratch (iris/host/copy_engines.py, _SignalLauncher). Compiled for sm_90.
+    # address and an int32 value with no scratch (iris/host/copy_engine/api.py, _SignalLauncher). Compiled for sm_90.
     import os
     import subprocess
     import sys

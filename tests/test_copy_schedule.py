@@ -1,5 +1,5 @@
-"""The copy-engine protocol every fused op shares (``iris/ops/copy_schedule.py``), on its own: a band leaves only
-once its count is full, lands in every peer's buffer with a flag, ``join`` clears the flags peers raised on our
+"""The copy-engine protocol every fused op shares (``iris/host/copy_engine/schedule.py``), on its own: a band leaves
+only once its count is full, lands in every peer's buffer with a flag, ``join`` clears the flags peers raised on our
 heap, and a launch that fails releases the side stream instead of leaving it waiting."""
 
 import iris  # noqa: F401  (before triton)
@@ -9,7 +9,7 @@ from rank_utils import new_context  # noqa: E402
 
 
 def _exchange_body():
-    from iris.ops.copy_schedule import CopySchedule
+    from iris.host.copy_engine.schedule import CopySchedule
 
     ctx = new_context()
     rank, world = ctx.get_rank(), ctx.get_num_ranks()

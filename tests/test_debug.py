@@ -155,8 +155,9 @@ _COMPILE_AFTER_ENABLE = """
 import sys
 import iris, triton
 import test_debug
+from iris.iris import enable_debug
 from triton.backends.compiler import GPUTarget
-iris.device.debug.enable()  # what iris.iris(debug=True) calls, after the kernels' modules were imported
+enable_debug()  # what iris.iris(debug=True) calls, after the kernels' modules were imported
 sig = {"src": "*i32", "dst": "*i32", "n": "i32", "heap_bases": "*i64", "rank": "i32", "peer": "i32",
        "BLOCK": "constexpr"}
 src = triton.compiler.ASTSource(fn=test_debug._peer_load_kernel, signature=sig, constexprs={"BLOCK": 64})

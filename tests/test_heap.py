@@ -176,7 +176,7 @@ def _capture_body():
     """The heap as a CUDA graph capture sees it, on the cpu backend through the seam that names the capture in
     progress: no agreement and no growth during it, and the bytes of a tensor allocated during it come back only
     once the graph is gone on every rank."""
-    from iris.host import capture
+    from iris.platform import capture
 
     ctx = new_context(heap_size=1 << 20)
     rank, quarter = ctx.get_rank(), (1 << 20) // 16  # float32 elements in a quarter of the heap
@@ -224,7 +224,7 @@ def _capture_workspace_body():
     """A whole-world workspace that grows during a capture keeps its old bytes until the graph is gone (kernels
     captured before the growth use them); a subgroup's cannot be made during one (its members' agreement on an
     offset is not recorded)."""
-    from iris.host import capture
+    from iris.platform import capture
 
     ctx = new_context(heap_size=1 << 20)
     rank, world = ctx.get_rank(), list(range(ctx.get_num_ranks()))

@@ -158,8 +158,8 @@ def test_broadcast_kinds(pools):
 def _logging_body():
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(iris.host.logging.RankFormatter())
-    iris.host.logging.logger.addHandler(handler)
+    handler.setFormatter(iris.logging.RankFormatter())
+    iris.logging.logger.addHandler(handler)
     ctx = new_context()
     iris.set_logger_level(iris.DEBUG)
     ctx.debug("dbg")
@@ -168,7 +168,7 @@ def _logging_body():
     ctx.warning("warn")
     ctx.error("err")
     iris.logger.warning("own")  # a program's own record, not a context's: no rank to show
-    iris.host.logging.logger.removeHandler(handler)
+    iris.logging.logger.removeHandler(handler)
     iris.set_logger_level(iris.INFO)
     return stream.getvalue()
 
@@ -183,7 +183,7 @@ def test_logging_prefix_and_levels(pools):
         assert "WARNING [Iris] [?/?] own" in lines  # iris.logger, upstream's name: no context, no rank
     from iris.logging import IrisFormatter, logger  # upstream Iris's module path
 
-    assert logger is iris.logger and IrisFormatter is iris.host.logging.RankFormatter
+    assert logger is iris.logger and IrisFormatter is iris.logging.RankFormatter
 
 
 def _bad_input_body():

@@ -237,7 +237,7 @@ def test_launch_hooks_are_seen():
     """A profiler's launch hook sends remembered launches back through Triton's path (which calls it)."""
     from triton import knobs
 
-    from iris.host import private
+    from iris.platform import private
 
     assert private.no_launch_hooks()
     hook = lambda metadata: None  # noqa: E731

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from iris.ccl import MoEDispatchConfig
-from iris.ccl import moe_reference as ref_moe
-from iris.ccl.moe_utils import make_expt_assignment, owners
+from iris.ccl.moe import reference as ref_moe
+from iris.ccl.moe.routing import make_expt_assignment, owners
 from conftest import on_gpu
 from rank_utils import GPU_SCALE, SEED, error_message, new_context, warmed_graph
 

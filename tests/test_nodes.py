@@ -1,5 +1,5 @@
-"""Several nodes (iris/host/topology.py, iris/ccl/hierarchical.py): nodes simulated on one host by a host id per
-node (IRIS_NODE_ID), against gloo's results on the world group.
+"""Several nodes (iris/host/topology.py, iris/ccl/multinode/hierarchical.py): nodes simulated on one host by a host
+id per node (IRIS_NODE_ID), against gloo's results on the world group.
 
 One pool per world size: a body sets IRIS_NODE_ID for the layout it checks before making its context, so the
 four-rank pool serves (1, 4), (2, 2) and (4, 1), the six-rank pool (2, 3) and (3, 2). Every layout checks the
@@ -274,7 +274,7 @@ def _off_node_body():
     rank = ctx.get_rank()
     other = (rank + 2) % 4
     buf = ctx.zeros(16, dtype=torch.int32)
-    from iris.host.copy_engine import peer_view
+    from iris.host.copy_engine.queue import peer_view
 
     rails = [dist.new_group([0, 2]), dist.new_group([1, 3])]  # every rank makes both, in one order
 

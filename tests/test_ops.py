@@ -11,7 +11,8 @@ import triton
 import triton.language as tl
 
 from conftest import on_gpu, world_sizes
-from iris.ops import OpsConfig, copy_schedule
+from iris.ops import OpsConfig
+from iris.host.copy_engine import schedule as copy_schedule
 from iris.ops import reference as ref_ops
 from iris.ops.gemm import first_unit, stream_program, stream_share
 from iris.ops.reduce_ops import _unit

@@ -1,5 +1,5 @@
 """What a user gets from installing and importing iris: the logging and layering a library owes its
-application, and the checks around the private torch / Triton APIs (``iris/host/private.py``)."""
+application, and the checks around the private torch / Triton APIs (``iris/platform/private.py``)."""
 
 import os
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import iris  # noqa: F401  (before triton)
-from iris.host import private
+from iris.platform import private
 
 
 def test_import_shows_warnings_and_leaves_the_bench_harness_alone():
@@ -67,4 +67,4 @@ def test_upstream_module_path_and_factory():
     from iris.iris import DeviceContext, Iris
 
     assert DeviceContext is iris.DeviceContext and Iris is iris.Iris
-    assert callable(iris.iris) and iris.iris is iris.host.context.iris
+    assert callable(iris.iris) and iris.iris is iris.iris.iris

@@ -360,7 +360,7 @@ def test_groups_of_any_size_agree_on_their_flags():
 def test_poison_advances_the_peers_column_of_every_slot(world):
     """The watchdog's poison on a region that is not a whole number of slots (3 and 5 ranks): the failed peer's
     column of every slot advances by POISON_STEP, the other columns and the tail past the last slot stay."""
-    from iris.host.allocator import align_up
+    from iris.host.memory.allocator import align_up
     from iris.host.groups import POISON_STEP, ROWS, GroupTable, region_bytes
 
     region = torch.zeros(align_up(region_bytes(world)) // 4, dtype=torch.int32)  # as the context reserves it
@@ -426,7 +426,7 @@ def _disagreeing_gpus_body():
     import os
     import types
 
-    from iris.host.context import Iris
+    from iris.iris import Iris
     from iris.ops import OpsConfig
     from iris.ops.common import choose_fused
     from iris.ops.gemm import num_programs

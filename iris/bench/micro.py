@@ -7,7 +7,7 @@ Providers:
 - ``iris``: the kernels of ``iris.bench.kernels`` through the device API;
 - ``triton_raw``: the same kernels, with the peer address cast from an int64 (no ``iris.translate``);
 - ``copy_engine``: ``tensor.copy_`` between this rank's tensor and a view of the peer's heap
-  (``iris.bench.peer``), i.e. ``cudaMemcpyAsync`` on a copy engine;
+  (``iris.host.copy_engine.queue.peer_view``), i.e. ``cudaMemcpyAsync`` on a copy engine;
 - ``torch_dist``: ``torch.distributed.all_gather_into_tensor`` (NCCL on GPUs), for all-load/all-store.
 
 Bytes and bandwidth: a point-to-point op moves ``bytes`` one way over one link; all-load/all-store count

@@ -22,7 +22,7 @@ TARGET_OF_CE, TARGET_OF_RAW, TARGET_ATOMIC_OF_STORE, TARGET_ONE_WAY_US = 0.95, 1
 def cli(parts=PARTS, stem="microbench", description=__doc__, argv=None):
     """Parse the command line and run ``parts`` on every rank: under torchrun in this process, otherwise on
     ``--world-size`` (default: every GPU, or 2 on the cpu backend) ranks started with ``iris.run``."""
-    import iris
+    from iris.host import launcher
 
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="directory for the CSV/JSON/markdown/PNG files")
@@ -45,14 +45,14 @@ def cli(parts=PARTS, stem="microbench", description=__doc__, argv=None):
     command = shlex.join([os.path.basename(sys.executable)] + sys.argv) if argv is None else shlex.join(argv)
     options = dict(out=args.out, quick=args.quick, parts=chosen, stem=stem, tune=not args.no_tune, peak=args.peak,
                    max_bytes=args.max_bytes, command=command)
-    for text in iris.run(run_suite, world_size, **options):
+    for text in launcher.run(run_suite, world_size, **options):
         if text:
             print(text)
 
 
 def default_world_size():
     """Every GPU on the cuda backend; 2 ranks on the cpu backend."""
-    from iris.host import backend
+    from iris.platform import backend
 
     if backend.BACKEND == "cpu":
         return 2
@@ -77,11 +77,11 @@ def profile_for(quick, max_bytes=None):
 def run_suite(out, quick=False, parts=PARTS, stem="microbench", tune=True, peak=None, max_bytes=None, command=""):
     """Collective (every rank). Run ``parts``, write the files on rank 0; returns the summary text on rank 0
     and "" elsewhere."""
-    import iris
+    from iris.iris import iris
 
     start = time.monotonic()
     profile = profile_for(quick, max_bytes)
-    ctx = iris.iris(heap_size=profile.heap_bytes(_world_size()))
+    ctx = iris(heap_size=profile.heap_bytes(_world_size()))
     bufs = micro.Buffers(ctx, profile)
     rows, tuning = [], []
     if tune and ("p2p" in parts or "all" in parts or "atomics" in parts):

@@ -2,15 +2,15 @@
 
 import inspect
 
-from iris.ccl import hierarchical
+from iris.ccl.multinode import hierarchical
 
 from iris.ccl.all_gather import all_gather
 from iris.ccl.all_reduce import all_reduce
 from iris.ccl.all_reduce_rmsnorm import all_reduce_rmsnorm
 from iris.ccl.all_to_all import all_to_all, all_to_all_single
-from iris.ccl import moe_utils
+from iris.ccl.moe import routing as moe_utils
 from iris.ccl.config import CollectiveConfig, Config
-from iris.ccl.moe_dispatch import DispatchHandle, MoEDispatchConfig, MoEDispatcher
+from iris.ccl.moe.dispatch import DispatchHandle, MoEDispatchConfig, MoEDispatcher
 from iris.ccl.reduce_scatter import reduce_scatter, reduce_scatter_tensor
 from iris.ccl.rooted import broadcast, gather, recv, reduce, scatter, send
 
@@ -25,7 +25,8 @@ _COLLECTIVES["all_reduce_rmsnorm"] = all_reduce_rmsnorm
 class CCL:
     """``ctx.ccl``: the collectives bound to one context. Each method is the function of the same name in
     ``iris.ccl`` with ``ctx`` filled in; see those for semantics. On several nodes a call over the world runs the
-    hierarchical algorithm of the same name (``iris/ccl/hierarchical.py``), a call within one node the kernel."""
+    hierarchical algorithm of the same name (``iris/ccl/multinode/hierarchical.py``), a call within one node the
+    kernel."""
 
     def __init__(self, ctx):
         self._ctx = ctx

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import first_block, program_row, store_to_group, tail_mask
+from iris.device.group import first_block, program_row, store_to_group, tail_mask
 from iris.device.sync import group_barrier
 from iris.host import launches
 

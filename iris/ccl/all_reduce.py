@@ -15,7 +15,7 @@ import triton.language as tl
 
 from iris.ccl import common
 from iris.ccl.config import ALL_REDUCE_ALGORITHMS
-from iris.ccl.device import first_block, program_row, reduce_from_group, store_to_group, tail_mask
+from iris.device.group import first_block, program_row, reduce_from_group, store_to_group, tail_mask
 from iris.device.sync import group_barrier
 from iris.host import launches
 

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import program_row, reduce_from_group
+from iris.device.group import program_row, reduce_from_group
 from iris.device.sync import group_barrier
 from iris.host import launches
 

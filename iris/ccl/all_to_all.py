@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import program_row, tail_mask
+from iris.device.group import program_row, tail_mask
 from iris.device.rma import store
 from iris.device.sync import group_barrier
 

@@ -126,7 +126,7 @@ class Config:
                              "tensor-data-mover code): use all_gather_variant='persistent' (register stores) or "
                              "'tma' (Hopper bulk tensor stores)")
         if self.num_xcds is None:
-            from iris import hip  # noqa: PLC0415  (iris.hip imports torch.cuda lazily too)
+            from iris.platform import device_info as hip  # noqa: PLC0415  (it imports torch.cuda lazily too)
             self.num_xcds = hip.get_num_xcc()
         if self.chunk_size is None:
             self.chunk_size = min(self.swizzle_size * self.swizzle_size, max(1, self.comm_sms // self.num_xcds))

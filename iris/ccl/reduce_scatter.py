@@ -28,7 +28,7 @@ from iris.ccl import common
 from iris.ccl.all_reduce import _all_reduce_one_shot_kernel
 from iris.ccl.config import REDUCE_SCATTER_ALGORITHMS
 from iris.ccl.reduce_scatter_tiles import reduce_scatter_tiles
-from iris.ccl.device import combine, finish, peer_at, program_row, tail_mask
+from iris.device.group import combine, finish, peer_at, program_row, tail_mask
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import fence_release_sys, group_barrier, wait_until

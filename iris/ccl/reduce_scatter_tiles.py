@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import combine, finish, program_row
+from iris.device.group import combine, finish, program_row
 from iris.device.rma import load
 from iris.device.sync import group_barrier
 

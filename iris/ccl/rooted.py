@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common
-from iris.ccl.device import first_block, program_row, reduce_from_group, tail_mask
+from iris.device.group import first_block, program_row, reduce_from_group, tail_mask
 from iris.device.rma import get
 from iris.device.sync import group_barrier
 

@@ -41,7 +41,7 @@ def set_context(ctx, staging_bytes=None):
     ``staging_bytes`` (see ``iris.distributed.staging.staging_for``), before the ops run or are traced. The
     binding does not keep ``ctx`` alive."""
     global _iris_ctx
-    from iris.host.context import Iris
+    from iris.iris import Iris
 
     if not isinstance(ctx, Iris):
         raise TypeError(f"iris.compile.set_context: Expected an Iris instance (ctx = iris.iris(...)), got "

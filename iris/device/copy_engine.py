@@ -31,7 +31,7 @@ ROW_BYTES = tl.constexpr(1024)  # bytes a program moves per step of a rectangle 
 def _signal_add_kernel(flag, value):
     # The host queue's signal: one release/sys add, after the stream's copies (the stream orders the kernel).
     # ``value`` is never specialised (1 would be a constant), so one compiled kernel per flag dtype serves every
-    # value: the host launches it through the compiled handle (iris/host/copy_engines.py, _SignalLauncher).
+    # value: the host launches it through the compiled handle (iris/host/copy_engine/api.py, _SignalLauncher).
     tl.atomic_add(flag, tl.cast(value, flag.dtype.element_ty), sem="release", scope="sys")
 
 
@@ -72,7 +72,7 @@ def _word(copy_engine_ctx, index: tl.constexpr):
 def put_async(from_ptr, to_ptr, nbytes, from_rank, to_rank, heap_bases, copy_engine_ctx, signal_ptr=None,
               signal_value=1):
     """Hand ``nbytes`` from ``from_ptr`` (ours) to ``to_ptr`` on ``to_rank`` to a real copy engine, through the host
-    proxy (``iris/host/copy_proxy.py``), then add ``signal_value`` to ``signal_ptr`` on ``to_rank`` (an int32 or
+    proxy (``iris/host/copy_engine/proxy.py``), then add ``signal_value`` to ``signal_ptr`` on ``to_rank`` (an int32 or
     int64 flag; none if None). Returns at once: the program's stores before the call are what the engine copies
     (release, sys); ``quiet`` waits for completion. Costs tens of microseconds of latency and no SM time: for large
     regions; blocks of a tile or two are faster with ``iris.put``."""

@@ -79,22 +79,3 @@ def check_wait(spins, rank, peer, seen, expected, what: tl.constexpr):
         tl.device_print("iris debug: " + what + " timed out: rank, waiting for rank, flag value seen, expected",
                         rank, peer, seen, expected)
     tl.device_assert(spins < SPIN_LIMIT, "iris." + what + ": device wait timed out; a rank never arrived (IRIS_DEBUG)")
-
-
-def enable():
-    """Turn debug mode on for kernels compiled from now on (``iris.iris(debug=True)`` calls this). A kernel
-    compiled before keeps its mode; Triton refuses to launch it again once the switch has changed."""
-    import importlib
-
-    import triton.knobs
-
-    from iris.host.backend import BACKEND, patch_interpreter_asserts
-
-    global ENABLED
-    ENABLED = tl.constexpr(True)
-    # By module path: ``iris.device.translate`` the attribute is the function, which shadows its module.
-    for name in ("iris.device.translate", "iris.device.sync"):
-        importlib.import_module(name).DEBUG = ENABLED
-    triton.knobs.runtime.debug = True  # device asserts are compiled only in debug builds
-    if BACKEND == "cpu":
-        patch_interpreter_asserts()

@@ -191,14 +191,3 @@ def fence_async_proxy():
     if not INTERPRETED:
         tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
                                   is_pure=False, pack=1)
-
-
-@triton.jit
-def wait_async_stores():
-    """Wait until this thread's tensor-memory (TMA) stores have been written, not only read out of shared
-    memory (``cp.async.bulk.wait_group 0``, without ``.read``), and order them before its later ordinary
-    accesses (``fence.proxy.async.global``): call before the release that publishes them. No-op when
-    interpreted."""
-    if not INTERPRETED:
-        tl.inline_asm_elementwise("cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
-                                  dtype=tl.int32, is_pure=False, pack=1)

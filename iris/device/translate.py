@@ -23,7 +23,7 @@ DEBUG = ENABLED  # a module constant the compiler folds: no code at all when deb
 # Under the Triton interpreter (the CPU backend) there is no inline PTX and no GPU clock: the device code
 # that uses them branches on this constant.
 INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
-# Every rank's heap base is a multiple of this many bytes; ``iris/host/context.py`` refuses a context whose bases
+# Every rank's heap base is a multiple of this many bytes; ``iris/iris.py`` refuses a context whose bases
 # are not (``check_base_alignment``). Heaps start at a page (cpu, 4 KiB), a VMM granule (64 KiB cpu, 2 MiB cuda) or
 # a torch block inside a cudaMalloc allocation (512 bytes), so the claim holds with room on every backend; 256
 # bytes covers a 16-byte vector of every element type several times over.

@@ -1,5 +1,5 @@
-"""The device side of a ``TriggeredPlan`` (``iris/host/triggered.py``): a producer publishes a batch, a consumer
-waits for a peer's batch. ``view`` is what ``plan.begin_device_epoch()`` returned."""
+"""The device side of a ``TriggeredPlan`` (``iris/host/copy_engine/triggered.py``): a producer publishes a batch, a
+consumer waits for a peer's batch. ``view`` is what ``plan.begin_device_epoch()`` returned."""
 
 import triton
 import triton.language as tl

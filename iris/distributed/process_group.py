@@ -26,7 +26,7 @@ from torch._C import _distributed_c10d as c10d
 
 from iris.distributed.collectives import GroupCollectives
 from iris.distributed.staging import staging_for
-from iris.host import private
+from iris.platform import private
 
 BACKEND_NAME = "iris"
 DEFAULT_HEAP_BYTES = {"cpu": 16 << 20, "cuda": 256 << 20}
@@ -38,7 +38,7 @@ def set_context(ctx, staging_bytes=None):
     backend's own. Collective (every rank, before its first iris group): allocates the staging buffer on
     ``ctx``'s heap (``staging_bytes``; see ``iris.distributed.staging.staging_for``)."""
     global _bound
-    from iris.host.context import Iris
+    from iris.iris import Iris
 
     if not isinstance(ctx, Iris):
         raise TypeError(f"iris.distributed.set_context: expected an iris context (iris.iris(...)), got "
@@ -54,11 +54,11 @@ def get_context():
 
 def _create_context():
     global _bound
-    import iris
+    from iris.iris import iris
+    from iris.platform.backend import BACKEND as backend
 
-    backend = iris.host.backend.BACKEND
     heap = int(os.environ.get("IRIS_HEAP_SIZE", DEFAULT_HEAP_BYTES["cpu" if backend == "cpu" else "cuda"]))
-    _bound = iris.iris(heap)
+    _bound = iris(heap)
     staging_for(_bound)
     return _bound
 

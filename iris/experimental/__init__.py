@@ -1,2 +1,6 @@
-"""Upstream's ``iris.experimental``: the Gluon device API under its oldest path (``iris.experimental.iris_gluon``),
-an alias of ``iris.device.gluon``."""
+"""``iris.experimental``, upstream Iris's module path: the Gluon device API under its oldest path. Generated from
+``iris/upstream.py``."""
+
+from iris.experimental import iris_gluon
+
+__all__ = ["iris_gluon"]

@@ -1,4 +1,5 @@
-"""Upstream's ``iris.experimental.iris_gluon``: ``IrisDeviceCtx`` from ``iris.device.gluon``."""
+"""``iris.experimental.iris_gluon``, upstream Iris's module path: the Gluon device context. Generated from
+``iris/upstream.py``."""
 
 from iris.device.gluon import IrisDeviceCtx
 

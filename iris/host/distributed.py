@@ -10,7 +10,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from iris.host import private
+from iris.errors import RankTimeoutError
+from iris.platform import private
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("IRIS_TIMEOUT_S", 300))
 # Host waits on the store poll it (``store.check``, one round trip), first every 0.5 ms, backing off to every
@@ -19,14 +20,6 @@ DEFAULT_TIMEOUT_S = float(os.environ.get("IRIS_TIMEOUT_S", 300))
 # ``store.wait`` with a short timeout would do the same but logs a warning at every timeout.
 CHECK_INTERVAL_S = 0.05
 FIRST_INTERVAL_S = 0.0005
-
-
-class RankTimeoutError(TimeoutError):
-    """A host-side wait gave up; ``missing`` lists the ranks that did not arrive."""
-
-    def __init__(self, message, missing):
-        super().__init__(message)
-        self.missing = missing
 
 
 def process_group_backend(backend):

@@ -15,7 +15,7 @@ region is bounded: ``slots`` arrays, enough for every pair (``send``/``recv``) w
 ``SUBGROUP_SLOTS`` larger groups, 10 MiB at 72 ranks and 0.6 MiB at 8.
 
 A slot comes back when its group goes (``release``): once every member's collector has taken the group's
-ProcessGroups, at the heap's next agreement (``iris/host/workspaces.py``), so every member frees it at the same
+ProcessGroups, at the heap's next agreement (``iris/host/memory/workspaces.py``), so every member frees it at the same
 point of its calls, with no kernel in flight (the agreement drains each rank's stream first). Each member zeroes
 its copy of the array then: a free slot holds zeros on every rank that does not use it, so the members of the
 next group to take it all start from the same counts, whoever held it before (the counts of a barrier are
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from iris.host import cuda_driver
-from iris.host.watchdog import PeerError
+from iris.platform import cuda_driver
+from iris.errors import PeerError
 
 # The most programs a collective or fused kernel may use (the flag rows are sized by it): above the SM count
 # of the GPUs we run on (132 on an H100/H200), so a persistent fused kernel can take every SM.

@@ -18,7 +18,8 @@ import time
 import traceback
 from contextlib import contextmanager
 
-from iris.host.backend import choose_backend
+from iris.errors import RankError
+from iris.platform.backend import choose_backend
 from iris.host.watchdog import mark_failed
 
 # Multicast (NVLS) stays off in every process we start.
@@ -26,10 +27,6 @@ _ALWAYS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NV
 # Once a rank has failed, how long the others may still take: with the watchdog they fail within a second
 # or so; without it (IRIS_WATCHDOG=0) a rank spinning on the failed one is stopped here.
 FAILURE_GRACE_S = 15
-
-
-class RankError(RuntimeError):
-    """One or more ranks raised; the message holds each failing rank's traceback."""
 
 
 def _free_port():
@@ -82,7 +79,7 @@ def _call(payload):
 
 def _worker(rank, world_size, port, conn, nodes=1):
     _set_rank_environment(rank, world_size, port, nodes)
-    from iris.host import backend as _backend
+    from iris.platform import backend as _backend
     from iris.host.distributed import ensure_process_group
 
     if _backend.BACKEND != "cpu":

@@ -32,7 +32,7 @@ import weakref
 
 import torch
 
-from iris.host import private
+from iris.platform import private
 
 # Keys before the cache starts afresh: each entry is a few hundred bytes; a model's distinct (op, shape) pairs
 # number in the tens.

@@ -37,8 +37,9 @@ import weakref
 
 import numpy as np
 
-from iris.host.logging import logger
-from iris.host.memory import segment_directory
+from iris.errors import PeerError
+from iris.logging import logger
+from iris.host.memory.backing import segment_directory
 
 POLL_S = 0.2  # detection latency; each poll reads one /proc/<pid>/stat per peer
 UNSET, RUNNING, CLOSED, FAILED = 0, 1, 2, 3
@@ -49,17 +50,7 @@ _announced = set()         # pids of failed peers already raised in this process
 _exit_hook_registered = False
 
 
-class PeerError(RuntimeError):
-    """A peer rank raised or died while this rank's context was open; the message names it. Raised
-    asynchronously in the thread that created the context, then by every later call that talks to peers."""
 
-    message = "a peer rank failed (see the iris watchdog's log line)"
-
-    def __init__(self, *args):
-        super().__init__(*(args or (self.message,)))
-
-    def __reduce__(self):  # the carrier subclasses made by _raise_in are not importable; travel as PeerError
-        return PeerError, self.args
 
 
 def _raise_in(thread_id, message):

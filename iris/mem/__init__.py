@@ -1,5 +1,5 @@
-"""Upstream Iris's newest module layout, ``iris.mem.*``: thin aliases onto our rooms (``iris.device``), so code
-written against it (``from iris.mem.triton.context import Context``) runs unchanged. Nothing is defined here."""
+"""``iris.mem``, upstream Iris's module path: upstream's newest layout of the device API. Generated from
+``iris/upstream.py``."""
 
 from iris.mem import triton, utils
 

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from iris.ccl import MoEDispatchConfig
-from iris.ccl.moe_utils import owners, topk
-from iris.host import private
+from iris.ccl.moe.routing import owners, topk
+from iris.platform import private
 
 
 @dataclass(frozen=True)

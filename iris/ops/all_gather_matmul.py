@@ -29,12 +29,12 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.ccl.device import peer_at, program_row
+from iris.device.group import peer_at, program_row
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, fence_async_proxy, finish_call, group_barrier, next_tile, wait_until
 from iris.ops import common
-from iris.ops.copy_schedule import CopySchedule, copy_sms
+from iris.host.copy_engine.schedule import CopySchedule, copy_sms
 from iris.ops.upstream_layouts import all_gather_matmul_k, is_k_sharded
 from iris.ops.gemm import corner, descriptors_fit, mainloop, num_programs, operand, store_tile, strides, tile_coords
 

@@ -1,4 +1,5 @@
-"""Host-side checks shared by the fused ops (their workspaces are ``ctx.workspaces``, iris/host/workspaces.py)."""
+"""Host-side checks shared by the fused ops (their workspaces are ``ctx.workspaces``,
+``iris/host/memory/workspaces.py``)."""
 
 import torch
 import triton

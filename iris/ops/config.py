@@ -25,7 +25,7 @@ class OpsConfig:
     grouped tile order walks down before moving right (and the rows of a copy-engine band).
     ``copy_engine`` (every fused op): store each output tile (each partial tile for a peer's row block) locally,
     and let the copy engines carry each finished band of ``group_m`` tile rows to the peers (a side stream waits
-    for the band's count: ``iris/host/copy_engine.py``), so no SM time goes to the link; all_gather_matmul's
+    for the band's count: ``iris/host/copy_engine/queue.py``), so no SM time goes to the link; all_gather_matmul's
     engines carry its A rows instead. matmul_reduce_scatter and matmul_all_reduce then take every peer unit first.
     matmul_all_gather needs a contiguous ``out`` (else the SMs store every tile), matmul_all_reduce one with
     contiguous rows; for both the last wave of tiles still leaves from the SMs, which have nothing else left to do

@@ -52,7 +52,7 @@ def first_unit(p, programs, lo):
 def band_of(pid_m, pid_n, num_pid_n, GROUP_M: tl.constexpr, band_cols):
     """The copy engines' band holding tile (pid_m, pid_n): ``GROUP_M`` tile rows by ``band_cols`` tile columns,
     numbered in the grouped tile order, which finishes one band's tiles one after another
-    (``iris.ops.copy_schedule.output_bands`` lists them on the host)."""
+    (``iris.host.copy_engine.schedule.output_bands`` lists them on the host)."""
     return (pid_m // GROUP_M) * tl.cdiv(num_pid_n, band_cols) + pid_n // band_cols
 
 
@@ -203,7 +203,7 @@ def _matmul_kernel(a, b, c, strides, shape, TILE: tl.constexpr, TMA: tl.constexp
 
 def num_programs(device, tiles, spare=0, sms=None):
     """Persistent grid: one program per SM at most (every program resident, so in-kernel waits are safe), and
-    ``spare`` SMs left free for work the kernel waits on that needs one (``iris.ops.copy_schedule.copy_sms``).
+    ``spare`` SMs left free for work the kernel waits on that needs one (``iris.host.copy_engine.schedule.copy_sms``).
     ``sms``: the SM count to size from, ``ctx.get_agreed_cu_count()`` for a kernel whose ranks must launch the
     same grid (default: this GPU's)."""
     if device.type == "cuda":

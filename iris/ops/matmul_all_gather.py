@@ -10,7 +10,7 @@ wave by half or more, its tiles' K steps are shared evenly by the programs (stre
 By default on pairs of GPUs (``OpsConfig.copy_engine``) the tiles finished before the last wave are stored into
 our own ``out`` only and counted per band (``group_m`` tile rows by a few MB of tile columns,
 ``copy_schedule.BAND_BYTES``); a side stream copies each band to the peers
-once its count is full (``iris/host/copy_engine.py``), so the SMs spend no time on those transfers. The last
+once its count is full (``iris/host/copy_engine/queue.py``), so the SMs spend no time on those transfers. The last
 wave's tiles still leave from the SMs, which then have nothing else to do.
 """
 
@@ -20,13 +20,13 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.ccl.device import program_row, store_to_group
+from iris.device.group import program_row, store_to_group
 from iris.device.sync import count_published, group_barrier
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.ops.upstream_layouts import is_row_sharded, matmul_all_gather_rows
-from iris.ops.copy_schedule import CopySchedule, bands_before, copy_sms, output_bands
+from iris.host.copy_engine.schedule import CopySchedule, bands_before, copy_sms, output_bands
 from iris.ops.gemm import (add_partials, band_of, corner, descriptors_fit, first_unit, leave_partial, mainloop,
                            num_programs, operand, split_tail, stream_program, stream_share, strides, tile_coords)
 

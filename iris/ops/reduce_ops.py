@@ -24,7 +24,7 @@ the GEMM (cuBLAS on GPUs), then the Triton collective.
 By default on pairs of GPUs (``OpsConfig.copy_engine``) both ops take every peer unit first and store those
 partials in a local outbox instead, counted per band (``group_m`` tile rows by a few MB of tile columns,
 ``copy_schedule.BAND_BYTES``); a side stream copies each band into its owner's staging slot once the count is full
-and raises the band's flag there (``iris/host/copy_engine.py``), so the SMs spend no time on the link, and each
+and raises the band's flag there (``iris/host/copy_engine/queue.py``), so the SMs spend no time on the link, and each
 own unit waits on its band's flag.
 all_reduce then stores its reduced tiles locally, counted per band too, and the side stream copies each band
 into the peers' ``out``; only the walk's last wave, which finishes with the GEMM, is pushed from the SMs.
@@ -37,13 +37,13 @@ import triton
 import triton.language as tl
 
 from iris.ccl.config import CollectiveConfig
-from iris.ccl.device import program_row, store_to_group
+from iris.device.group import program_row, store_to_group
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, count_published, finish_call, group_barrier, wait_until
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
-from iris.ops.copy_schedule import CopySchedule, bands_before, copy_sms, output_bands
+from iris.host.copy_engine.schedule import CopySchedule, bands_before, copy_sms, output_bands
 from iris.ops.gemm import (band_of, corner, descriptors_fit, first_unit, mainloop, num_programs, operand, store_tile,
                            strides, tile_coords)
 

@@ -11,7 +11,7 @@ the one translate (``iris.device.rma.store``).
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from iris.ccl.device import program_row
+from iris.device.group import program_row
 from iris.device.rma import store
 from iris.device.sync import group_barrier
 

@@ -31,7 +31,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia import hopper
 from triton.experimental.gluon.language.nvidia.hopper import tma
 
-from iris.ccl.device import program_row
+from iris.device.group import program_row
 from iris.device.sync import group_barrier
 from iris.device.translate import INTERPRETED
 

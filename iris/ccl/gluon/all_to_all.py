@@ -9,7 +9,7 @@ Gluon kernel hard-codes a 64-lane layout, which no NVIDIA GPU runs).
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from iris.ccl.device import program_row
+from iris.device.group import program_row
 from iris.ccl.gluon.all_gather import WARP_SIZE, check_block, vector_width
 from iris.device.rma import store
 from iris.device.sync import group_barrier

@@ -1,1 +1,6 @@
-"""``iris.device.triton``: upstream Iris's module path for the Triton device context (``context``)."""
+"""``iris.device.triton``, upstream Iris's module path: the Triton device context's package. Generated from
+``iris/upstream.py``."""
+
+from iris.device.triton import context
+
+__all__ = ["context"]

@@ -1,4 +1,5 @@
-"""``iris.device.triton.context``: upstream's path to the device-context class, which is our ``iris.DeviceContext``."""
+"""``iris.device.triton.context``, upstream Iris's module path: the Triton device context. Generated from
+``iris/upstream.py``."""
 
 from iris.device.context import DeviceContext
 

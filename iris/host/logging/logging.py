@@ -1,5 +1,6 @@
-"""``iris.host.logging.logging``: upstream Iris's module path for its formatter, which is ours."""
+"""``iris.host.logging.logging``, upstream Iris's module path: the log formatter. Generated from
+``iris/upstream.py``."""
 
-from iris.host.logging import IrisFormatter, RankFormatter, logger
+from iris.logging import IrisFormatter, RankFormatter, logger
 
 __all__ = ["IrisFormatter", "RankFormatter", "logger"]

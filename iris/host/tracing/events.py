@@ -1,5 +1,5 @@
-"""Upstream Iris's module path for the trace event table: ``from iris.host.tracing.events import TraceEvent``
-(the one defined in ``iris/device/trace_events.py``)."""
+"""``iris.host.tracing.events``, upstream Iris's module path: the trace event table. Generated from
+``iris/upstream.py``."""
 
 from iris.device.trace_events import TraceEvent
 

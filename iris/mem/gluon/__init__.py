@@ -1,6 +1,5 @@
-"""Upstream's ``iris.mem.gluon``: an alias of ``iris.device.gluon`` (``Context`` is ``IrisDeviceCtx``)."""
+"""``iris.mem.gluon``, upstream Iris's module path: the Gluon device context. Generated from ``iris/upstream.py``."""
 
-from iris.device.gluon import IrisDeviceCtx
-from iris.device.gluon import IrisDeviceCtx as Context
+from iris.device.gluon import IrisDeviceCtx as Context, IrisDeviceCtx
 
 __all__ = ["Context", "IrisDeviceCtx"]

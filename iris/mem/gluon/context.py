@@ -1,4 +1,5 @@
-"""Upstream's ``iris.mem.gluon.context``: ``Context`` is ``iris.device.gluon.IrisDeviceCtx``."""
+"""``iris.mem.gluon.context``, upstream Iris's module path: the Gluon device context. Generated from
+``iris/upstream.py``."""
 
 from iris.device.gluon.context import IrisDeviceCtx as Context
 

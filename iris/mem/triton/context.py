@@ -1,4 +1,5 @@
-"""``iris.mem.triton.context``: upstream's device-context class, which is our ``iris.DeviceContext``."""
+"""``iris.mem.triton.context``, upstream Iris's module path: the Triton device context. Generated from
+``iris/upstream.py``."""
 
 from iris.device.context import DeviceContext as Context
 

@@ -1,4 +1,4 @@
-"""The MoE dispatch and combine kernels (``iris/ccl/moe_dispatch.py`` launches them).
+"""The MoE dispatch and combine kernels (``iris/ccl/moe/dispatch.py`` launches them).
 
 One call of dispatch + combine, every rank of the group running the same kernels on the same grids:
 
@@ -30,7 +30,7 @@ so every bit (fp8 codes and their fp32 scales included) arrives as sent.
 import triton
 import triton.language as tl
 
-from iris.ccl.device import program_row, store_to_group
+from iris.device.group import program_row, store_to_group
 from iris.device.rma import store
 from iris.device.sync import group_barrier
 from iris.device.translate import INTERPRETED

@@ -6,7 +6,7 @@ shape. Where the memory comes from keeps every rank's heap in step:
 
 - the whole world's workspaces come from the heap's allocator: every rank makes the same world calls in the same
   order, so their first use and each growth are collective allocations like any other;
-- a subgroup's come from the workspace area (``iris/host/heap.py``), which the world allocator never touches: a
+- a subgroup's come from the workspace area (``iris/host/memory/heap.py``), which the world allocator never touches: a
   subgroup's calls run on its members only, and heap allocations there would leave members and non-members at
   different offsets from then on. The members agree on an offset free on all of them (one exchange of their
   free lists through the store) only when a workspace is made or grows; calls that fit reuse it and exchange
@@ -16,7 +16,7 @@ Flag arrays are zeroed whenever they are made or handed out at a new shape, befo
 barrier keeps peers from writing them, so no waiter can read a stamp of an earlier call or layout as new.
 A subgroup's workspaces, and its sync flags' slot (``iris/host/groups.py``), are freed with its last
 ``ProcessGroup`` of those ranks: once every member's collector has taken its ProcessGroups, at the heap's next
-agreement (``iris/host/heap.py``), so all members free them at the same point of their calls (freeing where the
+agreement (``iris/host/memory/heap.py``), so all members free them at the same point of their calls (freeing where the
 collector runs would let one member make a workspace again, and wait for an agreement, while another still had
 it). ``release(group)`` frees them now, on each member.
 """
@@ -29,9 +29,9 @@ import torch
 import torch.distributed as dist
 import triton
 
-from iris.host import capture
-from iris.host.allocator import OffsetAllocator, best_fit, common_free
-from iris.host.heap import format_bytes
+from iris.platform import capture
+from iris.host.memory.allocator import OffsetAllocator, best_fit, common_free
+from iris.host.memory.heap import format_bytes
 
 MIN_BYTES = 256
 

@@ -31,10 +31,11 @@ import time
 
 import torch
 
-from iris.host import cuda_driver, private
-from iris.host.copy_engine import HostQueue, peer_address, wait_until
-from iris.host.copy_proxy import CopyProxy
-from iris.host.distributed import DEFAULT_TIMEOUT_S, RankTimeoutError
+from iris.platform import cuda_driver, private
+from iris.host.copy_engine.queue import HostQueue, peer_address, wait_until
+from iris.host.copy_engine.proxy import CopyProxy
+from iris.errors import RankTimeoutError
+from iris.host.distributed import DEFAULT_TIMEOUT_S
 
 ENGINE_NAMES = ("sdma", "ce")  # upstream's name for AMD's engines, and NVIDIA's: both mean this platform's
 CHANNELS = int(os.environ.get("IRIS_CE_CHANNELS", 2))
@@ -205,7 +206,7 @@ class CopyEngines:
         self.proxy_error = None
         self.proxy = CopyProxy(self)
         # The device context kernels pass through, [num_ranks, 6] uint64 as upstream's (queue, rptr, wptr, doorbell,
-        # cached wptr, committed wptr there). Opaque: row 0 holds the proxy's ring (iris/host/copy_proxy.py).
+        # cached wptr, committed wptr there). Opaque: row 0 holds the proxy's ring (iris/host/copy_engine/proxy.py).
         table = torch.zeros(ctx.num_ranks, 6, dtype=torch.int64)
         table[0, :5] = torch.tensor(self.proxy.words())
         self.device_ctx = table.to(self.device).view(torch.uint64)

@@ -3,7 +3,7 @@
 Each class allocates this rank's heap, exchanges a handle with the other ranks (``exchange`` is an
 all-gather of picklable objects over the process group, so handles never leave it), maps every peer's
 heap and records where each appears in this process: ``bases[r]``. These two have a fixed ``size``; the
-heap that grows is ``iris/host/vmem.py``.
+heap that grows is ``iris/host/memory/vmem.py``.
 """
 
 import mmap
@@ -13,7 +13,7 @@ import tempfile
 
 import torch
 
-from iris.host import cuda_driver
+from iris.platform import cuda_driver
 
 
 class _FixedSize:

@@ -19,7 +19,7 @@ It is the fused ops' mechanism (``iris/ops/copy_schedule.CopySchedule`` on the c
 Flags follow the copy queue's rule: set to 1 and cleared after use, never stamped (a replayed CUDA graph repeats
 the values it was captured with). One epoch at a time per context, not overlapping a fused op (they share the
 queue). On GPUs the armed waits are issued right after the launch, not before it: a stream wait queued before the
-producer can sit in the producer's hardware queue ahead of it (``iris/host/copy_engine.py``).
+producer can sit in the producer's hardware queue ahead of it (``iris/host/copy_engine/queue.py``).
 """
 
 import dataclasses
@@ -28,10 +28,11 @@ import time
 
 import torch
 
-from iris.host.copy_engine import peer_view
-from iris.host.distributed import all_gather_object, RankTimeoutError
+from iris.host.copy_engine.queue import peer_view
+from iris.errors import RankTimeoutError
+from iris.host.distributed import all_gather_object
 from iris.host.groups import POISON
-from iris.ops.copy_schedule import CopySchedule
+from iris.host.copy_engine.schedule import CopySchedule
 
 VIEW_WORDS = 6  # [rank, world_size, num_batches, counts address, arrivals address, epoch]
 
@@ -67,10 +68,6 @@ class Batch:
     """Segments that leave together once ``contributors`` publishes have been counted."""
     segments: tuple
     contributors: int = 1
-
-    @property
-    def is_2d(self):
-        return any(s.height > 1 for s in self.segments)
 
 
 def _span(view, base):

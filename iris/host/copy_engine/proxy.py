@@ -37,7 +37,7 @@ class CopyProxy:
         self.counters = torch.zeros(2, dtype=torch.int32, device=device)  # head, done (wrap-safe int32)
         self._context = None
         if pin:
-            from iris.host import cuda_driver
+            from iris.platform import cuda_driver
 
             self._context = cuda_driver.current_context()
         self._stop = threading.Event()
@@ -53,7 +53,7 @@ class CopyProxy:
         if self.engines.device.type == "cuda":
             # the driver calls below use this thread's current context: set through the driver, which waits for
             # nothing (torch.cuda.set_device may initialise runtime state first)
-            from iris.host import cuda_driver
+            from iris.platform import cuda_driver
 
             cuda_driver.set_current_context(self._context)
         ticket, pause = 0, 1e-6

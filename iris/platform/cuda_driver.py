@@ -300,7 +300,7 @@ def vmm_unmap(address, size, handle):
     _check(_fn("cuMemRelease")(ctypes.c_uint64(handle)), "cuMemRelease")
 
 
-# ---------------------------------------------------------------- CUDA graph captures (iris/host/capture.py)
+# ---------------------------------------------------------------- CUDA graph captures (iris/platform/capture.py)
 CU_USER_OBJECT_NO_DESTRUCTOR_SYNC = 1  # the only flag cuUserObjectCreate accepts
 CU_GRAPH_USER_OBJECT_MOVE = 1  # the graph takes over our reference
 SEM_BYTES = 64  # room for a sem_t (32 bytes in glibc on x86-64 and aarch64)

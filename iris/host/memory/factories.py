@@ -1,6 +1,6 @@
 """PyTorch-style tensor creation on the symmetric heap.
 
-Every factory is ``iris.tensor_creation.create`` with a fill: carve the tensor out of the heap (collective: all
+Every factory is ``iris.host.memory.creation.create`` with a fill: carve the tensor out of the heap (collective: all
 ranks call it with the same shape and dtype, so it lands at the same offset everywhere) or take ``out=``, then
 fill it with the ordinary torch operation in place. The keywords are torch's (``out``, ``dtype``, ``layout``,
 ``device``, ``requires_grad``, ``pin_memory``, ``memory_format``, ``generator``); ``device`` must name the heap's
@@ -17,8 +17,8 @@ which is used as given and leaves the shared stream where it was.
 
 import torch
 
-from iris import tensor_creation
-from iris.tensor_creation import create
+from iris.host.memory import creation as tensor_creation
+from iris.host.memory.creation import create
 
 
 def _require_floating(dtype, caller):

@@ -17,8 +17,9 @@ import weakref
 
 import torch
 
-from iris.host import cuda_driver, private
-from iris.host.distributed import DEFAULT_TIMEOUT_S, RankTimeoutError
+from iris.platform import cuda_driver, private
+from iris.errors import RankTimeoutError
+from iris.host.distributed import DEFAULT_TIMEOUT_S
 
 _HOST_BASES = weakref.WeakKeyDictionary()  # Iris -> heap bases as Python ints (fixed for a context's life)
 

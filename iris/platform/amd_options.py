@@ -34,7 +34,7 @@ def _drop(fn, kwargs):
             value = kwargs.pop(name)
             if name not in _noted:
                 _noted.add(name)
-                from iris.host.logging import logger
+                from iris.logging import logger
 
                 logger.warning(f"{name}={value!r} is an AMD-only launch option (kernel {getattr(fn, '__name__', fn)}); "
                                "ignored on this GPU")

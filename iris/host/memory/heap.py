@@ -3,18 +3,18 @@
 Layout of every rank's heap (offsets, the same on every rank):
 
     [0, group_bytes)                          group sync flags (``iris/host/groups.py``), fixed
-    [group_bytes, user_start)                 workspace area: subgroup workspaces (``iris/host/workspaces.py``)
+    [group_bytes, user_start)                 workspace area: subgroup workspaces (``iris/host/memory/workspaces.py``)
     [user_start, capacity)                    user tensors and whole-world workspaces; grows with a growable memory
 
 Allocation is collective (every rank makes the same calls in the same order) and deterministic
-(``iris/host/allocator.py``), so a tensor lands at the same offset on every rank. Each tensor owns a storage of
+(``iris/host/memory/allocator.py``), so a tensor lands at the same offset on every rank. Each tensor owns a storage of
 its own whose deleter queues its offset; the ranks agree on what every one of them dropped at agreement points
 that all reach at the same allocation (every ``RECLAIM_EVERY`` allocations, once the bytes allocated since the
 last agreement pass the bytes then live and a quarter of the heap, and before the heap grows or gives up), so
 nothing on the common path waits for a peer. Reuse is ordered like torch's caching allocator: a new tensor's first use is queued after the
 dropped one's last use on this rank's stream.
 
-During a CUDA graph capture (``iris/host/capture.py``) nothing is agreed and nothing grows: an agreement is an
+During a CUDA graph capture (``iris/platform/capture.py``) nothing is agreed and nothing grows: an agreement is an
 all-gather and a growth maps memory collectively, neither of which a capture can record, and bytes freed then
 could go to a new tensor while captured kernels still use them. Allocations come from the bytes free when the
 capture began, and the bytes of a tensor allocated during a capture are held, like torch's private graph pools,
@@ -27,8 +27,8 @@ import weakref
 
 import torch
 
-from iris.host import capture, private
-from iris.host.allocator import ALIGNMENT, AgreedFrees, OffsetAllocator
+from iris.platform import capture, private
+from iris.host.memory.allocator import ALIGNMENT, AgreedFrees, OffsetAllocator
 
 # An agreement is one small all-gather: 0.44 ms over NCCL with two ranks sharing an H200 (0.70 ms on the vmem heap),
 # about as much over gloo. Every 256 allocations it adds ~2 us to each; by bytes, once the bytes allocated since the
@@ -52,7 +52,7 @@ class _Owner(weakref.ref):
     __slots__ = ("offset",)
 
 
-# storage[start:stop] and Tensor.new(storage), looked up once (iris/host/private.py)
+# storage[start:stop] and Tensor.new(storage), looked up once (iris/platform/private.py)
 _SLICE = private.storage_slicer()
 _ON_STORAGE = private.tensor_maker()
 

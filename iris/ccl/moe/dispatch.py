@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from iris.ccl.moe_kernels import (_combine_push_kernel, _combine_reduce_kernel, _counts_kernel, _dispatch_rows_kernel,
+from iris.ccl.moe.kernels import (_combine_push_kernel, _combine_reduce_kernel, _counts_kernel, _dispatch_rows_kernel,
                                   _route_kernel)
-from iris.ccl.moe_utils import RaggedTensorMetadata, make_expt_assignment, make_expt_dict_uniform, owners
+from iris.ccl.moe.routing import RaggedTensorMetadata, make_expt_assignment, make_expt_dict_uniform, owners
 from iris.host import launches
 from iris.host.groups import MAX_COMM_PROGRAMS
 
@@ -160,7 +160,7 @@ class MoEDispatcher:
 
     def _heap(self, serial, name, shape, dtype):
         """A buffer of this dispatcher on the heap: for the whole world an ordinary heap tensor (freed with the
-        dispatcher), for a subgroup a workspace of its members (``iris/host/workspaces.py``), since allocations
+        dispatcher), for a subgroup a workspace of its members (``iris/host/memory/workspaces.py``), since allocations
         that only the members make must stay out of the world's heap."""
         if self._sync.size == self._ctx.get_num_ranks():
             return self._ctx.empty(shape, dtype=dtype)
@@ -189,7 +189,7 @@ class MoEDispatcher:
         key = launches.key_of(caller, self._group, self._config, per_call[:3])
         if not self._launches.run(self._ctx, key, self._group, self._config, per_call):  # iris/host/launches.py
             self._launches.put(key, self._group, self._config, self._dispatch_launches(tokens))(*per_call)
-            self._ctx.groups.check("iris.ccl.moe_dispatch")
+            self._ctx.groups.check("iris.ccl.moe.dispatch")
         handle = DispatchHandle(self._dest_row, topk_weight.detach().to(torch.float32).contiguous(), self._meta, T,
                                 self.hidden_dim, self.topk, self._call)
         buf = (self._buf, self._scales) if self.fp8 else self._buf

@@ -1,7 +1,7 @@
 """The collectives across nodes: iris kernels inside each node, the rail's torch.distributed between them.
 
 With ``N`` nodes of ``L`` ranks, rank ``r = m * L + l`` is local rank ``l`` of node ``m``; its rail is the
-ranks ``[l, L + l, ...]`` (``iris/ccl/rail.py``). Each algorithm runs the intra-node collectives' public
+ranks ``[l, L + l, ...]`` (``iris/ccl/multinode/rail.py``). Each algorithm runs the intra-node collectives' public
 launchers on the node group, so it follows their layouts, and hands the rail only this rank's 1/L share of
 what its node must send: the lower bound, since the node's L ranks each hand the same amount.
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from iris.host.distributed import CHECK_INTERVAL_S, FIRST_INTERVAL_S
-from iris.host.watchdog import PeerError
+from iris.errors import PeerError
 
 REPORT_WAIT_S = 1.0  # five of the watchdog's 0.2 s polls
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}

@@ -1,47 +1,27 @@
-"""Backend choice: the one decision made at import time.
+"""Triton's interpreter, mended: the cpu backend runs kernels in it (``TRITON_INTERPRET=1``, set by
+``iris/platform/backend.py`` before Triton is imported), and ``install`` makes it run what GPUs run.
 
-``IRIS_BACKEND`` picks one of:
-
-- ``cuda``: one GPU per rank (device = local rank modulo the GPU count), compiled Triton;
-- ``simulation``: the ``cuda`` backend with several ranks per GPU (device = rank modulo the GPU count),
-  so a one-GPU machine runs multi-rank programs;
-- ``cpu``: POSIX shared memory and the Triton interpreter, one process per rank.
-
-Left unset, it is ``cuda`` when a GPU is visible, else ``cpu``. The interpreter is switched on by
-``TRITON_INTERPRET=1``, which Triton reads when it is imported, so on the CPU backend ``import iris`` must
-come before anything imports triton, or the variable must already be set.
+``install`` is called once by the package's face, ``iris/__init__.py``, on the cpu backend, before any module
+decorates a kernel: it mends the interpreter (``fix_interpreter``), puts Gluon in it (``iris/interpreter/gluon.py``),
+records launches for the sm_90 compile check when ``IRIS_LAUNCH_LOG`` names a file (``launch_log.py``), and in debug
+mode makes device asserts fire.
 """
 
 import os
-import sys
-
-BACKENDS = ("cuda", "simulation", "cpu")
 
 
-def _gpu_visible():
-    import torch
+def install(debug=False):
+    """Everything the cpu backend changes in Triton and Gluon; once per process, before kernels are decorated."""
+    fix_interpreter()
+    from iris.interpreter.gluon import install as interpret_gluon
 
-    return torch.cuda.is_available()
+    interpret_gluon()
+    if os.environ.get("IRIS_LAUNCH_LOG"):
+        from iris.interpreter.launch_log import install as log_launches
 
-
-def choose_backend():
-    name = os.environ.get("IRIS_BACKEND", "").strip().lower()
-    if not name:
-        return "cuda" if _gpu_visible() else "cpu"
-    if name not in BACKENDS:
-        raise ValueError(f"IRIS_BACKEND={name!r} is not a backend; use one of {', '.join(BACKENDS)} or leave it unset")
-    return name
-
-
-def enable_interpreter():
-    """Make sure Triton runs kernels in its interpreter; fail clearly when it is too late to switch."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return
-    if "triton" in sys.modules:
-        raise ImportError(
-            "iris: the cpu backend runs kernels in the Triton interpreter, but triton was imported before iris "
-            "without TRITON_INTERPRET=1; set TRITON_INTERPRET=1 in the environment, or import iris first")
-    os.environ["TRITON_INTERPRET"] = "1"
+        log_launches(os.environ["IRIS_LAUNCH_LOG"])
+    if debug:
+        patch_interpreter_asserts()
 
 
 def fix_interpreter():
@@ -63,7 +43,7 @@ def fix_interpreter():
       ``except iris.PeerError`` works as on GPUs."""
     import numpy as np
     import triton.language as tl
-    from iris.host.private import triton_interpreter
+    from iris.platform.private import triton_interpreter
     interpreter = triton_interpreter()
 
     run_grid = interpreter.GridExecutor.__call__
@@ -72,7 +52,7 @@ def fix_interpreter():
             try:
                 return run_grid(self, *args, **kwargs)
             except interpreter.InterpreterError as e:
-                from iris.host.watchdog import PeerError
+                from iris.errors import PeerError
 
                 cause = e
                 while isinstance(cause, interpreter.InterpreterError):
@@ -276,7 +256,7 @@ def patch_interpreter_asserts():
     import dataclasses
 
     import numpy as np
-    from iris.host.private import triton_interpreter
+    from iris.platform.private import triton_interpreter
     interpreter = triton_interpreter()
 
     builder = interpreter.InterpreterBuilder
@@ -298,25 +278,3 @@ def patch_interpreter_asserts():
     shared = getattr(interpreter, "interpreter_builder", None)  # the instance made at triton's import
     if shared is not None:
         shared.options = dataclasses.replace(shared.options, debug=True)
-
-
-BACKEND = choose_backend()
-DEBUG = os.environ.get("IRIS_DEBUG", "") == "1"
-if DEBUG:
-    os.environ.setdefault("TRITON_DEBUG", "1")  # device asserts are compiled only in debug builds
-if BACKEND == "cpu":
-    enable_interpreter()
-    fix_interpreter()
-    from iris.host.gluon_interpreter import install as interpret_gluon
-
-    interpret_gluon()  # before any user module decorates a @gluon.jit kernel
-    if os.environ.get("IRIS_LAUNCH_LOG"):  # the CPU tier's record of what to compile for GPUs (launch_log.py)
-        from iris.host.launch_log import install
-
-        install(os.environ["IRIS_LAUNCH_LOG"])
-    if DEBUG:
-        patch_interpreter_asserts()
-else:  # kernels written for upstream Iris pass AMD-only launch options, which Triton's CUDA launcher refuses
-    from iris.host import amd_options
-
-    amd_options.install()

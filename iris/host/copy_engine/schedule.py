@@ -1,5 +1,5 @@
 """The copy-engine side of a fused op: one object for the protocol every op that hands its traffic to the copy
-engines follows, on the context's copy queue (``iris/host/copy_engine.py``).
+engines follows, on the context's copy queue (``iris/host/copy_engine/queue.py``).
 
     schedule = CopySchedule(ctx, sync, caller)   # fork: the side stream starts after the work queued so far
     schedule.after(count, value)                 # send: side-stream work waits for the kernel's counts,
@@ -26,7 +26,7 @@ import contextlib
 
 import triton
 
-from iris.host.copy_engine import peer_view
+from iris.host.copy_engine.queue import peer_view
 from iris.host.groups import POISON
 
 # A band's size: one copy costs ~5 us however small and the engines move 235-270 GB/s per direction with both

@@ -9,7 +9,7 @@ the API, the installed version and the versions iris is tested with (``TESTED``:
   mapped heap, for the copy queue's views), with the public array interfaces as the fallback.
 - ``tensor_on_storage``: the legacy constructor ``Tensor.new(storage)`` (a 1-D tensor of the template's dtype
   over a whole untyped storage, in one call: the heap's allocation path), with ``empty(0).set_`` as the fallback.
-- ``storage_slice``: ``torch._C.StorageBase.__getitem__`` (an untyped storage's slice, without the Python
+- ``storage_slicer``: ``torch._C.StorageBase.__getitem__`` (an untyped storage's slice, without the Python
   wrapper's meta-device check), with the public slice as the fallback.
 - ``compiled_launcher``: a Triton ``CompiledKernel``'s launcher (``CompiledKernel.run``, the backend's launcher
   object, and its C ``launch`` with the argument order of Triton 3.6's ``JITFunction.run``), for launches reused
@@ -21,7 +21,7 @@ the API, the installed version and the versions iris is tested with (``TESTED``:
 - ``grouped_mm``: ``torch._grouped_mm`` (rows x per-group weights, group ends on the device: the MoE layer's
   experts), or None, for which the caller has a public fallback.
 - ``triton_interpreter``: ``triton.runtime.interpreter``, whose classes the cpu backend mends in place
-  (``iris/host/backend.py``); the mended names are checked here first.
+  (``iris/platform/backend.py``); the mended names are checked here first.
 """
 
 import warnings
@@ -32,7 +32,7 @@ import torch
 # 3.8 (what torch 2.14 requires) by .ci/run
 TESTED = {"torch": ((2, 11), (2, 14)), "triton": ((3, 6), (3, 8))}
 
-# what the cpu backend patches in triton.runtime.interpreter (iris/host/backend.py)
+# what the cpu backend patches in triton.runtime.interpreter (iris/platform/backend.py)
 _INTERPRETER_NAMES = ("GridExecutor", "InterpreterError", "InterpreterBuilder", "TensorHandle")
 
 
@@ -90,14 +90,9 @@ def tensor_on_storage(template, storage):
 _LEGACY_NEW = hasattr(torch.Tensor, "new")
 
 
-def storage_slice(storage, start, stop):
-    """``storage[start:stop]``: a storage of its own over those bytes, holding ``storage`` alive."""
-    return _STORAGE_GETITEM(storage, slice(start, stop))
-
-
 def storage_slicer():
-    """``storage_slice`` as the callable ``slicer(storage, slice(start, stop))``, for the heap's allocation path
-    (one Python frame fewer per allocation)."""
+    """``storage[start:stop]`` as the callable ``slicer(storage, slice(start, stop))``: a storage of its own over
+    those bytes, holding ``storage`` alive; for the heap's allocation path (no Python frame of ours per call)."""
     return _STORAGE_GETITEM
 
 

@@ -7,7 +7,7 @@ descriptors to every other rank over Unix sockets (``SCM_RIGHTS``: the node's ra
 leaves the machine) and maps each peer's chunk at the end of that peer's range.
 
 - GPUs: ``cuMemAddressReserve`` / ``cuMemCreate`` / ``cuMemMap`` / ``cuMemSetAccess``, descriptors from
-  ``cuMemExportToShareableHandle`` (POSIX file descriptor handles), ``iris/host/cuda_driver.py``.
+  ``cuMemExportToShareableHandle`` (POSIX file descriptor handles), ``iris/platform/cuda_driver.py``.
 - cpu backend: ``mmap(PROT_NONE, MAP_NORESERVE)`` reserves, chunks are ``memfd_create`` files mapped with
   ``MAP_FIXED | MAP_SHARED``; the same exchange and the same growth logic run in CI.
 """
@@ -19,7 +19,7 @@ import socket
 
 import torch
 
-from iris.host import cuda_driver
+from iris.platform import cuda_driver
 
 DEFAULT_RESERVE = {"cuda": 256 << 30, "cpu": 16 << 30}  # address space per rank, nothing backed until mapped
 

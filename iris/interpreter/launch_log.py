@@ -67,7 +67,7 @@ def install(directory):
     from triton.runtime import interpreter
     from triton.runtime.jit import JITFunction
 
-    from iris.host.watchdog import PeerError
+    from iris.errors import PeerError
 
     run = interpreter.InterpretedFunction.run
     if getattr(run, "_iris_logged", False):

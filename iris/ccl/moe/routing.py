@@ -1,7 +1,7 @@
 """Routing descriptions for expert-parallel MoE: who owns which expert, and where each expert's rows lie.
 
 ``ExptAssignment`` and ``RaggedTensorMetadata`` carry upstream Iris's fields, so code written against its
-``iris.ccl.moe_utils`` runs unchanged; ``topk`` is the router's selection (softmax over the chosen logits).
+``iris.ccl.moe.routing`` runs unchanged; ``topk`` is the router's selection (softmax over the chosen logits).
 """
 
 from dataclasses import dataclass

@@ -10,8 +10,8 @@ collected): a CUDA user object that the graph retains signals it then (``cuda_dr
 
 import torch
 
-from iris.host import cuda_driver
-from iris.host.logging import logger
+from iris.platform import cuda_driver
+from iris.logging import logger
 
 
 class GraphLife:

@@ -1,0 +1,27 @@
+"""The exceptions a rank sees when something outside its own code fails: a peer, a wait, a launched rank. Defined
+here, at the bottom, so that any layer can raise or catch them without importing the machinery that detects them."""
+
+
+class PeerError(RuntimeError):
+    """A peer rank raised or died while this rank's context was open; the message names it. Raised
+    asynchronously in the thread that created the context, then by every later call that talks to peers."""
+
+    message = "a peer rank failed (see the iris watchdog's log line)"
+
+    def __init__(self, *args):
+        super().__init__(*(args or (self.message,)))
+
+    def __reduce__(self):  # the carrier subclasses made by _raise_in are not importable; travel as PeerError
+        return PeerError, self.args
+
+
+class RankTimeoutError(TimeoutError):
+    """A host-side wait gave up; ``missing`` lists the ranks that did not arrive."""
+
+    def __init__(self, message, missing):
+        super().__init__(message)
+        self.missing = missing
+
+
+class RankError(RuntimeError):
+    """One or more ranks raised; the message holds each failing rank's traceback."""

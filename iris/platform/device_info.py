@@ -1,0 +1,52 @@
+"""Device queries (upstream Iris's ``iris.hip``, whose names these are), answered for this platform.
+
+On NVIDIA a GPU is one die, so ``get_num_xcc()`` is 1 (AMD's MI300X has 8 XCDs, which upstream's kernels remap
+program ids across); on the cpu backend the answers describe the host.
+"""
+
+import os
+
+import torch
+
+# The rate of the timer ``iris.device.utils.read_realtime`` reads, in kHz: %globaltimer counts nanoseconds.
+GLOBALTIMER_KHZ = 1_000_000
+
+
+def count_devices():
+    """GPUs visible to this process (0 on a machine without one)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def set_device(device_id):
+    """Make ``device_id`` the current GPU (a no-op without GPUs)."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(device_id)
+
+
+def get_cu_count(device_id=None):
+    """Streaming multiprocessors of the GPU (the CPU count without GPUs)."""
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device() if device_id is None else device_id
+        return torch.cuda.get_device_properties(index).multi_processor_count
+    return os.cpu_count()
+
+
+def get_num_xcc(device_id=None):
+    """Accelerator complex dies per GPU: 1 on NVIDIA and on the cpu backend."""
+    return 1
+
+
+def get_wall_clock_rate(device_id=None):
+    """kHz of the timer ``iris.device.utils.read_realtime`` reads (nanoseconds here: 1e6 kHz)."""
+    return GLOBALTIMER_KHZ
+
+
+def get_arch(device_id=None):
+    """The GPU's architecture name (``sm_90`` on H100/H200), or ``"cpu"``."""
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(device_id)
+        return f"sm_{major}{minor}"
+    return "cpu"
+
+
+__all__ = ["count_devices", "set_device", "get_cu_count", "get_num_xcc", "get_wall_clock_rate", "get_arch"]
