@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from iris.bench import kernels, peer
+from iris.bench import kernels
+from iris.host.copy_engine.queue import peer_address, peer_view
 from iris.bench.harness import Point, Sweep, Timing, run_sweep
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -132,12 +133,12 @@ def _p2p_fn(bufs, provider, op, n, offset, actor, target):
     if provider == "iris":
         return lambda: kernels.p2p(op, local, remote, actor, target, bufs.heap_bases, config, bufs.cu_count)
     if provider == "triton_raw":
-        address = peer.peer_address(ctx, remote, target)
+        address = peer_address(ctx, remote, target)
         if op in kernels.PULL_OPS:
             return lambda: kernels.raw_copy(address, local, n, True, bufs.dtype, config, bufs.cu_count)
         return lambda: kernels.raw_copy(local, address, n, False, bufs.dtype, config, bufs.cu_count)
     if provider == "copy_engine":
-        view = peer.peer_view(ctx, remote, target)
+        view = peer_view(ctx, remote, target)
         if op in kernels.PULL_OPS:
             return lambda: local.copy_(view)
         return lambda: view.copy_(local)
@@ -161,7 +162,7 @@ def p2p_point(bufs, provider, op, nbytes, actor, target):
 
     def check():
         if bufs.rank == actor:
-            theirs = peer.peer_view(bufs.ctx, bufs.recv[:n], target)
+            theirs = peer_view(bufs.ctx, bufs.recv[:n], target)
             mine = (bufs.dst if op in kernels.PULL_OPS else bufs.src)[:n]
             pull = op in kernels.PULL_OPS  # the destination first, then the source it must equal
             _expect_equal(f"{op} {provider} {actor}->{target}", mine if pull else theirs, theirs if pull else mine)
@@ -228,9 +229,9 @@ def _all_fn(bufs, provider, op, n, offset):
     if provider == "copy_engine":
         gather = bufs.gather()
         if op == "all_load":
-            copies = [(gather[p * n:(p + 1) * n], peer.peer_view(ctx, slot(0), p)) for p in peers]
+            copies = [(gather[p * n:(p + 1) * n], peer_view(ctx, slot(0), p)) for p in peers]
         else:
-            copies = [(peer.peer_view(ctx, slot(rank), p), src) for p in peers]
+            copies = [(peer_view(ctx, slot(rank), p), src) for p in peers]
         return _concurrently(ctx.get_device(), [lambda d=d, s=s: d.copy_(s) for d, s in copies])
     if provider == "torch_dist":
         out = bufs.gather()[:world * n]
@@ -265,16 +266,16 @@ def _check_all(bufs, provider, op, n):
     if op == "all_store":
         for p in peers:
             _expect_equal(f"{what}, slot {rank} on rank {p}",
-                          peer.peer_view(ctx, bufs.recv[rank * bufs.n_max:rank * bufs.n_max + n], p), bufs.src[:n])
+                          peer_view(ctx, bufs.recv[rank * bufs.n_max:rank * bufs.n_max + n], p), bufs.src[:n])
     elif provider == "iris":
         ref = torch.zeros(n, dtype=torch.float32, device=ctx.get_device())
         for p in peers:
-            ref += peer.peer_view(ctx, bufs.recv[:n], p).float()
+            ref += peer_view(ctx, bufs.recv[:n], p).float()
         _expect_equal(what, bufs.dst[:n], ref.to(bufs.dtype))
     else:
         for p in peers:
             _expect_equal(f"{what}, from rank {p}", bufs.gather()[p * n:(p + 1) * n],
-                          peer.peer_view(ctx, bufs.recv[:n], p))
+                          peer_view(ctx, bufs.recv[:n], p))
 
 
 def all_sweep(bufs, ops=("all_load", "all_store"), providers=PROVIDERS_ALL, sizes=None, progress=True):
@@ -298,7 +299,7 @@ def atomic_point(bufs, provider, op, nbytes, actor=0, target=1):
                 fns.append(lambda r=remote: kernels.atomic(name, r, actor, target, bufs.heap_bases, bufs.push_config,
                                                            bufs.cu_count))
             elif provider == "triton_raw":
-                address = peer.peer_address(bufs.ctx, remote, target)
+                address = peer_address(bufs.ctx, remote, target)
                 fns.append(lambda a=address: kernels.raw_atomic(name, a, n, dtype, bufs.push_config, bufs.cu_count))
             else:
                 raise ValueError(f"atomics: unknown provider {provider!r}; use one of {PROVIDERS_ATOMIC}")
@@ -321,7 +322,7 @@ def pingpong_point(bufs, provider, order, rounds, pair=(0, 1)):
     fns = None
     if bufs.rank in pair:
         other = pair[1] if bufs.rank == pair[0] else pair[0]
-        address = peer.peer_address(bufs.ctx, bufs.flag, other)
+        address = peer_address(bufs.ctx, bufs.flag, other)
         is_ping = bufs.rank == pair[0]
 
         def call():
