@@ -181,6 +181,13 @@ def test_upstream_aliases_are_our_objects():
             assert getattr(module, name) is expected, f"{path}.{name} is not {target}"
 
 
+def test_design_shows_the_layers():
+    lines = ["edge     iris (the face: iris/__init__.py), iris.upstream and upstream's paths"]
+    lines += [f"layer {level}  " + "  ".join(names) for level, names in reversed(list(enumerate(LAYERS)))]
+    picture = "```\n" + "\n".join(lines) + "\n```"
+    assert picture in (ROOT / "docs" / "design.md").read_text(), f"docs/design.md, Layers, should show:\n{picture}"
+
+
 def test_folders_stay_small_and_unambiguous():
     for folder, limit in MAX_FILES_DIRECTLY_IN.items():
         files = sorted(p.name for p in (ROOT / folder).glob("*.py"))
