@@ -8,7 +8,6 @@ import functools
 import importlib
 import math
 import os
-import socket
 import sys
 import weakref
 
@@ -19,28 +18,22 @@ import triton.language as tl
 
 from iris.platform import backend as _backend
 from iris.interpreter.triton import patch_interpreter_asserts
-from iris.host.distributed import StoreBarrier, all_gather_object, default_store, device_synchronize, \
-    StoreExchange, ensure_process_group
+from iris.host.distributed import StoreBarrier, StoreExchange, all_gather_object, default_store, device_synchronize
 from iris.host.copy_engine.queue import CopyQueue
 from iris.host.copy_engine.api import CopyEngines, disabled_error, resolve_engines
 from iris.host.groups import GroupTable, region_bytes
-from iris.host.memory.allocator import align_up
 from iris.host.memory.heap import SymmetricHeap
 from iris.host.launches import LaunchCache
 from iris.logging import RankLogger
-from iris.host.memory.backing import CudaIpcMemory, SharedMemory
-from iris.host.memory.vmem import GrowableMemory
 from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
                          atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate)
 from iris.device.context import CONTEXT_HEADER
 from iris.device.debug import TRACE_WORDS
-from iris.device.translate import check_base_alignment, misaligned_bases
 from iris.host.memory.factories import TensorFactory
-from iris.host import topology as _topology
+from iris.host import bootstrap, topology as _topology
 from iris.host.watchdog import StoreReports, Watchdog
 
-ALLOCATORS = ("torch", "vmem")
-_context_serial = 0  # advances on every rank with each (collective) context creation
+ALLOCATORS = bootstrap.ALLOCATORS
 
 
 class Iris(TensorFactory, RankLogger):
@@ -52,20 +45,9 @@ class Iris(TensorFactory, RankLogger):
 
     def __init__(self, heap_size=1 << 30, allocator_type="torch", engines=(), timeout_s=None, debug=None,
                  workspace_size=None, copy_engine=None, enable_copy_engine=None):
-        global _context_serial
         if debug:
             enable_debug()
-        allocator_type = os.environ.get("IRIS_ALLOCATOR", allocator_type)
-        if not isinstance(heap_size, int) or isinstance(heap_size, bool) or heap_size <= 0:
-            raise ValueError(f"iris.iris: heap_size must be a positive number of bytes, got {heap_size!r}; "
-                             "for example iris.iris(heap_size=1 << 30) for 1 GiB")
-        if allocator_type not in ALLOCATORS:
-            raise ValueError(f"iris.iris: unknown allocator_type {allocator_type!r}; use 'torch' (default) or "
-                             "'vmem'")
-        if workspace_size is None:
-            workspace_size = max(heap_size // 4, 1 << 20)
-        if not isinstance(workspace_size, int) or isinstance(workspace_size, bool) or workspace_size < 0:
-            raise ValueError(f"iris.iris: workspace_size must be a number of bytes >= 0, got {workspace_size!r}")
+        self.allocator_type, workspace_size = bootstrap.check_options(heap_size, allocator_type, workspace_size)
         self.enable_copy_engine = resolve_engines(engines, copy_engine, enable_copy_engine)
         if self.enable_copy_engine:
             # upstream's switch: a program that set iris.device.sdma_utils.sdma_ep to None has no copy engine
@@ -73,73 +55,31 @@ class Iris(TensorFactory, RankLogger):
             if getattr(sys.modules.get("iris.device.sdma_utils"), "sdma_ep", True) is None:
                 raise ImportError("iris.iris: the copy engine was asked for but iris.device.sdma_utils.sdma_ep is None "
                                   "(upstream: the iris[sdma] extra); leave sdma_utils.sdma_ep as iris sets it")
-
         self.backend = _backend.BACKEND
         self.timeout_s = timeout_s
         self._closed = False
-        on_cpu = self.backend == "cpu"
-        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
-        if on_cpu:
-            self._device = torch.device("cpu")
-            ensure_process_group("cpu")
-        else:
-            if not torch.cuda.is_available():
-                raise RuntimeError(f"iris.iris: IRIS_BACKEND={self.backend} but no GPU is visible; unset "
-                                   "IRIS_BACKEND to use the cpu backend")
-            gpus = torch.cuda.device_count()
-            if self.backend == "simulation":
-                device_id = int(os.environ.get("RANK", local_rank)) % gpus
-            else:
-                device_id = local_rank % gpus
-            self._device = torch.device("cuda", device_id)
-            torch.cuda.set_device(self._device)
-            ensure_process_group(self.backend)
+        self._device = bootstrap.bind_device(self.backend)
         self.device = str(self._device)  # upstream Iris's string, "cuda:N" or "cpu"; get_device() is the torch.device
-
-        self.cur_rank = dist.get_rank()
-        self.num_ranks = dist.get_world_size()
-        _context_serial += 1
-        self._serial = _context_serial
+        self.cur_rank, self.num_ranks = dist.get_rank(), dist.get_world_size()
+        self._serial = bootstrap.next_serial()  # names this context's keys in the store
         self._store = default_store()
         self._barriers = {}
+        # Where the torch integrations (iris.distributed's staging, iris.compile's world) keep their state for this
+        # context, by name: it lives and goes with the context.
+        self.integrations = {}
 
-        place = (socket.gethostname(), self._device.index)
-        sizes, places, cu_counts, seeds = zip(*all_gather_object((heap_size, place, self.get_cu_count(),
-                                                                  torch.initial_seed())))
-        self.init_random(seeds[0])  # one stream on every rank, from rank 0's seed (iris/host/memory/factories.py)
-        self._agreed_cu_count = min(cu_counts)  # grids launched on every rank are sized from it
-        # more ranks than GPUs (simulation, or the cuda backend on too few GPUs): some ranks share a GPU
-        self.shares_gpu = not on_cpu and len(set(places)) < self.num_ranks
-        self.peer_devices = [index for host, index in places if host == places[self.cur_rank][0]]
-        if len(set(sizes)) != 1:
-            raise ValueError(f"iris.iris: ranks asked for different heap sizes {list(sizes)} (bytes, by rank); every "
-                             "rank must pass the same heap_size")
-        # Heaps are mapped within a node only (iris/host/topology.py): the memory below is made by the node's ranks,
-        # which exchange handles among themselves; the world's table gets off-node codes for the others.
+        agreed = bootstrap.agree(heap_size, self._device, self.get_cu_count())
+        self.init_random(agreed.seed)  # one stream on every rank (iris/host/memory/factories.py)
+        self._agreed_cu_count, self.shares_gpu, self.peer_devices = agreed.cu_count, agreed.shares_gpu, \
+            agreed.peer_devices
         self.topology = _topology.discover(self.cur_rank, self.num_ranks, all_gather_object)
-        self.node_group = self.rail_group = self.rail_engine = None
-        exchange, local_barrier = all_gather_object, self._host_barrier
-        if self.topology.num_nodes > 1:
-            self.node_group, self.rail_group, self.rail_engine = _topology.make_groups(self.topology, self.backend)
-            exchange = functools.partial(all_gather_object, group=self.node_group)
-            local_barrier = functools.partial(self._host_barrier, self.topology.node_ranks())
-        local_rank, local_size = self.topology.local_rank, self.topology.local_world_size
-        # [group flags | subgroup workspace area | user tensors (grows with allocator_type="vmem")]
-        group_bytes, workspace_bytes = align_up(region_bytes(self.num_ranks)), align_up(workspace_size)
-        total = group_bytes + workspace_bytes + align_up(heap_size)
-        self.allocator_type = allocator_type
-        if allocator_type == "vmem":
-            memory = GrowableMemory(total, self._device, local_rank, local_size, exchange)
-        elif on_cpu:
-            memory = SharedMemory(total, local_rank, local_size, exchange, local_barrier)
-        else:
-            memory = CudaIpcMemory(total, self._device, local_rank, exchange)
-        # translate() claims to the compiler that the bases differ by multiples of BASE_ALIGNMENT; every rank checks
-        # the addresses it sees (its node's) and all raise together (one rank raising alone would leave the rest in
-        # the barrier)
-        top = self.topology
-        check_base_alignment([(seen, top.node_ranks(top.node_of(seen))[local], base) for seen, found in
-                              enumerate(all_gather_object(misaligned_bases(memory.bases))) for local, base in found])
+        plumbing = bootstrap.node_plumbing(self.topology, self.backend, self._host_barrier)
+        self.node_group, self.rail_group, self.rail_engine = plumbing.node_group, plumbing.rail_group, \
+            plumbing.rail_engine
+        group_bytes, workspace_bytes, total = bootstrap.heap_layout(heap_size, workspace_size,
+                                                                    region_bytes(self.num_ranks))
+        memory = bootstrap.make_memory(self.allocator_type, total, self._device, self.topology, plumbing)
+        bootstrap.check_bases(memory, self.topology)
         self.heap = SymmetricHeap(memory, heap_size, group_bytes, workspace_bytes, self.cur_rank, self.num_ranks,
                                   all_gather_object)
         self.heap.bases = self.topology.world_bases(memory.bases)
@@ -151,8 +91,8 @@ class Iris(TensorFactory, RankLogger):
         self.groups.on_agreed(lambda ranks: context()._watch_group(ranks))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine/queue.py)
         self.launches = LaunchCache()  # eager calls' remembered launches (iris/host/launches.py)
-        self.watchdog = Watchdog(self.cur_rank, self.num_ranks, exchange, local_barrier, self.groups, self.topology,
-                                 StoreReports(self._store, f"iris/watchdog/{self._serial}"))
+        self.watchdog = Watchdog(self.cur_rank, self.num_ranks, plumbing.exchange, plumbing.local_barrier,
+                                 self.groups, self.topology, StoreReports(self._store, f"iris/watchdog/{self._serial}"))
         # Upstream Iris's layout, [rank, world_size, base_0, ..., tracing words], then the bytes each base addresses
         # (debug mode's extent, iris/device/debug.py). heap_bases is a view of the bases; the words around it stay
         # in reach of the kernels that get it. A rank on another node has a negative code for a base.
@@ -215,7 +155,7 @@ class Iris(TensorFactory, RankLogger):
     def spans_nodes(self, group, caller):
         """Whether ``group`` (None: the world) holds ranks of several nodes; such a group must be the world, which
         the collectives run hierarchically (``iris/ccl/multinode/hierarchical.py``)."""
-        ranks = self._group_ranks(group, caller)
+        ranks = self.group_ranks(group, caller)
         if not self.topology.spans_nodes(ranks):
             return False
         if len(ranks) != self.num_ranks:
@@ -271,20 +211,17 @@ class Iris(TensorFactory, RankLogger):
         self.groups.check(method)
         return self.copy_engines
 
-    def put(self, src_tensor=None, to_rank=None, dst_tensor=None, wait_flag=None, wait_value=None, signal_flag=None,
-            signal_value=1, async_op=False, channel=0, *, dst_rank=None, to_tensor=None, from_tensor=None):
+    def put(self, src_tensor, to_rank, dst_tensor=None, wait_flag=None, wait_value=None, signal_flag=None,
+            signal_value=1, async_op=False, channel=0):
         """Copy ``src_tensor`` into ``dst_tensor``'s counterpart (default: ``src_tensor``'s) on ``to_rank`` on a copy
         engine, after the work queued on the current stream and, with ``wait_flag``, once that local int32/int64
         flag reaches ``wait_value``; then add ``signal_value`` to ``signal_flag``'s counterpart on ``to_rank``
         (release: a kernel there that acquires the flag sees the data). ``async_op=False`` blocks the host until it
         has landed (the context's timeout; ``PeerError`` once a peer fails); ``async_op=True`` returns at once
         (``quiet`` waits). No SM is used for the copy; the signal is a one-thread kernel. Graph-capturable.
-        ``dst_rank`` / ``to_tensor`` / ``from_tensor`` are upstream's other names."""
-        engines = self._engines("Iris.put")
-        src = _one_of("Iris.put", src_tensor=src_tensor, from_tensor=from_tensor)
-        rank = _one_of("Iris.put", to_rank=to_rank, dst_rank=dst_rank)
-        dst = _one_of("Iris.put", dst_tensor=dst_tensor, to_tensor=to_tensor, required=False)
-        engines.put(src, rank, dst, wait_flag, wait_value, signal_flag, signal_value, async_op, channel)
+        ``dst_rank`` / ``to_tensor`` / ``from_tensor`` are upstream's other names (``iris/upstream.py``)."""
+        self._engines("Iris.put").put(src_tensor, to_rank, dst_tensor, wait_flag, wait_value, signal_flag,
+                                      signal_value, async_op, channel)
 
     def put_tile(self, tile, to_rank, to_ptr, to_stride, wait_flag=None, wait_value=None, signal_flag=None,
                  signal_value=1, async_op=False, channel=0):
@@ -302,11 +239,11 @@ class Iris(TensorFactory, RankLogger):
         self._engines("Iris.put_tiles").put_tiles(tiles, to_rank, to_ptrs, to_strides, wait_flag, wait_value,
                                                   signal_flag, signal_value, async_op, channel)
 
-    def quiet(self, to_rank=None, channel=0, *, dst_rank=None):
+    def quiet(self, to_rank=None, channel=0):
         """Host-blocking: until every transfer queued to ``to_rank`` (every rank: None) on ``channel`` has landed,
-        signals included; the context's timeout, ``PeerError`` once a peer fails. Inside a capture, nothing to do."""
-        engines = self._engines("Iris.quiet")
-        engines.quiet(dst_rank if to_rank is None else to_rank, channel)
+        signals included; the context's timeout, ``PeerError`` once a peer fails. Inside a capture, nothing to do.
+        ``dst_rank`` is upstream's other name (``iris/upstream.py``)."""
+        self._engines("Iris.quiet").quiet(to_rank, channel)
 
     @property
     def failure(self):
@@ -341,7 +278,7 @@ class Iris(TensorFactory, RankLogger):
         (``iris/host/memory/workspaces.py``); ``ctx.workspaces.release(group)`` frees a group's."""
         from iris.host.memory.workspaces import Workspaces
 
-        return Workspaces(self)
+        return Workspaces(self, StoreExchange(self._store, self.cur_rank, f"{self._serial}/workspaces", self.timeout_s))
 
     @functools.cached_property
     def ops(self):
@@ -401,7 +338,9 @@ class Iris(TensorFactory, RankLogger):
         return tensor, torch.tensor(table, dtype=torch.int64, device=self._device)[2:2 + self.num_ranks]
 
     # ------------------------------------------------------------------ synchronisation
-    def _group_ranks(self, group, caller):
+    def group_ranks(self, group, caller):
+        """The sorted ranks of ``group`` (a ``ProcessGroup``, or None for every rank); a clear error, naming
+        ``caller``, when it is not a group or this rank is not in it."""
         if group is None:
             return list(range(self.num_ranks))
         if isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER:  # new_group's on ranks left out
@@ -421,7 +360,7 @@ class Iris(TensorFactory, RankLogger):
         ``device_barrier`` inside graphs. Raises ``iris.PeerError`` once a peer has failed."""
         self.groups.check("Iris.barrier")
         device_synchronize(self._device, stream)
-        self._host_barrier(self._group_ranks(group, "Iris.barrier"), timeout_s)
+        self._host_barrier(self.group_ranks(group, "Iris.barrier"), timeout_s)
 
     def _host_barrier(self, ranks=None, timeout_s=None):
         """The store barrier alone: what ``barrier`` does after its checks, and the barrier of context
@@ -446,7 +385,7 @@ class Iris(TensorFactory, RankLogger):
     def group_sync(self, group, caller):
         """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises
         ``iris.PeerError`` once a peer has failed (every collective starts here or at ``groups.get``)."""
-        ranks = self._group_ranks(group, caller)
+        ranks = self.group_ranks(group, caller)
         if self.topology.spans_nodes(ranks):
             nodes = sorted({self.topology.node_of(r) for r in ranks})
             raise ValueError(f"{caller}: the group {ranks} spans nodes {nodes}; iris kernels reach the ranks of one "
@@ -555,15 +494,6 @@ def enable_debug():
 def bases_table(rank, world_size, bases, extent):
     """The words of a device context (``get_device_context``) with tracing off."""
     return [rank, world_size] + list(bases) + [0] * TRACE_WORDS.value + [extent]
-
-
-def _one_of(caller, required=True, **names):
-    given = {name: value for name, value in names.items() if value is not None}
-    if len(given) > 1:
-        raise TypeError(f"{caller}: got both {' and '.join(given)}; they name the same argument, pass one")
-    if not given and required:
-        raise TypeError(f"{caller}: missing {' (or '.join(names)}{')' * (len(names) - 1)}")
-    return next(iter(given.values()), None)
 
 
 def iris(heap_size=1 << 30, allocator_type="torch", engines=(), **kwargs):

@@ -3,8 +3,8 @@
 #   UPSTREAM=.upstream bash scripts/gpu_upstream.sh      # at most 9 minutes
 # 1. scripts/gpu_compat.sh: tests/test_compat.py, the dropped-contexts check at 2 ranks and at world size 1, and
 #    upstream's examples and tests unchanged (scripts/run_upstream.py), 2 ranks sharing the GPU;
-# 2. upstream's example 30 five times unchanged and five times with a ctx.barrier() before its check
-#    ($UPSTREAM/examples/30_x_all_gather_barrier, docs/upstream.md): the race is its only cause if the copy passes
+# 2. upstream's example 30 five times unchanged and five times with a ctx.barrier() before its check (a tree of its
+#    own, $UPSTREAM/race/examples/30_x_all_gather, docs/upstream.md): the race is its only cause if the copy passes
 #    every time;
 # 3. the device-code test files (rma, atomics, sync, ccl, gluon, tracing) at 2 ranks sharing the GPU.
 # Writes under $OUT; prints a short table last.
@@ -15,14 +15,6 @@ mkdir -p "$OUT_DIR"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 UPSTREAM=${UPSTREAM:-.upstream}
-
-# the barrier copy of example 30 runs from a tree of its own, so that the full run counts upstream's 40 entries
-RACE_TREE=$(mktemp -d)
-mkdir -p "$RACE_TREE/examples"
-if [ -d "$UPSTREAM/examples/30_x_all_gather_barrier" ]; then
-  mv "$UPSTREAM/examples/30_x_all_gather_barrier" "$RACE_TREE/examples/30_x_all_gather"
-fi
-[ -d "$UPSTREAM/examples/common" ] && cp -r "$UPSTREAM/examples/common" "$RACE_TREE/examples/"
 
 OUT="$OUT_DIR" UPSTREAM="$UPSTREAM" bash scripts/gpu_compat.sh > "$OUT_DIR/compat.txt" 2>&1
 
@@ -37,7 +29,7 @@ race() {  # race TREE: how many of five runs of TREE's example 30 pass, 2 ranks 
   echo "$passed/5"
 }
 t_plain=$(race "$UPSTREAM")
-t_barrier=$(race "$RACE_TREE")
+t_barrier=$(race "$UPSTREAM/race")
 
 IRIS_TEST_SCALE=gpu IRIS_BACKEND=simulation TESTS="test_rma test_atomics test_sync test_ccl test_gluon test_tracing" \
   SKIP_BENCH=1 FILE_TIMEOUT_S=150 bash scripts/gpu_tier.sh "$OUT_DIR" > "$OUT_DIR/tier.txt" 2>&1

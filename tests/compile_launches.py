@@ -2,9 +2,11 @@
 
 Reads the records ``iris/interpreter/launch_log.py`` wrote into the directory given as the first argument, keeps the
 kernels defined in the folders given after it, compiles each distinct specialisation with Triton's own LLVM and
-ptxas, and prints ``RESULT`` and a JSON summary: how many compiled, and each failure with its first error line.
+ptxas, and prints ``RESULT`` and a JSON summary: how many compiled, the kernels compiled, and each failure in one
+line: the source line of each call down to where compiling stopped, then the compiler's first diagnostic.
 """
 
+import contextlib
 import glob
 import importlib.util
 import json
@@ -12,12 +14,15 @@ import multiprocessing
 import os
 import pickle
 import sys
+import tempfile
 import time
+import traceback
 
 import iris  # noqa: F401  (the cuda backend: no interpreter)
 import sm90
 import triton
 from triton.backends.compiler import GPUTarget
+from triton.compiler.errors import CompilationError
 
 
 def _records(directory):
@@ -49,26 +54,65 @@ def _kernel(filename, qualname):
     return fn
 
 
+@contextlib.contextmanager
+def _stderr_to(file):
+    """File descriptor 2 into ``file``: the MLIR verifier and ptxas write their diagnostics there, not into the
+    exception (a failed verification raises a bare ``AssertionError``)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _explain(e, diagnostics):
+    """One line for a failed compile: the source line of each call, outermost first, down to the Python error, then
+    the compiler's first diagnostic where the error does not already say it."""
+    chain = []
+    while e is not None and len(chain) < 8:
+        lines = str(e).strip().splitlines() or [""]
+        if isinstance(e, CompilationError) and "^" in [line.strip() for line in lines]:
+            # "at L:C:", the function's source up to line L, a caret under column C, then the message unless a
+            # chained exception carries it
+            caret = [line.strip() for line in lines].index("^")
+            message = " ".join(line.strip() for line in lines[caret + 1:])
+            inner = e.__cause__ or e.__context__
+            chain.append(lines[caret - 1].strip() + (f": {message}" if message and inner is None else ""))
+        elif lines[0]:
+            errors = [line for line in lines if "error" in line.lower() and "Repro" not in line]
+            chain.append(f"{type(e).__name__}: {(errors or lines)[0].strip()}")
+        else:
+            frame = traceback.extract_tb(e.__traceback__)[-1]
+            where = frame.filename.split("site-packages" + os.sep)[-1]
+            chain.append(f"{type(e).__name__} at {where}:{frame.lineno}: {frame.line}")
+        e = e.__cause__ or e.__context__
+    diagnostics.seek(0)
+    first = next((line.strip() for line in diagnostics if "error" in line.lower()), None)
+    if first and all(first not in c for c in chain):
+        chain.append(first)
+    return " <- ".join(chain)
+
+
 def _compile(record):
     """None, or what went wrong compiling one record."""
     filename, qualname, signature, constexprs, attrs, options = record
     where = f"{os.path.relpath(filename)}::{qualname}"
     if signature is None:  # the log could not describe the launch
         return f"{where}: not recorded: {constexprs}"
-    try:
-        if "<locals>" in qualname:
-            raise RuntimeError("a kernel defined inside a function cannot be imported; define it at module level")
-        source = sm90.source(_kernel(filename, qualname), signature, constexprs, attrs)
-        triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-    except Exception as e:
-        messages = []
-        while e is not None and len(messages) < 4:
-            lines = str(e).strip().splitlines() or [""]
-            errors = [line for line in lines if "error" in line.lower() and "Repro" not in line]
-            messages.append(f"{type(e).__name__}: {(errors or lines)[0].strip()}")
-            e = e.__cause__ or e.__context__
-        values = {list(signature)[k[0]]: v for k, v in constexprs.items()}
-        return f"{where} {signature} {values}: " + " <- ".join(messages)
+    with tempfile.TemporaryFile("w+") as diagnostics:
+        try:
+            if "<locals>" in qualname:
+                raise RuntimeError("a kernel defined inside a function cannot be imported; define it at module level")
+            source = sm90.source(_kernel(filename, qualname), signature, constexprs, attrs)
+            with _stderr_to(diagnostics):
+                triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+        except Exception as e:
+            values = {list(signature)[k[0]]: v for k, v in constexprs.items()}
+            return f"{where} {signature} {values}: {_explain(e, diagnostics)}"
     return None
 
 
@@ -83,7 +127,8 @@ def main(directory, roots):
     with multiprocessing.get_context("spawn").Pool(max(1, min(os.cpu_count() or 1, 8))) as pool:
         outcomes = pool.map(_compile, list(records.values()), chunksize=4)
     failures = [o for o in outcomes if o is not None]
-    print("RESULT" + json.dumps({"compiled": len(outcomes) - len(failures), "failures": failures,
+    kernels = sorted({f"{os.path.relpath(r[0])}::{r[1]}" for r, o in zip(records.values(), outcomes) if o is None})
+    print("RESULT" + json.dumps({"compiled": len(outcomes) - len(failures), "kernels": kernels, "failures": failures,
                                  "seconds": round(time.time() - start, 1)}))
 
 

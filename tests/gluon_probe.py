@@ -15,6 +15,7 @@ import iris
 from iris.ccl.gluon.all_gather import _all_gather_gluon_kernel
 from iris.ccl.gluon.all_gather_tma import MAX_MEMBERS, STAGES, _all_gather_tma_kernel, tile_shape
 from iris.ccl.gluon.all_to_all import _all_to_all_gluon_kernel
+from iris.device.trace_events import TraceEvent
 from iris.gluon import IrisDeviceCtx
 
 triton_all_gather = sys.modules["iris.ccl.all_gather"]  # the module: iris.ccl's attribute is the function
@@ -31,6 +32,26 @@ def gluon_store_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, src, dst, pe
     offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=layout)
     ctx.store(dst + offs, gl.load(src + offs), peer, hint=HINT)
     ctx.atomic_xchg(dst + 0 * offs, 1, peer, mask=offs < 1, sem="release", scope="sys")
+
+
+@gluon.jit
+def gluon_traced_put_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, src, dst, peer, BLOCK: gl.constexpr,
+                            TRACING: gl.constexpr):
+    ctx = IrisDeviceCtx.initialize(context_tensor, tracing=TRACING)
+    layout: gl.constexpr = gl.BlockedLayout([BLOCK // (32 * gl.num_warps())], [32], [gl.num_warps()], [0])
+    offs = gl.arange(0, BLOCK, layout=layout)
+    handle = ctx.tracing.record_event_start(event_id=TraceEvent().put, target_rank=peer, address=dst + offs,
+                                            pid_m=gl.program_id(0), pid_n=0, mask=offs < BLOCK)
+    ctx.put(src + offs, dst + offs, peer)
+    ctx.tracing.record_event_end(handle)
+
+
+def traced_ops(tracing):
+    """The tracing path's footprint in the Triton IR of a Gluon put compiled with ``TRACING``: its reductions (the
+    event's address and payload) and atomics (the event counters)."""
+    ir = launch_compile(gluon_traced_put_kernel, IrisDeviceCtx, ptr(torch.int64), ptr(torch.float32),
+                        ptr(torch.float32), 3, BLOCK=BLOCK, TRACING=tracing, num_warps=8).asm["ttgir"]
+    return {"reduce": ir.count("tt.reduce"), "atomic": ir.count("tt.atomic_rmw")}
 
 
 @triton.jit
@@ -110,6 +131,7 @@ def main():
                                                      BLOCK=BLOCK, THREADS_PER_WARP=32, VEC=8, num_warps=8))
     # the TMA all_gather at the GPU's bandwidth shape: 16384 bf16 a tile (64 x 256), 4 members, 8 warps
     out["tma_all_gather"] = tma_summary(4, *tile_shape(1 << 20, 16384, 2), 8)
+    out["traced_put"] = {str(tracing): traced_ops(tracing) for tracing in (False, True)}
     # the compiled binary's cache key follows the device code the context reaches (IrisDeviceCtx.cache_key)
     store_hash = lambda: launch_source(gluon_store_kernel, IrisDeviceCtx, ptr(torch.int64), ptr(torch.float32),
                                        ptr(torch.float32), 3, BLOCK=BLOCK, HINT=None, num_warps=8)[0].hash()

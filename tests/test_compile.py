@@ -201,8 +201,10 @@ def test_barrier_signal_fences_once_then_adds_relaxed(compiled):
     assert "bar.sync" in seq[:fences[0]], seq
 
 
+GLUON_TRACING_TEST = "test_gluon.py::test_tracing_from_gluon_and_triton_kernels_records_the_same_events"
 
-def test_launched_kernels_compile_for_sm90():
+
+def test_launched_kernels_compile_for_sm90(request):
     # Every kernel of tests/ and examples/ that the CPU tier ran in the interpreter, at the specialisation it ran
     # (signature, constexprs, alignment, options), compiles for sm_90: the interpreter accepts programs that
     # ptxas or the MLIR verifier refuse (a volatile load with a cache modifier; an atomic_cas whose Python-int
@@ -217,3 +219,7 @@ def test_launched_kernels_compile_for_sm90():
     result = json.loads(proc.stdout.split("RESULT", 1)[1])
     assert not result["failures"], "\n".join(result["failures"])
     assert result["compiled"] > 0
+    # @gluon.jit launches are recorded as @triton.jit ones are; when test_gluon's tracing test ran, its Gluon kernel
+    # (ctx.tracing on a Gluon layout block, which the interpreter does not verify) is among what compiled
+    if any(item.nodeid.endswith(GLUON_TRACING_TEST) for item in request.session.items):
+        assert "tests/test_gluon.py::_traced_gluon_kernel" in result["kernels"], result["kernels"]

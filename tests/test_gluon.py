@@ -290,6 +290,10 @@ def test_gluon_paths_compile_for_sm90_as_the_triton_paths(gluon_ptx):
         assert "st.global.v4.b32" in ops and "st.global.b32" not in ops, ops
         assert "fence.acq_rel.sys" in ops and "ld.global.sys.acquire.b32" in ops, ops  # the barriers' release/acquire
     assert gluon_ptx["context_key_in_kernel_hash"]  # no binary compiled from older iris.device sources is reused
+    # ctx.tracing compiles away without TRACING: none of its reductions or atomics is built (were they, an AMD layout
+    # would reach the GPU compiler's reduction verifier even untraced: upstream's example 24 on NVIDIA)
+    traced = gluon_ptx["traced_put"]
+    assert traced["False"] == {"reduce": 0, "atomic": 0} and traced["True"]["reduce"] >= 1, traced
     # the TMA all_gather: one bulk tensor store from shared memory per member a tile, no register stores to global
     # memory, the shared source fenced for the async proxy, and the full wait (not only the .read one that frees
     # a stage) before the closing barrier's release
@@ -329,9 +333,12 @@ def test_upstream_module_paths_are_one_class():
     assert room is oldest is Context is newest is IrisDeviceCtx
 
 
+# Compiled for sm_90 after the CPU tier (test_compile.py's last test), with TRACING on and off: the interpreter runs
+# ctx.tracing's reductions over a Gluon layout block that only the GPU compiler verifies.
 @gluon.jit
-def _traced_gluon_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, buf, n, BLOCK: gl.constexpr):
-    ctx = IrisDeviceCtx.initialize(context_tensor, tracing=True)
+def _traced_gluon_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, buf, n, BLOCK: gl.constexpr,
+                         TRACING: gl.constexpr):
+    ctx = IrisDeviceCtx.initialize(context_tensor, tracing=TRACING)
     layout: gl.constexpr = gl.BlockedLayout([BLOCK // (32 * gl.num_warps())], [32], [gl.num_warps()], [0])
     offs = gl.arange(0, BLOCK, layout=layout)
     peer = (ctx.cur_rank + 1) % ctx.num_ranks
@@ -343,8 +350,9 @@ def _traced_gluon_kernel(IrisDeviceCtx: gl.constexpr, context_tensor, buf, n, BL
 
 
 @triton.jit
-def _traced_triton_kernel(context, buf, n, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr, BLOCK: tl.constexpr):
-    ctx = iris.DeviceContext.initialize(context, RANK, WORLD_SIZE, tracing=True)
+def _traced_triton_kernel(context, buf, n, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr, BLOCK: tl.constexpr,
+                          TRACING: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, RANK, WORLD_SIZE, tracing=TRACING)
     offs = tl.arange(0, BLOCK)
     peer = (RANK + 1) % WORLD_SIZE
     mask = offs < n
@@ -362,8 +370,10 @@ def _tracing_body():
     ctx.barrier()
     context = ctx.get_device_context()
     enabled_word = int(context[2 + world].item())
-    _traced_gluon_kernel[(1,)](IrisDeviceCtx, context, buf, N, BLOCK=BLOCK, num_warps=4)
-    _traced_triton_kernel[(1,)](context, buf, N, RANK=rank, WORLD_SIZE=world, BLOCK=BLOCK, num_warps=4)
+    for tracing in (False, True):  # compiled without tracing, the calls record nothing on a context that traces
+        _traced_gluon_kernel[(1,)](IrisDeviceCtx, context, buf, N, BLOCK=BLOCK, TRACING=tracing, num_warps=4)
+        _traced_triton_kernel[(1,)](context, buf, N, RANK=rank, WORLD_SIZE=world, BLOCK=BLOCK, TRACING=tracing,
+                                    num_warps=4)
     ctx.barrier()
     events, dropped = ctx.tracing.device_events()
     return enabled_word, events, dropped, buf.data_ptr(), bool(torch.equal(buf[:N].cpu(), torch.arange(N).int()))
@@ -375,8 +385,8 @@ def _tracing_off_body():
     buf = ctx.zeros(BLOCK, dtype=torch.int32)
     ctx.barrier()
     context = ctx.get_device_context()  # tracing never enabled: its words are zero, no buffers behind them
-    _traced_gluon_kernel[(1,)](IrisDeviceCtx, context, buf, N, BLOCK=BLOCK, num_warps=4)
-    _traced_triton_kernel[(1,)](context, buf, N, RANK=rank, WORLD_SIZE=world, BLOCK=BLOCK, num_warps=4)
+    _traced_gluon_kernel[(1,)](IrisDeviceCtx, context, buf, N, BLOCK=BLOCK, TRACING=True, num_warps=4)
+    _traced_triton_kernel[(1,)](context, buf, N, RANK=rank, WORLD_SIZE=world, BLOCK=BLOCK, TRACING=True, num_warps=4)
     ctx.barrier()
     words = context[2 + world:2 + world + 17].tolist()
     return words, bool(torch.equal(buf[:N].cpu(), torch.arange(N).int()))
@@ -391,7 +401,8 @@ def test_kernels_compiled_with_tracing_run_on_a_context_without_it(pools):
 def test_tracing_from_gluon_and_triton_kernels_records_the_same_events(pools):
     for rank, (enabled_word, events, dropped, address, stored) in enumerate(pools(3).run(_tracing_body)):
         assert enabled_word == 1 and dropped == 0 and stored
-        assert len(events) == 2, events  # one from the Gluon kernel, one from the Triton kernel, same fields
+        # one from the traced Gluon kernel, one from the traced Triton kernel, same fields; none from the untraced
+        assert len(events) == 2, events
         for e in events:
             assert e["name"] == "put" and e["cur_rank"] == rank and e["target_rank"] == (rank + 1) % 3, e
             assert e["pid_n"] == 7 and e["address"] == address and e["payload_size"] == N * 4, e
@@ -399,4 +410,5 @@ def test_tracing_from_gluon_and_triton_kernels_records_the_same_events(pools):
             # ticks are coarser than one store on a GPU (both reads can fall in one tick)
             assert 0 < e["timestamp"] <= e["duration_cycles"], e
         assert events[0]["duration_cycles"] <= events[1]["timestamp"]  # the Gluon kernel ran first
-        assert [e["op_index"] for e in events] == [0, 1], events  # the operations in order, upstream's numbering
+        # the operations in order, upstream's numbering (the untraced kernels, launched first, counted none)
+        assert [e["op_index"] for e in events] == [0, 1], events

@@ -46,7 +46,7 @@ def set_context(ctx, staging_bytes=None):
     if not isinstance(ctx, Iris):
         raise TypeError(f"iris.compile.set_context: Expected an Iris instance (ctx = iris.iris(...)), got "
                         f"{type(ctx).__name__}")
-    ctx._compile_world = GroupCollectives(ctx, staging_for(ctx, staging_bytes), range(ctx.get_num_ranks()), None)
+    ctx.integrations["compile"] = GroupCollectives(ctx, staging_for(ctx, staging_bytes), range(ctx.get_num_ranks()), None)
     _iris_ctx = weakref.ref(ctx)
 
 
@@ -61,7 +61,7 @@ def get_context():
 
 def _world(op):
     try:
-        return get_context()._compile_world
+        return get_context().integrations["compile"]
     except RuntimeError:
         raise RuntimeError(f"torch.ops.iris.{op}: Iris context not set; call iris.compile.set_context(ctx) on "
                            "every rank first (ctx = iris.iris(...))") from None

@@ -66,29 +66,31 @@ class _Methods:
     def record_event_start(self, event_id: tl.constexpr, target_rank, address, pid_m, pid_n, mask=None):
         """Open one event; returns the handle ``record_event_end`` closes. A no-op (handle 0) without tracing, and
         in a kernel compiled with tracing whose context has it off (its words are zero: no counter to count in)."""
-        if not self.enabled:
-            return 0
-        words = _words(self.heap_bases)
-        max_events = tl.load(words + _MAX_EVENTS)
-        slot = max_events.to(tl.int32)  # 0 when off: a handle record_event_end leaves alone
-        if max_events > 0:
-            start = read_realtime()
-            slot = tl.atomic_add(_words_ptr(words, _COUNTER, tl.int32), 1, sem="relaxed")
-            op_index = tl.atomic_add(_words_ptr(words, _OPS, tl.int32), 1, sem="relaxed")
-            if slot < max_events:
-                tl.store(_words_ptr(words, _EVENT_ID, tl.int32) + slot, event_id)
-                tl.store(_words_ptr(words, _PID, tl.int32) + slot, tl.program_id(0))
-                tl.store(_words_ptr(words, _PID_M, tl.int32) + slot, pid_m)
-                tl.store(_words_ptr(words, _PID_N, tl.int32) + slot, pid_n)
-                tl.store(_words_ptr(words, _CUR_RANK, tl.int32) + slot, tl.load(self.heap_bases - 2))  # context[0]
-                tl.store(_words_ptr(words, _TARGET, tl.int32) + slot, target_rank)
-                tl.store(_words_ptr(words, _XCC, tl.int32) + slot, 0)
-                tl.store(_words_ptr(words, _CU, tl.int32) + slot, get_cu_id())
-                tl.store(_words_ptr(words, _START, tl.int64) + slot, start)
-                tl.store(_words_ptr(words, _ADDRESS, tl.int64) + slot, _first_address(address))
-                tl.store(_words_ptr(words, _END, tl.int64) + slot, 0)
-                tl.store(_words_ptr(words, _OP_INDEX, tl.int32) + slot, op_index)
-                tl.store(_words_ptr(words, _PAYLOAD, tl.int32) + slot, _payload_bytes(address, mask))
+        # Everything inside one constexpr branch: a kernel compiled without tracing holds none of it (an early return
+        # would still build the rest into the IR, reductions included, which an AMD layout cannot pass on NVIDIA).
+        slot = 0
+        if self.enabled:
+            words = _words(self.heap_bases)
+            max_events = tl.load(words + _MAX_EVENTS)
+            slot = max_events.to(tl.int32)  # 0 when off: a handle record_event_end leaves alone
+            if max_events > 0:
+                start = read_realtime()
+                slot = tl.atomic_add(_words_ptr(words, _COUNTER, tl.int32), 1, sem="relaxed")
+                op_index = tl.atomic_add(_words_ptr(words, _OPS, tl.int32), 1, sem="relaxed")
+                if slot < max_events:
+                    tl.store(_words_ptr(words, _EVENT_ID, tl.int32) + slot, event_id)
+                    tl.store(_words_ptr(words, _PID, tl.int32) + slot, tl.program_id(0))
+                    tl.store(_words_ptr(words, _PID_M, tl.int32) + slot, pid_m)
+                    tl.store(_words_ptr(words, _PID_N, tl.int32) + slot, pid_n)
+                    tl.store(_words_ptr(words, _CUR_RANK, tl.int32) + slot, tl.load(self.heap_bases - 2))  # context[0]
+                    tl.store(_words_ptr(words, _TARGET, tl.int32) + slot, target_rank)
+                    tl.store(_words_ptr(words, _XCC, tl.int32) + slot, 0)
+                    tl.store(_words_ptr(words, _CU, tl.int32) + slot, get_cu_id())
+                    tl.store(_words_ptr(words, _START, tl.int64) + slot, start)
+                    tl.store(_words_ptr(words, _ADDRESS, tl.int64) + slot, _first_address(address))
+                    tl.store(_words_ptr(words, _END, tl.int64) + slot, 0)
+                    tl.store(_words_ptr(words, _OP_INDEX, tl.int32) + slot, op_index)
+                    tl.store(_words_ptr(words, _PAYLOAD, tl.int32) + slot, _payload_bytes(address, mask))
         return slot
 
     def record_event_end(self, handle):

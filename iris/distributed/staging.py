@@ -24,8 +24,9 @@ ALIGN = 256
 # few percent of moving 64 MiB over NVLink at ~370 GB/s); on the cpu backend 1 MiB, since its heaps are small.
 DEFAULT_STAGING_BYTES = {"cuda": 64 << 20, "cpu": 1 << 20}
 
-# A context's Staging hangs off the context (``ctx._staging``). Not a WeakKeyDictionary: its value refers to its
-# key (Staging.ctx), which keeps a dropped context and its whole heap alive for the life of the process.
+# A context's Staging is kept in ``ctx.integrations["staging"]``, so it goes with the context. Not a
+# WeakKeyDictionary here: its value refers to its key (Staging.ctx), which would keep a dropped context and its whole
+# heap alive for the life of the process.
 
 
 class Staging:
@@ -50,7 +51,7 @@ def staging_for(ctx, staging_bytes=None):
     """The context's ``Staging``, made on first call. Collective on first call (every rank of the context, same
     ``staging_bytes``): it allocates on the heap. ``staging_bytes`` defaults to ``IRIS_STAGING_BYTES`` or 64 MiB
     on GPUs, 1 MiB on the cpu backend, and at most half of what is left of the heap."""
-    staging = getattr(ctx, "_staging", None)
+    staging = ctx.integrations.get("staging")
     if staging is not None:
         if staging_bytes is not None and staging_bytes != staging.nbytes:
             raise ValueError(f"iris staging: this context already stages through {staging.nbytes} bytes; "
@@ -67,5 +68,5 @@ def staging_for(ctx, staging_bytes=None):
         raise ValueError(f"iris staging: staging_bytes={staging_bytes!r} must be an int of at least {ALIGN} bytes "
                          "(IRIS_STAGING_BYTES, or a larger heap_size)")
     staging_bytes -= staging_bytes % ALIGN
-    staging = ctx._staging = Staging(ctx, staging_bytes)
+    staging = ctx.integrations["staging"] = Staging(ctx, staging_bytes)
     return staging

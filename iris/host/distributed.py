@@ -91,14 +91,15 @@ def store_exchange(store, prefix, rank, ranks, value, timeout_s=None, check=None
 
 class StoreExchange:
     """``store_exchange`` for one context, called with the ranks: ``exchange(ranks, value, check)``, once per set
-    of ranks (the group table's slot agreement). Holds the store, not the context."""
+    of ranks (the group table's slot agreement), or once per ``(ranks, round)`` for a set of ranks that agrees
+    again and again (the workspaces' offsets). Holds the store, not the context."""
 
     def __init__(self, store, rank, name, timeout_s=None):
         self.store, self.rank, self.prefix, self.timeout_s = store, rank, f"iris/exchange/{name}", timeout_s
 
-    def __call__(self, ranks, value, check=None):
-        return store_exchange(self.store, f"{self.prefix}/{'-'.join(map(str, ranks))}", self.rank, ranks, value,
-                              self.timeout_s, check)
+    def __call__(self, ranks, value, check=None, round=None):
+        key = f"{self.prefix}/{'-'.join(map(str, ranks))}" + ("" if round is None else f"/{round}")
+        return store_exchange(self.store, key, self.rank, ranks, value, self.timeout_s, check)
 
 
 class StoreBarrier:

@@ -9,14 +9,14 @@ _OPS = {f.__name__: f for f in (matmul_all_reduce, all_gather_matmul, matmul_all
 
 
 class Ops:
-    """``ctx.ops``: the fused ops bound to one context. Calls written for the reference Iris that pass the
-    context again (``ctx.ops.matmul_all_reduce(out, A, B, ctx)``) work too."""
+    """``ctx.ops``: the fused ops bound to one context, ``ctx.ops.<op>(out, A, B, ...)``. Upstream's forms of the
+    call (the context passed again, its positional ``bias, async_op, config, workspace``) are taken at the edge
+    (``iris/upstream.py``)."""
 
     def __init__(self, ctx):
         self._ctx = ctx
         for name, fn in _OPS.items():
             setattr(self, name, _bind(fn, ctx))
-
 
     @property
     def workspaces(self):
@@ -26,19 +26,8 @@ class Ops:
 
 def _bind(fn, ctx):
     def bound(out, a, b, *args, **kwargs):
-        if args and args[0] is ctx:  # the reference API passes the context once more
-            args = args[1:]
         if ctx.num_nodes > 1:
             single_node_only(ctx, fn.__name__)
-        # Upstream's signature is (out, A, B, bias, async_op, config, workspace): its async_op (ours are stream-
-        # ordered and end with an in-kernel barrier either way) and workspace (ours live in ctx.workspaces) have
-        # nothing to select here, and a positional async_op must not land in ``group``.
-        kwargs.pop("async_op", None)
-        kwargs.pop("workspace", None)
-        if len(args) >= 2 and isinstance(args[1], bool):  # upstream's positional (bias, async_op, config, ...)
-            if len(args) >= 3:
-                kwargs["config"] = args[2]
-            args = args[:1]
         return fn(ctx, out, a, b, *args, **kwargs)
 
     bound.__name__, bound.__doc__ = fn.__name__, fn.__doc__
@@ -55,4 +44,5 @@ def single_node_only(ctx, name):
         "torch.matmul, then ctx.ccl.all_reduce), which runs hierarchically")
 
 
-__all__ = ["Ops", "OpsConfig", "FusedConfig", "matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"]
+__all__ = ["Ops", "OpsConfig", "FusedConfig", "matmul_all_reduce", "all_gather_matmul", "matmul_all_gather",
+           "matmul_reduce_scatter"]

@@ -59,7 +59,7 @@ class Rail:
                 return
             interval = FIRST_INTERVAL_S
             while not work.is_completed():
-                self.ctx._check_peers("iris.ccl (inter-node stage)")
+                self.ctx.groups.check("iris.ccl (inter-node stage)")
                 time.sleep(interval)
                 interval = min(2 * interval, CHECK_INTERVAL_S / 10)
             work.wait()  # raises what the engine raised

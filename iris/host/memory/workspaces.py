@@ -22,7 +22,7 @@ it). ``release(group)`` frees them now, on each member.
 """
 
 import collections
-import pickle
+import functools
 import weakref
 
 import torch
@@ -37,8 +37,9 @@ MIN_BYTES = 256
 
 
 class Workspaces:
-    def __init__(self, ctx):
+    def __init__(self, ctx, exchange):
         self.ctx = ctx
+        self._exchange = exchange  # a StoreExchange (iris/host/distributed.py) of the context's ranks
         self.buffers = {}  # (name, ranks) -> uint8 tensor: the whole buffer
         self._shapes = {}  # (name, ranks) -> (shape, dtype) of the last view handed out (zeroed buffers)
         self._registered = {}  # (name, ranks) -> the flag view registered with the group table for poisoning
@@ -103,7 +104,7 @@ class Workspaces:
         if group is None or isinstance(group, (list, tuple)):
             ranks = tuple(range(self.ctx.num_ranks)) if group is None else tuple(sorted(group))
         else:
-            ranks = tuple(self.ctx._group_ranks(group, "Iris.workspaces.release"))
+            ranks = tuple(self.ctx.group_ranks(group, "Iris.workspaces.release"))
         for key in [k for k in self.buffers if k[1] == ranks]:
             self._drop(key)
             self._shapes.pop(key, None)
@@ -189,9 +190,8 @@ class Workspaces:
         ranks = key[1]
         ctx = self.ctx
         agreement = self._rounds[ranks] = self._rounds.get(ranks, 0) + 1
-        prefix = f"iris/{ctx._serial}/workspaces/{'-'.join(map(str, ranks))}/{agreement}"
-        ctx._store.set(f"{prefix}/{ctx.cur_rank}", pickle.dumps(self._area.free_ranges()))
-        free_lists = [pickle.loads(ctx._store.get(f"{prefix}/{r}")) for r in ranks]
+        check = functools.partial(ctx.groups.check, "Iris.workspaces")
+        free_lists = self._exchange(ranks, self._area.free_ranges(), check, round=agreement)
         offset = best_fit(common_free(free_lists), size)
         if offset is None:
             first, end = ctx.heap.workspace_range
