@@ -25,3 +25,17 @@ class RankTimeoutError(TimeoutError):
 
 class RankError(RuntimeError):
     """One or more ranks raised; the message holds each failing rank's traceback."""
+
+
+class ClosedError(RuntimeError):
+    """A call on a context after ``ctx.close()``: raised on the host, before any kernel or allocation, since its heap
+    is unmapped. ``ClosedError(caller)`` words the message."""
+
+    def __init__(self, caller):
+        self.caller = caller
+        super().__init__(f"{caller}: this iris context is closed (ctx.close() was called, or the `with` block that "
+                         "made it has ended); its heap is unmapped, so no collective, copy or allocation can run on it: "
+                         "make a new context with iris.iris(...)")
+
+    def __reduce__(self):
+        return ClosedError, (self.caller,)

@@ -47,7 +47,8 @@ class Iris(TensorFactory, RankLogger):
                  workspace_size=None, copy_engine=None, enable_copy_engine=None):
         if debug:
             enable_debug()
-        self.allocator_type, workspace_size = bootstrap.check_options(heap_size, allocator_type, workspace_size)
+        heap_size, self.allocator_type, workspace_size = bootstrap.check_options(heap_size, allocator_type,
+                                                                                 workspace_size)
         self.enable_copy_engine = resolve_engines(engines, copy_engine, enable_copy_engine)
         if self.enable_copy_engine:
             # upstream's switch: a program that set iris.device.sdma_utils.sdma_ep to None has no copy engine
@@ -451,6 +452,8 @@ class Iris(TensorFactory, RankLogger):
         if self._closed:
             return
         self._closed = True
+        # every later call refuses on the host (iris.ClosedError), before a kernel could run on unmapped memory
+        self.groups.closed = self.heap.closed = True
         try:
             if self._device.type == "cuda":
                 torch.cuda.synchronize(self._device)  # the watchdog still runs: a wait for a dead peer ends

@@ -42,3 +42,18 @@ def test_example(path):
     assert summary.search(output), (f"{path.name}: no summary line '[Iris] [0/{WORLD_SIZE}] {name}: ...'; end the "
                                     f"example with `if rank == 0: ctx.info(f\"{name}: ...\")`. "
                                     f"Output:\n{output[-3000:]}")
+
+
+def test_readme_kernel_runs(tmp_path):
+    """The README's first kernel, as a reader would save and run it."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## A kernel\n.*?```python\n(.*?)```", readme, re.S).group(1)
+    assert "iris.wait_until" in block and "iris.run(main, 2)" in block
+    path = tmp_path / "readme_kernel.py"
+    path.write_text(block)
+    proc = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=_environment(), capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "[Iris] [0/2] received 1000 values from rank 1" in output and "[Iris] [1/2] received 1000 values from " \
+        "rank 0" in output, output[-3000:]

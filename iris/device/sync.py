@@ -77,10 +77,12 @@ def behind(seen, target):
 
 
 @triton.jit
-def wait_until(flag, target, rank, peer, what: tl.constexpr, RELAXED: tl.constexpr = False):
+def wait_until(flag, target, rank, peer, what: tl.constexpr = "wait_until", RELAXED: tl.constexpr = False):
     """Spin until the local counter ``flag`` (which ``peer`` advances) reaches ``target`` (wrap-safe: ``behind``):
-    acquire (relaxed with ``RELAXED``), sys scope. In debug mode the spin is bounded and reports ``what``, who
-    waited for whom and the values."""
+    acquire (relaxed with ``RELAXED``), sys scope: what this program reads after it, the peer wrote before its
+    release that reached ``target``. One thread polls (an atomic on one address). In debug mode (``IRIS_DEBUG=1``)
+    the spin is bounded (``IRIS_DEBUG_SPIN_LIMIT`` polls) and then stops the kernel naming ``what``, both ranks and
+    the values; ``iris.wait_until`` for users' kernels."""
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
     if DEBUG:
         spins = 0

@@ -41,9 +41,12 @@ def _is_bytes(value):
 
 
 def check_options(heap_size, allocator_type, workspace_size):
-    """``(allocator_type, workspace_size)`` after ``IRIS_ALLOCATOR`` and the default workspace (a quarter of the
-    heap, at least 1 MiB); a ``ValueError`` naming the argument otherwise."""
+    """``(heap_size, allocator_type, workspace_size)``: a float heap size that is a whole number taken as an int,
+    ``IRIS_ALLOCATOR`` applied, the default workspace (a quarter of the heap, at least 1 MiB); a ``ValueError``
+    naming the argument otherwise."""
     allocator_type = os.environ.get("IRIS_ALLOCATOR", allocator_type)
+    if isinstance(heap_size, float) and heap_size.is_integer():  # 1e9, 2**30 / 4: a whole number of bytes
+        heap_size = int(heap_size)
     if not _is_bytes(heap_size) or heap_size <= 0:
         raise ValueError(f"iris.iris: heap_size must be a positive number of bytes, got {heap_size!r}; "
                          "for example iris.iris(heap_size=1 << 30) for 1 GiB")
@@ -53,7 +56,7 @@ def check_options(heap_size, allocator_type, workspace_size):
         workspace_size = max(heap_size // 4, 1 << 20)
     if not _is_bytes(workspace_size) or workspace_size < 0:
         raise ValueError(f"iris.iris: workspace_size must be a number of bytes >= 0, got {workspace_size!r}")
-    return allocator_type, workspace_size
+    return heap_size, allocator_type, workspace_size
 
 
 def bind_device(backend):

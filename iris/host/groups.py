@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from iris.platform import cuda_driver
-from iris.errors import PeerError
+from iris.errors import ClosedError, PeerError
 
 # The most programs a collective or fused kernel may use (the flag rows are sized by it): above the SM count
 # of the GPUs we run on (132 on an H100/H200), so a persistent fused kernel can take every SM.
@@ -83,6 +83,7 @@ class GroupTable:
         self.device = device
         self.agree = agree
         self.failure = None  # set by the watchdog: why peers can no longer be waited for
+        self.closed = False  # set by Iris.close: the heap's mappings are gone
         self._groups = {}
         self._slots = {}  # group ranks -> slot, for the groups other than the world
         self._used = {0}  # slots of the groups this rank belongs to
@@ -99,9 +100,12 @@ class GroupTable:
         self.get(list(range(world_size)), "iris.iris")
 
     def check(self, caller):
-        """Raise ``PeerError`` once a peer has failed: a call that waits for peers would wait forever."""
+        """Raise ``PeerError`` once a peer has failed (a call that waits for peers would wait forever), and a
+        ``RuntimeError`` once the context is closed (a kernel would run on memory it gave back)."""
         if self.failure is not None:
             raise PeerError(f"{caller}: {self.failure}")
+        if self.closed:
+            raise ClosedError(caller)
 
     def get(self, ranks, caller):
         """The sync state of the group of ``ranks`` (ascending; this rank must be one of them). Collective over

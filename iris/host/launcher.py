@@ -19,6 +19,7 @@ import traceback
 from contextlib import contextmanager
 
 from iris.errors import RankError
+from iris.logging import logger
 from iris.platform.backend import choose_backend
 from iris.host.watchdog import mark_failed
 
@@ -27,6 +28,17 @@ _ALWAYS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NV
 # Once a rank has failed, how long the others may still take: with the watchdog they fail within a second
 # or so; without it (IRIS_WATCHDOG=0) a rank spinning on the failed one is stopped here.
 FAILURE_GRACE_S = 15
+# What a rank killed by a bad address most likely did, and how to see it (iris/device/debug.py)
+BAD_ADDRESS_HINT = ("; a kernel touched an address outside every mapped heap (a pointer not on the heap, or a peer "
+                    "out of range): rerun with IRIS_DEBUG=1, which checks every translated address and names the "
+                    "kernel's ranks, the address and the heap's range")
+
+
+def check_world_size(world_size, caller):
+    """A ``ValueError`` naming ``caller`` unless ``world_size`` is an int of at least 1."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"{caller}: world_size={world_size!r} must be an int of at least 1 (the number of rank "
+                         "processes to start)")
 
 
 def _free_port():
@@ -114,6 +126,7 @@ class RankPool:
     (contiguous ranks, one ``IRIS_NODE_ID`` per node: ``iris/host/topology.py``)."""
 
     def __init__(self, world_size, backend=None, start_timeout_s=300, env=None, nodes=1):
+        check_world_size(world_size, "RankPool")
         if not isinstance(nodes, int) or nodes < 1 or world_size % nodes:
             raise ValueError(f"RankPool: nodes={nodes!r} must be a positive divisor of world_size={world_size} (every "
                              "node runs the same number of ranks)")
@@ -151,7 +164,8 @@ class RankPool:
         proc.join(timeout=5)
         code = proc.exitcode
         if code is not None and code < 0:
-            return "err", f"rank {rank} died: killed by signal {-code} ({signal.strsignal(-code)})"
+            hint = BAD_ADDRESS_HINT if -code in (signal.SIGSEGV, signal.SIGBUS) else ""
+            return "err", f"rank {rank} died: killed by signal {-code} ({signal.strsignal(-code)}){hint}"
         return "err", f"rank {rank} died (exit code {code})"
 
     def _collect(self, timeout_s, what):
@@ -229,10 +243,19 @@ def launch(fn, world_size, *args, backend=None, timeout_s=600, nodes=1, **kwargs
         return pool.run(fn, *args, timeout_s=timeout_s, **kwargs)
 
 
-def run(main, world_size=2, *args, **kwargs):
+def run(main, world_size=None, *args, **kwargs):
     """For scripts: under torchrun (``RANK`` is set) call ``main(*args)`` in this process; otherwise start
-    ``world_size`` ranks of it with ``launch`` (``nodes=N``: as N simulated nodes)."""
+    ``world_size`` ranks of it (default 2) with ``launch`` (``nodes=N``: as N simulated nodes). Under torchrun,
+    torchrun's ``WORLD_SIZE`` wins: its processes are already running, and no rank can be added or taken away;
+    a ``world_size`` that disagrees is named in a warning on rank 0."""
+    if world_size is not None:
+        check_world_size(world_size, "iris.run")
     if "RANK" in os.environ:
         kwargs.pop("nodes", None)  # torchrun made the nodes
+        started = int(os.environ.get("WORLD_SIZE", "1"))
+        if world_size is not None and world_size != started and os.environ["RANK"] == "0":
+            logger.warning(f"iris.run: world_size={world_size} is ignored: torchrun started WORLD_SIZE={started} "
+                           f"ranks, which cannot change now; start torchrun with --nproc_per_node={world_size} "
+                           "(and --nnodes) for that many")
         return [main(*args, **kwargs)]
-    return launch(main, world_size, *args, **kwargs)
+    return launch(main, 2 if world_size is None else world_size, *args, **kwargs)

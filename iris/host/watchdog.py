@@ -198,7 +198,8 @@ class Watchdog:
             if state == FAILED:
                 self._fail(peer, pid, "raised an exception")
             elif state != CLOSED and pid and not _alive(pid):
-                how = "died (its process is gone and never closed its iris context)"
+                how = ("died (its process is gone and never closed its iris context; a kernel that touches a bad address "
+                       "kills a rank so: rerun with IRIS_DEBUG=1 to have the address named)")
                 self._post(peer, pid, how)
                 self._fail(peer, pid, how)
         if self._reports is not None:

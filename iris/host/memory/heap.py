@@ -27,6 +27,7 @@ import weakref
 
 import torch
 
+from iris.errors import ClosedError
 from iris.platform import capture, private
 from iris.host.memory.allocator import ALIGNMENT, AgreedFrees, OffsetAllocator
 
@@ -80,6 +81,7 @@ class SymmetricHeap:
 
     def __init__(self, memory, size, group_bytes, workspace_bytes, rank, world_size, exchange):
         self.memory = memory
+        self.closed = False  # set by close(): the mappings are gone, nothing more is allocated
         self.size = size
         self.rank = rank
         self.world_size = world_size
@@ -140,6 +142,8 @@ class SymmetricHeap:
         ``torch.empty`` there."""
         if type(dtype) is not torch.dtype:
             raise TypeError(f"{caller}: dtype must be a torch.dtype, got {dtype!r}")
+        if self.closed:
+            raise ClosedError(caller)
         if shape and min(shape) < 0:
             raise ValueError(f"{caller}: negative dimension in size {tuple(shape)}")
         if alignment != ALIGNMENT and (type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1)):

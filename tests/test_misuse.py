@@ -1,0 +1,87 @@
+"""Used wrong, iris says so: every rank raises a clear error on the host, in bounded time, and none returns a result.
+Each case asserts the wording (the function, the value, the fix), that every rank raised and how long it took."""
+
+import time
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import iris
+from rank_utils import error_message, new_context
+
+
+def _after_close_body():
+    ctx = new_context()
+    inp, out = ctx.ones(64), ctx.zeros(64)
+    ctx.ccl.all_reduce(out, inp)  # a remembered launch: the fast path must check too
+    ctx.close()
+    messages = {}
+    start = time.monotonic()
+    messages["all_reduce"] = error_message(ctx.ccl.all_reduce, out, inp)
+    messages["barrier"] = error_message(ctx.barrier)
+    messages["device_barrier"] = error_message(ctx.device_barrier)
+    messages["zeros"] = error_message(ctx.zeros, 8)
+    return messages, time.monotonic() - start
+
+
+def test_a_closed_context_refuses_work(pools):
+    for rank, (messages, seconds) in enumerate(pools(3).run(_after_close_body)):
+        for call, message in messages.items():
+            assert message.startswith("ClosedError: ") and "this iris context is closed" in message, (rank, call,
+                                                                                                    message)
+            assert "make a new context with iris.iris(...)" in message, message
+        assert seconds < 5, f"rank {rank}: the refusals took {seconds:.1f} s"
+
+
+def _main(value):
+    return value
+
+
+@pytest.mark.parametrize("world_size", [0, -1, 2.0, True])
+def test_run_refuses_a_world_size_below_one(world_size):
+    message = error_message(iris.run, _main, world_size, 1)
+    assert message.startswith("ValueError: iris.run: world_size=") and "must be an int of at least 1" in message
+
+
+def test_run_under_torchrun_says_which_world_size_wins(monkeypatch, caplog):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with caplog.at_level("WARNING", logger="iris"):
+        assert iris.run(_main, 4, "ran") == ["ran"]
+    assert "iris.run: world_size=4 is ignored: torchrun started WORLD_SIZE=3 ranks" in caplog.text
+    assert "--nproc_per_node=4" in caplog.text
+
+
+def _heap_size_body():
+    ctx = iris.iris(heap_size=1e6)
+    whole = ctx.heap.size
+    refused = error_message(iris.iris, heap_size=1.5e6 + 0.5)
+    return whole, refused
+
+
+def test_heap_size_takes_a_whole_float(pools):
+    for whole, refused in pools(2).run(_heap_size_body):
+        assert whole == 1_000_000
+        assert "iris.iris: heap_size must be a positive number of bytes, got 1500000.5" in refused
+
+
+@triton.jit
+def _store_to_null_kernel(ptr):
+    tl.store(ptr - ptr.to(tl.int64) + 64, 1.0)  # the address 64: never mapped
+
+
+def _bad_address_body():
+    ctx = new_context()
+    if ctx.get_rank() == 1:
+        _store_to_null_kernel[(1,)](ctx.zeros(4))
+    ctx.barrier()
+
+
+def test_a_bad_address_points_to_debug_mode():
+    start = time.monotonic()
+    message = error_message(iris.launch, _bad_address_body, 2, timeout_s=120)
+    assert "rank 1 died: killed by signal 11" in message and "rerun with IRIS_DEBUG=1" in message, message
+    assert "rank 0" in message and "rerun with IRIS_DEBUG=1 to have the address named" in message, message
+    assert time.monotonic() - start < 60
