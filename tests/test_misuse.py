@@ -1,6 +1,7 @@
 """Used wrong, iris says so: every rank raises a clear error on the host, in bounded time, and none returns a result.
 Each case asserts the wording (the function, the value, the fix), that every rank raised and how long it took."""
 
+import re
 import time
 
 import pytest
@@ -85,3 +86,36 @@ def test_a_bad_address_points_to_debug_mode():
     assert "rank 1 died: killed by signal 11" in message and "rerun with IRIS_DEBUG=1" in message, message
     assert "rank 0" in message and "rerun with IRIS_DEBUG=1 to have the address named" in message, message
     assert time.monotonic() - start < 60
+
+
+LATE_RANK = """
+import time
+import iris
+
+
+def main():
+    ctx = iris.iris(1 << 20)
+    if ctx.get_rank() == 2:
+        time.sleep(3)
+    ctx.barrier()
+
+
+if __name__ == "__main__":
+    iris.run(main, 3)
+"""
+
+
+def test_a_late_rank_is_named_before_the_timeout(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "late_rank.py"
+    path.write_text(LATE_RANK)
+    env = {**os.environ, "IRIS_NOTICE_S": "1", "IRIS_BACKEND": "cpu"}
+    proc = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        line = (rf"WARNING \[Iris\] \[{rank}/3\] Iris.barrier \(call \d+ of ranks \[0, 1, 2\]\): rank {rank} has "
+                r"waited 1 s for rank\(s\) \[2\], which have not arrived; it gives up at 300 s \(IRIS_TIMEOUT_S\)")
+        assert re.search(line, proc.stderr), proc.stderr[-3000:]

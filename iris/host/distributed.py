@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from iris.errors import RankTimeoutError
+from iris.logging import logger
 from iris.platform import private
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("IRIS_TIMEOUT_S", 300))
@@ -19,6 +20,8 @@ DEFAULT_TIMEOUT_S = float(os.environ.get("IRIS_TIMEOUT_S", 300))
 # rank blocked in a host barrier raises PeerError within about half a second of a peer's death. A blocking
 # ``store.wait`` with a short timeout would do the same but logs a warning at every timeout.
 CHECK_INTERVAL_S = 0.05
+# A wait this long logs who it waits for, once, well before it gives up (IRIS_TIMEOUT_S)
+NOTICE_S = float(os.environ.get("IRIS_NOTICE_S", 30))
 FIRST_INTERVAL_S = 0.0005
 
 
@@ -63,14 +66,19 @@ def all_gather_object(obj, group=None):
     return out
 
 
-def wait_for_keys(store, keys, timeout_s, check=None):
+def wait_for_keys(store, keys, timeout_s, check=None, notice=None):
     """Wait until every key of ``keys`` is set in ``store``, calling ``check`` (which raises, e.g. ``PeerError``
-    once a peer has failed) between polls. Raises ``TimeoutError`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    once a peer has failed) between polls, and ``notice(seconds)`` once if the wait passes ``NOTICE_S``. Raises
+    ``TimeoutError`` after ``timeout_s``."""
+    start = time.monotonic()
+    deadline, noticed = start + timeout_s, notice is None
     interval = FIRST_INTERVAL_S
     while not store.check(keys):
         if check is not None:
             check()
+        if not noticed and time.monotonic() - start >= NOTICE_S:
+            noticed = True
+            notice(time.monotonic() - start)
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"store keys not set after {timeout_s:g} s")
@@ -128,8 +136,16 @@ class StoreBarrier:
         self.generation += 1
         self.store.set(self._key(generation, self.rank), b"1")
         keys = [self._key(generation, r) for r in self.ranks]
+
+        def notice(seconds):
+            missing = [r for r, key in zip(self.ranks, keys) if not self._present(key)]
+            logger.warning(f"{what} (call {generation} of ranks {self.ranks}): rank {self.rank} has waited "
+                           f"{seconds:.0f} s for rank(s) {missing}, which have not arrived; it gives up at "
+                           f"{timeout_s:g} s (IRIS_TIMEOUT_S)",
+                           extra={"iris_rank": self.rank, "iris_num_ranks": dist.get_world_size()})
+
         try:
-            wait_for_keys(self.store, keys, timeout_s, check)
+            wait_for_keys(self.store, keys, timeout_s, check, notice)
         except TimeoutError as e:
             missing = [r for r, key in zip(self.ranks, keys) if not self._present(key)]
             if not missing:
