@@ -168,16 +168,18 @@ def _wrap(line, width=120):
 
 def _keywords(method, caller, renames):
     """``method`` taking upstream's keyword ``renames`` too (its signature shows both)."""
+    signature = inspect.signature(method)
+    position = {name: i for i, name in enumerate(signature.parameters)}  # where ours sits among the positionals
+
     @functools.wraps(method)
     def spelled(*args, **kwargs):
         for theirs, ours in renames.items():
             if theirs in kwargs:
-                if ours in kwargs:
+                if ours in kwargs or len(args) > position[ours]:
                     raise TypeError(f"{caller}: got both {ours} and {theirs}; they name the same argument, pass one")
                 kwargs[ours] = kwargs.pop(theirs)
         return method(*args, **kwargs)
 
-    signature = inspect.signature(method)
     extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in renames]
     spelled.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *extra])
     return spelled

@@ -1,8 +1,8 @@
 """The documented copy-engine API: ``ctx.put / put_tile / put_tiles / quiet`` (upstream Iris's SDMA methods) on
 this platform's copy engines.
 
-Each (peer, channel) has a queue of its own: a CUDA stream made with the context (creating a stream while a kernel
-spins can block), or on the cpu backend a host thread standing in for it. A transfer is, in queue order:
+Each (peer, channel) has a lane of its own (``lanes.py``): a CUDA stream made with the context (creating a stream
+while a kernel spins can block), or on the cpu backend a host thread standing in for it. A transfer is, in queue order:
 
     wait   until our local flag reaches ``wait_value``       cuStreamWaitValue32/64 (GEQ: the stream's front end polls)
     copy   the bytes into the peer's heap                    cuMemcpyAsync / cuMemcpy2DAsync (a copy engine over NVLink)
@@ -31,8 +31,9 @@ import time
 
 import torch
 
-from iris.platform import cuda_driver, private
-from iris.host.copy_engine.queue import HostQueue, peer_address, wait_until
+from iris.platform import private
+from iris.host.copy_engine.lanes import Copy, Signal, Transfer, Wait, lane_type
+from iris.host.copy_engine.queue import peer_address
 from iris.host.copy_engine.proxy import CopyProxy
 from iris.errors import RankTimeoutError
 from iris.host.distributed import DEFAULT_TIMEOUT_S
@@ -89,30 +90,7 @@ class Tile:
     data: int
 
 
-class _Lane:
-    """One (peer, channel) queue: a CUDA stream, or the cpu backend's host thread."""
-
-    def __init__(self, device):
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self.host = HostQueue() if self.stream is None else None
-        # one event, recorded again by every put: torch's wait_stream makes a new event each call (cudaEventCreate,
-        # a few us); a re-recorded event orders the same way, since a wait takes the record before it
-        self.event = cuda_driver.event_create() if self.stream is not None else None
-        self.handle = self.stream.cuda_stream if self.stream is not None else None
-
-    def __del__(self):
-        if self.event is not None:
-            try:
-                cuda_driver.event_destroy(self.event)
-            except Exception:  # at interpreter exit the driver may be gone first
-                pass
-
-    def drained(self):
-        """True once everything queued has run; raises the first failure (once)."""
-        return self.stream.query() if self.stream is not None else self.host.idle()
-
-
-def _flag(ctx, flag, caller, name, remote_to=None):
+def _flag(ctx, flag, caller, *, name, remote_to=None):
     """(address, bits) of a one-element int32/int64 flag tensor, or of a raw address (32 bits, upstream's rule);
     with ``remote_to`` the tensor must be on the heap and its counterpart on that rank is addressed."""
     if isinstance(flag, int) and not isinstance(flag, bool):
@@ -130,26 +108,6 @@ def _flag(ctx, flag, caller, name, remote_to=None):
         return flag.data_ptr(), bits
     ctx.check_symmetric(flag, caller, name)
     return peer_address(ctx, flag, remote_to), bits
-
-
-def _raw(address, nbytes, device):
-    """A uint8 tensor over ``nbytes`` at ``address`` (our heap or a mapped peer's)."""
-    storage = private.construct_storage(address, device, max(nbytes, 1))
-    return torch.empty(0, dtype=torch.uint8, device=device).set_(storage, 0, (nbytes,), (1,))
-
-
-def _read(address, bits, device):
-    return int(_raw(address, bits // 8, device).view(torch.int32 if bits == 32 else torch.int64).item())
-
-
-def _cpu_atomic_add(address, value, bits):
-    """A real atomic add on shared memory (the Triton interpreter's native one, atomic across processes)."""
-    import numpy as np
-    from triton._C.libtriton import interpreter as native
-
-    kind = np.int32 if bits == 32 else np.int64
-    native.atomic_rmw(native.RMW_OP.ADD, np.array([address], np.uint64), np.array([value], kind).astype(kind),
-                      np.array([True]), native.MEM_SEMANTIC.RELEASE)
 
 
 class _SignalLauncher:
@@ -180,14 +138,14 @@ class _SignalLauncher:
             raise ValueError(f"{caller}: signal_value={value} is outside int32; the copy engine's signal adds an "
                              "int32 (sign-extended on an int64 flag)")
 
-    def launch(self, stream_handle, address, bits, value):
-        key = (bits, address % 16 == 0)
+    def launch(self, stream_handle, signal):
+        key = (signal.bits, signal.address % 16 == 0)
         direct = self._direct.get(key)
         if direct is not None and private.no_launch_hooks():
             launch, prefix = direct
-            launch(1, 1, 1, stream_handle, *prefix, address, value)
+            launch(1, 1, 1, stream_handle, *prefix, signal.address, signal.value)
             return
-        self._compiled[key][(1, 1, 1)](address, value, stream=stream_handle)
+        self._compiled[key][(1, 1, 1)](signal.address, signal.value, stream=stream_handle)
 
 
 class CopyEngines:
@@ -197,12 +155,12 @@ class CopyEngines:
         self.ctx = ctx
         self.device = ctx.get_device()
         self.channels = CHANNELS
-        if self.device.type == "cuda":
-            self.capabilities = self._check_capabilities()
-        else:
-            self.capabilities = {"engines": "host threads (cpu backend)"}
-        self.lanes = {(peer, ch): _Lane(self.device) for peer in range(ctx.num_ranks) for ch in range(self.channels)}
-        self.signal = _SignalLauncher(self.device) if self.device.type == "cuda" else None
+        self.lane_type = lane_type(self.device)
+        self.capabilities = self.lane_type.capabilities(ctx)
+        # a CUDA lane's signal is a kernel, compiled and loaded now (_SignalLauncher says why); a host lane's an atomic
+        signal = _SignalLauncher(self.device) if self.lane_type.ADDS_BY_KERNEL else None
+        self.lanes = {(peer, ch): self.lane_type(ctx, signal=signal) for peer in range(ctx.num_ranks)
+                      for ch in range(self.channels)}
         self.proxy_error = None
         self.proxy = CopyProxy(self)
         # The device context kernels pass through, [num_ranks, 6] uint64 as upstream's (queue, rptr, wptr, doorbell,
@@ -211,28 +169,10 @@ class CopyEngines:
         table[0, :5] = torch.tensor(self.proxy.words())
         self.device_ctx = table.to(self.device).view(torch.uint64)
 
-    def _check_capabilities(self):
-        ordinal = self.device.index
-        caps = {name: cuda_driver.device_attribute(attr, ordinal) for name, attr in (
-            ("CAN_USE_64_BIT_STREAM_MEM_OPS", cuda_driver.CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS),
-            ("CAN_FLUSH_REMOTE_WRITES", cuda_driver.CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES),
-            ("ASYNC_ENGINE_COUNT", cuda_driver.CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT))}
-        if not caps["CAN_USE_64_BIT_STREAM_MEM_OPS"]:
-            raise RuntimeError(f"iris.iris: the copy engine needs CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS on "
-                               f"GPU {ordinal} (int64 wait flags), which reads "
-                               f"{caps['CAN_USE_64_BIT_STREAM_MEM_OPS']}; "
-                               "use engines=() on this driver")
-        for index in sorted(set(self.ctx.peer_devices) - {ordinal}):
-            if not torch.cuda.can_device_access_peer(ordinal, index):
-                raise RuntimeError(f"iris.iris: the copy engine needs peer access from GPU {ordinal} to GPU {index}, "
-                                   "which the driver refuses; use engines=() (the SMs then carry the traffic)")
-        return caps
-
     def describe(self):
-        engines = "CUDA copy engines" if self.device.type == "cuda" else "host threads standing in for copy engines"
         extra = ", ".join(f"{k}={v}" for k, v in self.capabilities.items() if k != "engines")
-        return (f"copy engine on: {engines}, {self.channels} channel(s) to each of {self.ctx.num_ranks} rank(s)"
-                + (f" ({extra})" if extra else ""))
+        return (f"copy engine on: {self.lane_type.ENGINES}, {self.channels} channel(s) to each of "
+                f"{self.ctx.num_ranks} rank(s)" + (f" ({extra})" if extra else ""))
 
     # ------------------------------------------------------------------ checks
     def _lane(self, to_rank, channel, caller):
@@ -248,66 +188,34 @@ class CopyEngines:
         if wait_value is None:
             raise ValueError(f"{caller}: wait_flag was given without wait_value; pass the value the local flag must "
                              "reach (the copy starts once flag >= wait_value)")
-        address, bits = _flag(self.ctx, wait_flag, caller, "wait_flag")
-        return address, bits, int(wait_value)
+        address, bits = _flag(self.ctx, wait_flag, caller, name="wait_flag")
+        return Wait(address, bits, int(wait_value))
+
+    def _signal_arg(self, signal_flag, signal_value, caller, *, remote_to):
+        if signal_flag is None:
+            return None
+        address, bits = _flag(self.ctx, signal_flag, caller, name="signal_flag", remote_to=remote_to)
+        return Signal(address, bits, int(signal_value))
 
     # ------------------------------------------------------------------ the queue's operations
-    def _submit(self, lane, wait, copies, signal, async_op, caller):
-        """``wait`` (address, bits, value) or None; ``copies`` [(dst, dst_pitch, src, src_pitch, width, height)];
-        ``signal`` (address, bits, value) or None. Queued in that order on ``lane``."""
-        if self.device.type != "cuda":
-            lane.host.put(lambda: self._run_on_host(wait, copies, signal, caller))
-        else:
-            if signal is not None:
-                self.signal.check(signal[2], caller)
-            current = private.current_stream(self.device.index)
-            s = lane.handle
-            cuda_driver.order_after(s, lane.event, current)  # after the caller's queued work (it may write the source)
-            if wait is not None:
-                address, bits, value = wait
-                (cuda_driver.stream_wait_at_least if bits == 32 else cuda_driver.stream_wait_at_least_64)(
-                    s, address, value)
-            for dst, dst_pitch, src, src_pitch, width, height in copies:
-                if height == 1:
-                    cuda_driver.copy_1d(dst, src, width, s)
-                else:
-                    cuda_driver.copy_2d(dst, dst_pitch, src, src_pitch, width, height, s)
-            if signal is not None:
-                self.signal.launch(s, *signal)
-            if torch.cuda.is_current_stream_capturing():  # a capture must end joined: the graph orders the rest
-                torch.cuda.current_stream(self.device).wait_stream(lane.stream)
-                return
+    def _submit(self, lane, transfer, *, async_op, caller):
+        """``transfer`` queued on ``lane``; with ``async_op=False`` the host then waits for it to land."""
+        lane.transfer(transfer, caller)
+        if lane.capturing():  # a capture must end joined: the graph orders the rest
+            lane.join_current((), caller)
+            return
         if not async_op:
             self._drain([lane], caller)
 
-    def _run_on_host(self, wait, copies, signal, caller):
-        if wait is not None:
-            address, bits, value = wait
-            wait_until(self.ctx, lambda: _read(address, bits, self.device), value, caller)
-        for dst, dst_pitch, src, src_pitch, width, height in copies:
-            out = _raw(dst, (height - 1) * dst_pitch + width, self.device).as_strided((height, width), (dst_pitch, 1))
-            inp = _raw(src, (height - 1) * src_pitch + width, self.device).as_strided((height, width), (src_pitch, 1))
-            out.copy_(inp)
+    def proxied(self, src, dst, nbytes, *, signal, done, ticket):
+        """The proxy's half of a transfer a kernel posted (``dst`` and ``signal``, a ``Signal`` or None, already the
+        peer's): queued on the peer's channel 0 (found from ``dst``), then ``done`` set to ``ticket``."""
+        lane = self.lanes[(self._owner(dst), 0)]
+        if nbytes > 0:
+            lane.copy(Copy(dst, nbytes, src, nbytes, nbytes, 1))
         if signal is not None:
-            address, bits, value = signal
-            _cpu_atomic_add(address, value, bits)
-
-    def proxied(self, src, dst, nbytes, signal, done, ticket):
-        """The proxy's half of a transfer a kernel posted (``dst`` and the signal already the peer's): queued on the
-        peer's channel 0 (found from ``dst``), then ``done`` set to ``ticket``."""
-        peer = self._owner(dst)
-        lane = self.lanes[(peer, 0)]
-        copies = [(dst, nbytes, src, nbytes, nbytes, 1)] if nbytes > 0 else []
-        if self.device.type != "cuda":
-            lane.host.put(lambda: (self._run_on_host(None, copies, signal, "iris.copy_engine.put_async"),
-                                   done.fill_(ticket)))
-            return
-        s = lane.stream.cuda_stream
-        for copy in copies:
-            cuda_driver.copy_2d(*copy, s)
-        if signal is not None:
-            self.signal.launch(s, *signal)
-        cuda_driver.stream_write(s, done.data_ptr(), ticket)
+            lane.add(signal)
+        lane.write(done, ticket)
 
     def _owner(self, address):
         extent = self.ctx.heap.memory.size
@@ -354,27 +262,28 @@ class CopyEngines:
                              f"{dst.numel() * dst.element_size()} ({tuple(dst.shape)} {dst.dtype}); pass views of one "
                              "size")
         wait = self._wait_arg(wait_flag, wait_value, caller)
-        signal = None if signal_flag is None else (*_flag(self.ctx, signal_flag, caller, "signal_flag", to_rank),
-                                                   int(signal_value))
+        signal = self._signal_arg(signal_flag, signal_value, caller, remote_to=to_rank)
         if nbytes == 0:  # upstream's rule: nothing queued, not even the wait or the signal
             return
-        self._submit(lane, wait, [self._rows(src, dst, to_rank, caller)], signal, async_op, caller)
+        copy = self._rows(src, dst, to_rank, caller=caller)
+        self._submit(lane, Transfer(wait, (copy,), signal), async_op=async_op, caller=caller)
 
-    def _rows(self, src, dst, to_rank, caller):
+    def _rows(self, src, dst, to_rank, *, caller):
         """One copy: contiguous tensors as one row, 2-D views with contiguous rows of one shape as a 2-D copy."""
         target = peer_address(self.ctx, dst, to_rank)
         if src.is_contiguous() and dst.is_contiguous():
             nbytes = src.numel() * src.element_size()
-            return target, nbytes, src.data_ptr(), nbytes, nbytes, 1
+            return Copy(target, nbytes, src.data_ptr(), nbytes, nbytes, 1)
         if src.dim() == dst.dim() == 2 and src.shape == dst.shape and src.dtype == dst.dtype and \
                 src.stride(1) == dst.stride(1) == 1:
             size = src.element_size()
-            return target, dst.stride(0) * size, src.data_ptr(), src.stride(0) * size, src.shape[1] * size, src.shape[0]
+            return Copy(target, dst.stride(0) * size, src.data_ptr(), src.stride(0) * size, src.shape[1] * size,
+                        src.shape[0])
         raise ValueError(f"{caller}: src_tensor {tuple(src.shape)} strides {src.stride()} and dst_tensor "
                          f"{tuple(dst.shape)} strides {dst.stride()}: pass contiguous tensors, or 2-D views of one "
                          "shape with contiguous rows (or put_tile for raw 2-D windows)")
 
-    def _tile_copy(self, tile, to_ptr, to_stride, caller):
+    def _tile_copy(self, tile, to_ptr, to_stride, *, caller):
         for field in ("pid_m", "pid_n", "block_m", "block_n", "elem_size", "src_stride", "data"):
             if not isinstance(getattr(tile, field, None), int):
                 raise TypeError(f"{caller}: tile.{field} must be an int (an iris.copy_engine.Tile or any object with "
@@ -384,8 +293,8 @@ class CopyEngines:
             raise ValueError(f"{caller}: a tile row is {width} bytes but src_stride={tile.src_stride} and "
                              f"to_stride={to_stride}; strides are row pitches in bytes, at least a row")
         row, col = tile.pid_m * tile.block_m, tile.pid_n * width
-        return (to_ptr + row * to_stride + col, to_stride, tile.data + row * tile.src_stride + col, tile.src_stride,
-                width, tile.block_m)
+        return Copy(to_ptr + row * to_stride + col, to_stride, tile.data + row * tile.src_stride + col,
+                    tile.src_stride, width, tile.block_m)
 
     def put_tiles(self, tiles, to_rank, to_ptrs, to_strides, wait_flag=None, wait_value=None, signal_flag=None,
                   signal_value=1, async_op=False, channel=0, caller="Iris.put_tiles"):
@@ -394,19 +303,18 @@ class CopyEngines:
         if not len(tiles) == len(to_ptrs) == len(to_strides):
             raise ValueError(f"{caller}: {len(tiles)} tiles, {len(to_ptrs)} to_ptrs and {len(to_strides)} to_strides; "
                              "pass one destination address and stride per tile")
-        copies = [self._tile_copy(t, p, s, caller) for t, p, s in zip(tiles, to_ptrs, to_strides)]
+        copies = tuple(self._tile_copy(t, p, s, caller=caller) for t, p, s in zip(tiles, to_ptrs, to_strides))
         wait = self._wait_arg(wait_flag, wait_value, caller)
         # the low-level API: a raw signal address is already the peer's
-        signal = None if signal_flag is None else (*_flag(self.ctx, signal_flag, caller, "signal_flag",
-                                                          None if isinstance(signal_flag, int) else to_rank),
-                                                   int(signal_value))
+        signal = self._signal_arg(signal_flag, signal_value, caller,
+                                  remote_to=None if isinstance(signal_flag, int) else to_rank)
         if copies:
-            self._submit(lane, wait, copies, signal, async_op, caller)
+            self._submit(lane, Transfer(wait, copies, signal), async_op=async_op, caller=caller)
 
     def quiet(self, to_rank=None, channel=0):
         caller = "Iris.quiet"
         ranks = range(self.ctx.num_ranks) if to_rank is None else [to_rank]
         lanes = [self._lane(r, channel, caller) for r in ranks]
-        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if self.lane_type.capturing():
             return  # every queued transfer was joined into the capture
         self._drain(lanes, caller)

@@ -23,6 +23,8 @@ import time
 
 import torch
 
+from iris.host.copy_engine.lanes import Signal
+
 SLOTS = 1024
 WORDS = 8  # seq, src, dst, bytes, signal address, signal value, signal bits, unused
 
@@ -30,16 +32,11 @@ WORDS = 8  # seq, src, dst, bytes, signal address, signal value, signal bits, un
 class CopyProxy:
     def __init__(self, engines):
         self.engines = engines
-        device = engines.device
-        pin = device.type == "cuda"
+        pin = engines.lane_type.PINNED
         self.ring = torch.zeros(SLOTS, WORDS, dtype=torch.int64, pin_memory=pin)
         self.consumed = torch.zeros(1, dtype=torch.int64, pin_memory=pin)
-        self.counters = torch.zeros(2, dtype=torch.int32, device=device)  # head, done (wrap-safe int32)
-        self._context = None
-        if pin:
-            from iris.platform import cuda_driver
-
-            self._context = cuda_driver.current_context()
+        self.counters = torch.zeros(2, dtype=torch.int32, device=engines.device)  # head, done (wrap-safe int32)
+        self._bind = engines.lane_type.bind_thread()  # the proxy thread issues the lanes' driver calls
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="iris-copy-proxy", daemon=True)
         self._thread.start()
@@ -50,12 +47,7 @@ class CopyProxy:
         return [self.ring.data_ptr(), SLOTS, head, self.consumed.data_ptr(), head + 4]
 
     def _run(self):
-        if self.engines.device.type == "cuda":
-            # the driver calls below use this thread's current context: set through the driver, which waits for
-            # nothing (torch.cuda.set_device may initialise runtime state first)
-            from iris.platform import cuda_driver
-
-            cuda_driver.set_current_context(self._context)
+        self._bind()
         ticket, pause = 0, 1e-6
         ring, consumed = self.ring.numpy(), self.consumed.numpy()  # numpy views: a poll is ~0.1 us of the GIL,
         done = self.counters[1:2]                                  # a torch index and int() ~5 us
@@ -70,7 +62,8 @@ class CopyProxy:
             ticket += 1
             consumed[0] = ticket
             try:
-                self.engines.proxied(src, dst, nbytes, None if signal == 0 else (signal, bits, value), done, ticket)
+                self.engines.proxied(src, dst, nbytes, signal=None if signal == 0 else Signal(signal, bits, value),
+                                     done=done, ticket=ticket)
             except BaseException as e:  # a failing transfer: leave the error where quiet finds it
                 self.engines.proxy_error = e
                 return

@@ -7,19 +7,16 @@ region into each peer's heap (``cuMemcpy2DAsync``: one copy-engine transfer howe
 on each peer (``cuStreamWriteValue32``, fenced after the copies). The compute stream joins the side stream and
 waits for the peers' flags before anything after the op runs.
 
-On the cpu backend a host thread runs the same operations, in order, beside the interpreted kernel.
+On the cpu backend a host thread runs the same operations, in order, beside the interpreted kernel. The queue
+drives one lane (``lanes.py``): that stream, or that thread.
 """
 
-import queue
-import threading
-import time
 import weakref
 
 import torch
 
-from iris.platform import cuda_driver, private
-from iris.errors import RankTimeoutError
-from iris.host.distributed import DEFAULT_TIMEOUT_S
+from iris.platform import private
+from iris.host.copy_engine.lanes import Copy, Wait, lane_type
 
 _HOST_BASES = weakref.WeakKeyDictionary()  # Iris -> heap bases as Python ints (fixed for a context's life)
 
@@ -89,148 +86,51 @@ class CopyQueue:
     They are queued before the launch because on the cpu backend a launch returns only once the interpreted
     kernel has finished: a host thread runs them beside it. On GPUs ``join`` issues them, after the launch: streams
     share the GPU's few hardware queues (``CUDA_DEVICE_MAX_CONNECTIONS``), and a stream wait issued before the
-    kernel can stand in the kernel's queue ahead of it, waiting for a count only the kernel can raise."""
+    kernel can stand in the kernel's queue ahead of it, waiting for a count only the kernel can raise. The lane
+    (``lanes.py``) holds that difference."""
 
     def __init__(self, ctx):
         self.ctx = ctx
         self.device = ctx.get_device()
-        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self._worker = HostQueue() if self.stream is None else None  # cpu backend: the thread that runs them
-        self._pending = []  # GPUs: the operations, issued by join
+        self.lane = lane_type(self.device)(ctx)
+        self.lane.hold()  # everything queued waits for join, which issues it after the launch
         self.reserved_by = None  # a TriggeredPlan during its epoch: nothing else may fork meanwhile
 
     def fork(self):
         if self.reserved_by is not None:
             raise RuntimeError("CopyQueue.fork: the context's copy queue carries an active TriggeredPlan epoch; a fused "
                                "op or another plan cannot share it: call plan.end_device_epoch() (or abort()) first")
-        if self.stream is not None:
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))  # after the compute stream's work so far
-            self._pending = []
-
-    def _queue(self, operation):
-        if self.stream is not None:
-            self._pending.append(operation)
-        else:
-            self._worker.put(operation)
+        self.lane.after_current()  # after the compute stream's work so far
+        self.lane.hold()
 
     def consume(self, count, value, caller):
         """Later side-stream work waits until the local int32 ``count`` (a one-element heap view a kernel adds to)
         reaches ``value``; the count is then cleared for the next call, as ``join`` clears its flags."""
-        if self.stream is not None:
-            def operation():
-                cuda_driver.stream_wait_at_least(self.stream.cuda_stream, count.data_ptr(), value)
-                cuda_driver.stream_write(self.stream.cuda_stream, count.data_ptr(), 0)
-        else:
-            def operation():
-                self._spin(count, value, caller)
-                count.fill_(0)
-        self._queue(operation)
+        self.lane.wait(Wait(count.data_ptr(), 32, value), caller)
+        self.lane.write(count, 0)
 
     def copy(self, dst, src):
         """``dst.copy_(src)`` on a copy engine: 2-D views with contiguous rows, ``dst`` on any rank's heap."""
         if dst.shape != src.shape or dst.dtype != src.dtype or dst.stride(1) != 1 or src.stride(1) != 1:
             raise ValueError(f"CopyQueue.copy: {tuple(src.shape)} {src.dtype} -> {tuple(dst.shape)} {dst.dtype}; "
                              "both must be 2-D views of one shape and dtype with contiguous rows")
-        if self.stream is None:
-            self._queue(lambda: dst.copy_(src))
-            return
         size = dst.element_size()
-        self._queue(lambda: cuda_driver.copy_2d(dst.data_ptr(), dst.stride(0) * size, src.data_ptr(),
-                                                src.stride(0) * size, dst.shape[1] * size, dst.shape[0],
-                                                self.stream.cuda_stream))
+        self.lane.copy(Copy(dst.data_ptr(), dst.stride(0) * size, src.data_ptr(), src.stride(0) * size,
+                            dst.shape[1] * size, dst.shape[0]))
 
     def write(self, flag, value):
         """Write ``value`` into the int32 ``flag`` (a one-element view, a peer's included) after the side
         stream's earlier copies have landed."""
-        if self.stream is not None:
-            self._queue(lambda: cuda_driver.stream_write(self.stream.cuda_stream, flag.data_ptr(), value))
-        else:
-            self._queue(lambda: flag.fill_(value))
+        self.lane.write(flag, value)
 
     def join(self, flags, caller):
         """The compute stream continues after the side stream's work, once every one of ``flags`` (one-element
         int32 views on our heap, each set to 1 by a peer's side stream) is set; it then clears them. A flag is
         consumed, not stamped with a call number: a replayed CUDA graph writes the numbers it was captured with,
         so a stamp left by the last replay would satisfy the next one's wait."""
-        if self.stream is None:
-            self._worker.finish()
-            for flag in flags:
-                self._spin(flag, 1, caller)
-                flag.fill_(0)
-            return
-        pending, self._pending = self._pending, []
-        for operation in pending:
-            operation()
-        main = torch.cuda.current_stream(self.device)
-        main.wait_stream(self.stream)
-        for flag in flags:
-            cuda_driver.stream_wait_at_least(main.cuda_stream, flag.data_ptr(), 1)
-            cuda_driver.stream_write(main.cuda_stream, flag.data_ptr(), 0)
+        self.lane.join_current(flags, caller)
 
-    def _spin(self, flag, value, caller):
-        wait_until(self.ctx, lambda: int(flag.item()), value, caller)
-
-
-def wait_until(ctx, read, value, caller):
-    """The cpu backend's wait on a flag: poll ``read()`` until it reaches ``value``, giving up with the context's
-    timeout, or at once when a peer has failed (the watchdog then poisons the flags peers raise, so the wait ends
-    there too)."""
-    timeout_s = DEFAULT_TIMEOUT_S if ctx.timeout_s is None else ctx.timeout_s
-    deadline = time.monotonic() + timeout_s
-    while (seen := read()) - value < 0:
-        ctx.groups.check(caller)
-        if time.monotonic() > deadline:
-            raise RankTimeoutError(f"{caller}: waited {timeout_s:g} s for a flag to reach {value}; it reads "
-                                   f"{seen} (raise the limit with IRIS_TIMEOUT_S)", [])
-        time.sleep(1e-4)
-
-
-class HostQueue:
-    """The cpu backend's stand-in for a copy-engine stream: a thread that runs the queued operations in order, beside
-    the interpreted kernels. After a failed operation it skips the rest until the failure is collected (``idle`` or
-    ``finish`` raises it, once). Serves the fused ops' ``CopyQueue`` and the copy-engine API's queues alike."""
-
-    def __init__(self):
-        self._tasks, self._error, self._pending = queue.Queue(), None, 0
-        self._idle = threading.Condition()
-        self._thread = None
-
-    def put(self, operation):
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="iris-copy-queue", daemon=True)
-            self._thread.start()
-        with self._idle:
-            self._pending += 1
-        self._tasks.put(operation)
-
-    def _run(self):
-        while True:
-            operation = self._tasks.get()
-            try:
-                if self._error is None:
-                    operation()
-            except BaseException as e:  # handed to the caller's thread by idle / finish
-                self._error = e
-            with self._idle:
-                self._pending -= 1
-                self._idle.notify_all()
-
-    def _collect(self):
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
-
-    def idle(self):
-        """True once everything queued has run (raising the first failure); False while work remains."""
-        with self._idle:
-            if self._pending:
-                return False
-        self._collect()
-        return True
-
-    def finish(self):
-        """Block until everything queued has run (each wait in it is bounded by the context's timeout), then raise
-        the first failure."""
-        with self._idle:
-            self._idle.wait_for(lambda: self._pending == 0)
-        self._collect()
+    def join_and_wait(self, flags, caller, *, check):
+        """``join``, and the host blocks until the compute stream gets there, calling ``check()`` between polls (it
+        raises to give up)."""
+        self.lane.join_and_wait(flags, caller, check=check)

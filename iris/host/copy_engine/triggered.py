@@ -188,19 +188,8 @@ class TriggeredPlan:
 
     def _finish(self, flags, timeout):
         deadline = time.monotonic() + timeout
-        if self.ctx.get_device().type == "cuda":
-            self.ctx.copy_queue.join(flags, "TriggeredPlan.end_device_epoch")
-            event = torch.cuda.Event()
-            event.record()
-            while not event.query():
-                self._check(deadline, timeout)
-                time.sleep(1e-5)
-            return
-        for flag in flags:
-            while int(flag.item()) < 1:
-                self._check(deadline, timeout)
-                time.sleep(1e-4)
-            flag.zero_()
+        self.ctx.copy_queue.join_and_wait(flags, "TriggeredPlan.end_device_epoch",
+                                          check=lambda: self._check(deadline, timeout))
 
     def _check(self, deadline, timeout):
         self.ctx.groups.check("TriggeredPlan.end_device_epoch")
