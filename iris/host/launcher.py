@@ -86,7 +86,10 @@ def _call(payload):
         return "ok", fn(*args, **kwargs)
     except BaseException as e:
         mark_failed(e)  # first: peers waiting for this rank fail now, not at their timeout
-        return "err", traceback.format_exc()
+        text = traceback.format_exc()
+        if "illegal memory access" in text or "illegal address" in text:  # a GPU's bad address
+            text += f"iris{BAD_ADDRESS_HINT}\n"
+        return "err", text
 
 
 def _worker(rank, world_size, port, conn, nodes=1):
