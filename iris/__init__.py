@@ -28,6 +28,8 @@ from iris.device.trace_events import TraceEvent  # noqa: E402
 # the module iris/iris.py (upstream's path) loads first; the package attribute iris.iris then ends as the factory
 from iris.iris import Iris, iris  # noqa: E402
 from iris.host.launcher import RankPool, launch, run  # noqa: E402
+from iris.host.memory.providers import (HeapProvider, SymmetricAddressMap, TorchSymmMemProvider,  # noqa: E402
+                                        wrap_symmetric)
 from iris.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
 from iris import tensor_creation, hip, mem  # noqa: E402  upstream's module paths (iris/upstream.py)
 from iris.platform import private as _private  # noqa: E402
@@ -45,4 +47,5 @@ __all__ = [
     "launch", "run", "RankPool", "RankError", "RankTimeoutError", "PeerError", "ClosedError", "set_logger_level",
     "logger", "DEBUG", "INFO", "WARNING", "ERROR", "TraceEvent", "tensor_creation", "quiet", "put_signal",
     "put_signal_rect", "wait_then_put_rect", "wait_then_put_signal_rect", "hip", "mem", "wait_until",
+    "SymmetricAddressMap", "HeapProvider", "TorchSymmMemProvider", "wrap_symmetric",
 ]

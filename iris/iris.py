@@ -28,8 +28,8 @@ from iris.logging import RankLogger
 from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
                          atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate)
 from iris.device.context import CONTEXT_HEADER
-from iris.device.debug import TRACE_WORDS
 from iris.host.memory.factories import TensorFactory
+from iris.host.memory.providers import HeapProvider, bases_table
 from iris.host import bootstrap, topology as _topology
 from iris.host.watchdog import StoreReports, Watchdog
 
@@ -329,14 +329,15 @@ class Iris(TensorFactory, RankLogger):
 
     def allocate_symmetric(self, *size, dtype=None):
         """Collective. An uninitialised heap tensor and int64[world_size] ``peer_bases`` on the device:
-        entry r is the address of this tensor on rank r (entry ``cur_rank`` is its own ``data_ptr()``)."""
-        tensor = self.empty(*size, dtype=dtype)
-        offset = self.heap.offset_of(tensor)
-        # Laid out as every bases table iris hands out (the device context's layout), for debug mode's words; the
-        # off-node codes stay as they are.
-        bases = [b + offset if direct else b for b, direct in zip(self.heap.bases, self.direct)]
-        table = bases_table(self.cur_rank, self.num_ranks, bases, tensor.numel() * tensor.element_size())
-        return tensor, torch.tensor(table, dtype=torch.int64, device=self._device)[2:2 + self.num_ranks]
+        entry r is the address of this tensor on rank r (entry ``cur_rank`` is its own ``data_ptr()``). The same
+        shape as every provider's (``iris/host/memory/providers.py``), so one kernel serves them all."""
+        return self.provider.allocate_symmetric(*size, dtype=dtype)
+
+    @functools.cached_property
+    def provider(self):
+        """This context's heap as a symmetric-memory provider (``iris/host/memory/providers.py``):
+        ``allocate_symmetric_map`` and ``symmetric_address_map(tensor)`` give a tensor's ``SymmetricAddressMap``."""
+        return HeapProvider(self)
 
     # ------------------------------------------------------------------ synchronisation
     def group_ranks(self, group, caller):
@@ -492,11 +493,6 @@ def enable_debug():
     triton.knobs.runtime.debug = True  # device asserts are compiled only in debug builds
     if _backend.BACKEND == "cpu":
         patch_interpreter_asserts()
-
-
-def bases_table(rank, world_size, bases, extent):
-    """The words of a device context (``get_device_context``) with tracing off."""
-    return [rank, world_size] + list(bases) + [0] * TRACE_WORDS.value + [extent]
 
 
 def iris(heap_size=1 << 30, allocator_type="torch", engines=(), **kwargs):

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Upstream Iris's examples and the device-code tests on one H200, ranks sharing it, in two calls of under 10 minutes:
 #   UPSTREAM=.upstream PART=upstream bash scripts/gpu_upstream.sh     # 1 and 2 below (carry .upstream)
-#   PART=tier bash scripts/gpu_upstream.sh                            # 3 below
+#   PART=tier bash scripts/gpu_upstream.sh                            # 3 and 4 below
 # 1. scripts/gpu_compat.sh: tests/test_compat.py, the dropped-contexts check at 2 ranks and at world size 1, and
 #    upstream's examples and tests unchanged (scripts/run_upstream.py), 2 ranks sharing the GPU;
 # 2. upstream's example 30 five times unchanged and five times with a ctx.barrier() before its check (a tree of its
 #    own, $UPSTREAM/race/examples/30_x_all_gather, docs/upstream.md): the race is its only cause if the copy passes
 #    every time;
 # 3. the device-code test files (rma, atomics, sync, ccl, gluon, tracing, x, the copy engine's, misuse) at 2 ranks
-#    sharing the GPU.
+#    sharing the GPU;
+# 4. iris's device API on torch's symmetric memory beside iris's heap, world size 1 (scripts/gpu_symm_mem.py).
 # Writes under $OUT; prints a short table last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,9 +40,11 @@ if [ "$PART" = upstream ]; then
   printf '%-44s %s\n' "example 30 unchanged" "$t_plain passed" "example 30 with a barrier before its check" \
     "$t_barrier passed"
 else
+  IRIS_BACKEND=cuda timeout 120 python3 scripts/gpu_symm_mem.py > "$OUT_DIR/symm_mem.txt" 2>&1
   IRIS_TEST_SCALE=gpu IRIS_BACKEND=simulation FILE_TIMEOUT_S=150 SKIP_BENCH=1 \
     TESTS="test_rma test_atomics test_sync test_ccl test_gluon test_tracing test_x test_copy_engine_api test_misuse" \
     bash scripts/gpu_tier.sh "$OUT_DIR" > "$OUT_DIR/tier.txt" 2>&1
   echo "=== gpu_upstream summary"
+  grep -E "^(iris heap|torch symm_mem|symm_mem:)" "$OUT_DIR/symm_mem.txt" || tail -5 "$OUT_DIR/symm_mem.txt"
   grep -E "^tests/test_.*exit" "$OUT_DIR/tier.txt"
 fi

@@ -68,6 +68,13 @@ def allocation_range(ptr):
     return base.value, size.value
 
 
+def is_device_pointer(ptr):
+    """Whether ``ptr`` lies in device memory this process has mapped (``cuMemGetAddressRange`` finds its
+    allocation): a peer's memory opened by IPC or VMM counts, host memory and unmapped addresses do not."""
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    return _fn("cuMemGetAddressRange")(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)) == 0
+
+
 def ipc_handle(ptr):
     """The 64-byte IPC handle of the allocation that contains ``ptr``."""
     handle = _IpcMemHandle()

@@ -1,0 +1,187 @@
+"""Symmetric memory from any provider: iris's heap, PyTorch's symmetric memory, or a user's own mapping.
+
+The device API never asks where memory came from. ``translate`` turns a pointer into a peer's address with a table
+of bases, ``remote = ptr - bases[me] + bases[peer]``, and any table whose entry ``r`` is *this allocation's* address
+on rank ``r`` (as this process sees it) serves: iris's heap is one such table for every tensor on it (one uniform
+heap), a provider that maps each allocation at its own address gives one table per allocation. So a provider owes
+iris exactly this, per allocation:
+
+    SymmetricAddressMap   peer_bases  int64[world_size] on the device: what kernels take in place of heap_bases
+                          bases       the same, as Python ints
+                          local_rank, world_size, nbytes (the allocation's size: debug mode's bound)
+
+Providers, each with upstream Iris's surface (``allocate_symmetric(*size, dtype) -> (tensor, peer_bases)``,
+``allocate_symmetric_map(...) -> (tensor, map)``, ``symmetric_address_map(tensor) -> map``):
+
+- ``HeapProvider``: iris's own heap (``ctx.allocate_symmetric``); tensors free themselves when every rank dropped them.
+- ``TorchSymmMemProvider``: ``torch.distributed._symmetric_memory`` (``symm_mem.empty`` + ``rendezvous``), whose
+  handle's ``buffer_ptrs`` are the table; zero-copy. The map holds the tensor and torch's handle, so torch frees the
+  buffer only once the tensor and every map of it are gone.
+- ``wrap_symmetric(tensor, peer_addresses)``: a tensor and its peers' addresses from anywhere else (NVSHMEM, NCCL
+  windows, IPC handles exchanged by hand); checked across the ranks as far as can be (same size and dtype
+  everywhere, the local entry is the tensor, the bases' distances aligned, on GPUs every address mapped). The caller
+  keeps the peers' memory mapped while a kernel may use the map; iris frees nothing of it.
+
+Tables are laid out as every bases table iris hands out (``[rank, world_size, bases..., tracing words, extent]``,
+``bases_table``): debug mode (``IRIS_DEBUG=1``) checks each translated address against the allocation's own range,
+whatever the provider. Ranks index the provider's group (the world unless ``group=`` says otherwise).
+"""
+
+import dataclasses
+
+import torch
+import torch.distributed as dist
+
+from iris.device.debug import TRACE_WORDS
+from iris.device.translate import BASE_ALIGNMENT
+from iris.host.distributed import all_gather_object
+
+
+def bases_table(rank, world_size, bases, extent):
+    """The words of a device context (``get_device_context``) with tracing off, around ``bases``: the layout
+    every table iris hands out has, so that debug mode finds the extent ``bases`` address."""
+    return [rank, world_size] + list(bases) + [0] * TRACE_WORDS.value + [extent]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SymmetricAddressMap:
+    """One allocation's address on every rank (module docstring). ``peer_bases`` is what kernels take."""
+    peer_bases: torch.Tensor
+    bases: tuple
+    local_rank: int
+    world_size: int
+    nbytes: int
+    owner: object = None  # what keeps the memory alive while the map is (the tensor, torch's handle)
+
+    def peer_address(self, tensor, rank):
+        """The address, in this process, of ``tensor``'s counterpart on ``rank`` (``tensor`` inside the allocation)."""
+        return tensor.data_ptr() - self.bases[self.local_rank] + self.bases[rank]
+
+
+def address_map(bases, local_rank, nbytes, device, caller, owner=None):
+    """A ``SymmetricAddressMap`` of ``bases`` (this allocation's address on each rank); a clear error when the
+    distances between them are not multiples of ``BASE_ALIGNMENT`` (``translate`` tells the compiler they are)."""
+    bases = tuple(int(b) for b in bases)
+    odd = [(rank, base) for rank, base in enumerate(bases) if (base - bases[local_rank]) % BASE_ALIGNMENT.value]
+    if odd:
+        listed = ", ".join(f"rank {rank} at {base:#x}" for rank, base in odd)
+        raise ValueError(f"{caller}: the allocation's address on every rank must lie a multiple of "
+                         f"{BASE_ALIGNMENT.value} bytes from this rank's ({bases[local_rank]:#x}) for iris's "
+                         f"translation (it keeps accesses vectorised); got {listed}. Align the allocations to "
+                         f"{BASE_ALIGNMENT.value} bytes")
+    table = torch.tensor(bases_table(local_rank, len(bases), bases, nbytes), dtype=torch.int64, device=device)
+    return SymmetricAddressMap(table[2:2 + len(bases)], bases, local_rank, len(bases), nbytes, owner)
+
+
+def _nbytes(tensor):
+    return tensor.numel() * tensor.element_size()
+
+
+class HeapProvider:
+    """iris's symmetric heap as a provider: one uniform heap, so a tensor's table is the heap's bases moved by its
+    offset. ``ctx.provider`` is this context's."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def allocate_symmetric_map(self, *size, dtype=None):
+        """Collective. An uninitialised heap tensor and its ``SymmetricAddressMap``."""
+        tensor = self.ctx.empty(*size, dtype=dtype)
+        return tensor, self.symmetric_address_map(tensor)
+
+    def allocate_symmetric(self, *size, dtype=None):
+        """Collective. An uninitialised heap tensor and its ``peer_bases`` (entry r: its address on rank r)."""
+        tensor, address = self.allocate_symmetric_map(*size, dtype=dtype)
+        return tensor, address.peer_bases
+
+    def symmetric_address_map(self, tensor):
+        """Local. The map of a heap tensor (off-node ranks keep the heap table's codes)."""
+        ctx = self.ctx
+        ctx.check_symmetric(tensor, "HeapProvider.symmetric_address_map")
+        offset = ctx.heap.offset_of(tensor)
+        bases = [b + offset if direct else b for b, direct in zip(ctx.heap.bases, ctx.direct)]
+        return address_map(bases, ctx.cur_rank, _nbytes(tensor), ctx.get_device(),
+                           "HeapProvider.symmetric_address_map", owner=tensor)
+
+
+class TorchSymmMemProvider:
+    """PyTorch's symmetric memory (``torch.distributed._symmetric_memory``) as a provider: ``symm_mem.empty`` then
+    ``rendezvous`` over ``group`` (default: the world), whose handle's ``buffer_ptrs`` give the table. Needs CUDA
+    (torch's symmetric memory has no CPU backend) and one GPU per rank (torch refuses two ranks on one GPU).
+    Multicast is neither needed nor used (``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` is fine)."""
+
+    def __init__(self, group=None, device=None):
+        self.group = dist.group.WORLD if group is None else group
+        self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+
+    def allocate_symmetric_map(self, *size, dtype=None):
+        """Collective over the group. A tensor from ``symm_mem.empty`` and its ``SymmetricAddressMap``."""
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        tensor = symm_mem.empty(*size, dtype=dtype or torch.get_default_dtype(), device=self.device)
+        return tensor, self.symmetric_address_map(tensor)
+
+    def allocate_symmetric(self, *size, dtype=None):
+        """Collective over the group. A tensor from ``symm_mem.empty`` and its ``peer_bases``."""
+        tensor, address = self.allocate_symmetric_map(*size, dtype=dtype)
+        return tensor, address.peer_bases
+
+    def symmetric_address_map(self, tensor):
+        """Collective over the group (torch's ``rendezvous``). The map of ``tensor``, which must come from
+        ``symm_mem.empty`` (a view of one too): entry r is ``buffer_ptrs[r]`` moved by the tensor's offset in its
+        buffer, the same on every rank."""
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        caller = "TorchSymmMemProvider.symmetric_address_map"
+        try:
+            handle = symm_mem.rendezvous(tensor, self.group)
+        except Exception as e:  # torch's own words, with where they came from
+            raise ValueError(f"{caller}: torch's symmetric memory refused the tensor ({e}); make it with "
+                             "torch.distributed._symmetric_memory.empty(...) on every rank of the group") from e
+        ptrs = list(handle.buffer_ptrs)
+        offset = tensor.data_ptr() - ptrs[handle.rank]
+        return address_map([p + offset for p in ptrs], handle.rank, _nbytes(tensor), tensor.device, caller,
+                           owner=(tensor, handle))
+
+
+def wrap_symmetric(tensor, peer_addresses, group=None):
+    """Collective over ``group`` (default: the world). The ``SymmetricAddressMap`` of ``tensor``, whose counterpart
+    on group rank r sits at ``peer_addresses[r]`` in this process (entry ``rank`` must be ``tensor.data_ptr()``).
+    Checked: the list's length, the local entry, the same shape and dtype on every rank, the alignment of the
+    distances, and on GPUs that every address is mapped memory; every rank raises when any rank's check fails."""
+    caller = "iris.wrap_symmetric"
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    problem = _wrap_problem(tensor, peer_addresses, rank, world)
+    shapes = all_gather_object((problem, tuple(tensor.shape), str(tensor.dtype)), group=group)
+    problems = [f"rank {r}: {p}" for r, (p, _, _) in enumerate(shapes) if p]
+    if problems:
+        raise ValueError(f"{caller}: " + "; ".join(problems))
+    if len({(s, d) for _, s, d in shapes}) != 1:
+        listed = ", ".join(f"rank {r}: {tuple(s)} {d}" for r, (_, s, d) in enumerate(shapes))
+        raise ValueError(f"{caller}: the tensor differs across the ranks ({listed}); a symmetric tensor has one shape "
+                         "and dtype everywhere")
+    return address_map(peer_addresses, rank, _nbytes(tensor), tensor.device, caller, owner=tensor)
+
+
+def _wrap_problem(tensor, peer_addresses, rank, world):
+    """What is wrong with this rank's arguments to ``wrap_symmetric``, or None."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_contiguous():
+        return "tensor must be a contiguous torch.Tensor"
+    addresses = list(peer_addresses.tolist() if isinstance(peer_addresses, torch.Tensor) else peer_addresses)
+    if len(addresses) != world:
+        return f"peer_addresses has {len(addresses)} entries, the group {world} ranks; give one address a rank"
+    if addresses[rank] != tensor.data_ptr():
+        return (f"peer_addresses[{rank}] = {addresses[rank]:#x} is not the tensor's own address "
+                f"{tensor.data_ptr():#x}; entry r is the address of rank r's counterpart in this process")
+    odd = [r for r, address in enumerate(addresses) if (address - addresses[rank]) % BASE_ALIGNMENT.value]
+    if odd:
+        return (f"the addresses of rank(s) {odd} do not lie a multiple of {BASE_ALIGNMENT.value} bytes from this "
+                f"rank's, which iris's translation needs (it keeps accesses vectorised); align the allocations")
+    if tensor.device.type == "cuda":
+        from iris.platform import cuda_driver
+
+        unmapped = [r for r, address in enumerate(addresses) if not cuda_driver.is_device_pointer(address)]
+        if unmapped:
+            return (f"the addresses of rank(s) {unmapped} are not device memory mapped in this process; open the "
+                    "peers' IPC handles (or map their memory) before wrapping")
+    return None

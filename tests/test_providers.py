@@ -1,0 +1,131 @@
+"""Symmetric memory from other providers (iris/host/memory/providers.py): the device API on a table per allocation.
+
+The test provider maps every allocation as a shared-memory segment of its own, at an address unrelated to the heap
+and different on every rank, as torch's symmetric memory does on GPUs: code that silently assumed one heap base (or
+one offset for every allocation) would move the wrong bytes here."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import iris
+from conftest import on_gpu
+from rank_utils import error_message, new_context, poison_value, rank_data
+
+N = 300
+BLOCK = 128
+
+
+def segment_provider_tensor(ctx, n, dtype):
+    """Collective. A tensor of ``n`` ``dtype`` elements on a shared-memory segment of its own, mapped by every rank
+    of the node (iris's cpu backing memory, outside the heap), and its peers' addresses."""
+    import torch.distributed as dist
+
+    from iris.host.distributed import all_gather_object
+    from iris.host.memory.backing import SharedMemory
+
+    nbytes = n * dtype.itemsize
+    memory = SharedMemory(nbytes, ctx.get_rank(), ctx.get_num_ranks(), all_gather_object, dist.barrier)
+    return memory.local[:nbytes].view(dtype), memory.bases, memory
+
+
+@triton.jit
+def _provider_kernel(src, dst, got, counter, src_bases, dst_bases, counter_bases, n, rank, peer,
+                     BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    # push our src into the peer's dst, then read the peer's src into got: each pointer translated with its own
+    # allocation's table
+    iris.put(src + offs, dst + offs, rank, peer, dst_bases, mask=mask)
+    values = iris.load(src + offs, rank, peer, src_bases, mask=mask)
+    tl.store(got + offs, values, mask=mask)
+    iris.atomic_add(counter, 1, rank, peer, counter_bases, sem="release", scope="sys")
+
+
+@triton.jit
+def _store_kernel(dst, dst_bases, n, rank, peer, value, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    iris.store(dst + offs, value + offs.to(tl.float32), rank, peer, dst_bases, mask=offs < n)
+
+
+def _device_api_body():
+    ctx = new_context(heap_size=1 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    peer, left = (rank + 1) % world, (rank - 1) % world
+    src, src_bases, src_memory = segment_provider_tensor(ctx, N, torch.float32)
+    dst, dst_bases, dst_memory = segment_provider_tensor(ctx, N, torch.float32)
+    counter, counter_bases, counter_memory = segment_provider_tensor(ctx, 64, torch.int32)
+    maps = [iris.wrap_symmetric(t, bases) for t, bases in ((src, src_bases), (dst, dst_bases),
+                                                           (counter, counter_bases))]
+    src.copy_(rank_data(rank, N, torch.float32, "cpu"))
+    dst.fill_(poison_value(torch.float32))
+    counter.zero_()
+    got = torch.full((N,), poison_value(torch.float32))
+    heap_distances = {b - ctx.heap.bases[r] for r, b in enumerate(dst_bases)}
+    ctx.barrier()
+    grid = (triton.cdiv(N, BLOCK),)
+    _provider_kernel[grid](src, dst, got, counter, maps[0].peer_bases, maps[1].peer_bases, maps[2].peer_bases, N,
+                           rank, peer, BLOCK=BLOCK)
+    ctx.barrier()
+    pushed = torch.equal(dst, rank_data(left, N, torch.float32, "cpu"))
+    pulled = torch.equal(got, rank_data(peer, N, torch.float32, "cpu"))
+    arrived = int(counter[0])
+    ctx.barrier()
+    _store_kernel[grid](dst, maps[1].peer_bases, N, rank, peer, 1000.0 * rank, BLOCK=BLOCK)
+    ctx.barrier()
+    stored = torch.equal(dst, 1000.0 * left + torch.arange(N, dtype=torch.float32))
+    del src_memory, dst_memory, counter_memory
+    return pushed, pulled, arrived, stored, len(heap_distances), maps[1].bases == tuple(dst_bases)
+
+
+@pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory; GPUs: torch's, below")
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_device_api_on_a_table_per_allocation(pools, world_size):
+    for rank, (pushed, pulled, arrived, stored, distances, same_bases) in enumerate(
+            pools(world_size).run(_device_api_body)):
+        assert pushed, f"rank {rank}: iris.put through the provider's table did not land in the peer's tensor"
+        assert pulled, f"rank {rank}: iris.load through the provider's table did not read the peer's tensor"
+        assert arrived == triton.cdiv(N, BLOCK), f"rank {rank}: iris.atomic_add through a table counted {arrived}"
+        assert stored, f"rank {rank}: iris.store through the provider's table"
+        assert distances > 1, "the test provider mapped the segment at the heap's offset everywhere: not a test"
+        assert same_bases
+
+
+def _heap_map_body():
+    ctx = new_context(heap_size=1 << 20)
+    tensor, peer_bases = ctx.allocate_symmetric(40, dtype=torch.float32)
+    address = ctx.provider.symmetric_address_map(tensor)
+    return (peer_bases.cpu().tolist(), address.peer_bases.cpu().tolist(), tensor.data_ptr(),
+            address.bases[ctx.get_rank()], address.nbytes)
+
+
+def test_the_heap_is_one_provider_among_others(pools):
+    for peer_bases, mapped, ptr, own, nbytes in pools(2).run(_heap_map_body):
+        assert peer_bases == mapped and own == ptr and nbytes == 160
+
+
+def _refusals_body():
+    ctx = new_context(heap_size=1 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    tensor, bases, memory = segment_provider_tensor(ctx, 64, torch.float32)
+    odd = torch.zeros(64 + rank, dtype=torch.float32)  # a different shape on every rank
+    wrong = list(bases)
+    wrong[rank] += 256
+    misaligned = list(bases)
+    misaligned[(rank + 1) % world] += 4
+    return {
+        "shape": error_message(iris.wrap_symmetric, odd, [odd.data_ptr()] * world),
+        "own": error_message(iris.wrap_symmetric, tensor, wrong),
+        "count": error_message(iris.wrap_symmetric, tensor, bases[:1]),
+        "aligned": error_message(iris.wrap_symmetric, tensor, misaligned),
+    }
+
+
+@pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory")
+def test_wrap_symmetric_refuses_on_every_rank(pools):
+    for rank, m in enumerate(pools(3).run(_refusals_body)):
+        assert "ValueError: iris.wrap_symmetric: the tensor differs across the ranks (rank 0: (64,)" in m["shape"]
+        assert "is not the tensor's own address" in m["own"] and "rank 0:" in m["own"], m["own"]
+        assert "peer_addresses has 1 entries, the group 3 ranks" in m["count"], m["count"]
+        assert "do not lie a multiple of 256 bytes from this rank's" in m["aligned"], m["aligned"]
