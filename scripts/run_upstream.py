@@ -1,7 +1,7 @@
 """Run upstream Iris's examples and torch.compile / process-group tests, unchanged, against this repository's iris.
 
     python scripts/run_upstream.py /path/to/upstream/iris [--world-size 2] [--timeout 300] [--jobs 4] [--json out.json]
-                                   [--cuda-shim]
+                                   [--cuda-shim] [--small]
 
 Takes a tree of upstream Iris's ``examples/`` and ``tests/`` (nothing of it is copied here). Each
 ``examples/NN_name`` directory's entry (``example.py``, else its ``example_run*.py``, else its one file) runs under
@@ -15,6 +15,8 @@ Takes a tree of upstream Iris's ``examples/`` and ``tests/`` (nothing of it is c
 refuses two ranks on one device); on the cpu backend upstream code stops at its first ``torch.cuda`` call unless
 ``--cuda-shim`` lets those calls land on the CPU (``scripts/upstream_cuda_shim.py``). The compile tests run
 without either stand-in (a global TorchFunctionMode and dynamo do not mix; their tensors are heap tensors).
+``--small`` gives the GPU-sized examples the small problem sizes of ``SMALL`` (their own options; the examples are
+unchanged), which the interpreter runs in seconds to a minute.
 
 Prints one row per run (ran / passed / failed with the reason) and a count table last.
 """
@@ -47,6 +49,26 @@ REASONS = [
     (r"out of memory|OutOfMemory", "out of memory"),
     (r"(?m)^E\s+(\w+(?:Error|Exception): [^\n]{0,100})", "{0}"),  # pytest's first error line
 ]
+# --small: the GPU-sized examples' own options at sizes the interpreter runs at 2 ranks (a rank's share at least 2
+# tiles); a leading NAME=value is the run's environment (IRIS_UPSTREAM_SMS: the multiprocessors the CUDA stand-in
+# reports, 4 unless set; 11 and 12 give the GEMM the largest power of two at most it and communication the rest).
+_GEMM = "-m 128 -n 128 -k 256 --BLK_M 64 --BLK_N 64 --BLK_K 64"
+SMALL = {
+    "examples/08_gemm_all_scatter/example.py": _GEMM,
+    "examples/09_gemm_all_reduce_atomics/example.py": _GEMM,
+    "examples/10_gemm_one_shot_all_reduce/example.py": _GEMM,
+    "examples/11_gemm_all_scatter_wg_specialization/example.py": "IRIS_UPSTREAM_SMS=6 " + _GEMM,
+    "examples/12_gemm_all_scatter_producer_consumer/example.py": "IRIS_UPSTREAM_SMS=6 " + _GEMM,
+    "examples/13_gemm_all_scatter_bulk_synchronous/example.py": _GEMM,
+    "examples/14_gemm_all_reduce_ring_based/example.py": _GEMM + " --gemm_sms 4 --comm_sms 2",
+    "examples/15_gemm_all_scatter_independent/example.py": _GEMM + " --comm_sms 2",
+    "examples/16_gemm_one_shot_all_reduce_independent/example.py": _GEMM + " --comm_sms 2",
+    "examples/17_gemm_one_shot_reduce_scatter_wg_specialization/example.py": _GEMM + " --gemm_sms 2",
+    "examples/18_gemm_all_scatter_tracing/example.py": _GEMM + " --trace_tiles",
+    "examples/19_flash_decode/example_run.py": "--kv_len_per_rank 256 --num_heads 16 --head_dim 64 --num_seqs 2",
+    "examples/21_all_reduce_ring_based/example.py": "-m 128 -n 128 --BLK_M 64 --BLK_N 64 --num_sms 2",
+}
+
 FAILED_CHECK = re.compile(r"validation failed|mismatch|\bFAILED\b|\bfailed\b|assert(ion)?error", re.I)
 
 PLUGIN = '''
@@ -188,6 +210,8 @@ def main():
     parser.add_argument("--cuda-shim", action="store_true",
                         help="cpu backend only: let torch.cuda calls and 'cuda' tensors land on the CPU "
                              "(scripts/upstream_cuda_shim.py), so the examples' iris calls run in the interpreter")
+    parser.add_argument("--small", action="store_true",
+                        help="run the GPU-sized examples at the small sizes of SMALL (their own options)")
     args = parser.parse_args()
     root = os.path.abspath(args.upstream)
     helper = tempfile.mkdtemp(prefix="iris-upstream-")
@@ -213,26 +237,32 @@ def main():
             source = f.read()
         extra = ["--validate"] if "--validate" in source else []
         ranks = world_size_of(source, args.world_size)
-        jobs.append(("example", os.path.relpath(path, root),
-                     torchrun + [f"--nproc_per_node={ranks}", path] + extra))
+        name = os.path.relpath(path, root)
+        small = SMALL.get(name.replace(os.sep, "/"), "").split() if args.small else []
+        small_env = [word for word in small if re.match(r"[A-Z_]+=", word)]
+        jobs.append(("example", name, torchrun + [f"--nproc_per_node={ranks}", path] + extra + small[len(small_env):],
+                     (dict(word.split("=", 1) for word in small_env), small)))
     tests = glob.glob(os.path.join(root, "tests", "compile", "test_functional.py"))
     tests += glob.glob(os.path.join(root, "tests", "**", "test_process_group*.py"), recursive=True)
     for path in sorted(set(tests)):
         jobs.append(("test", os.path.relpath(path, root),
                      torchrun + [f"--nproc_per_node={args.world_size}", "-m", "pytest", "-q", "-p",
-                                 "iris_upstream_dist", "-p", "no:cacheprovider", path]))
+                                 "iris_upstream_dist", "-p", "no:cacheprovider", path], ({}, [])))
     if args.only:
         jobs = [job for job in jobs if re.search(args.only, job[1])]
 
     def one(job):
-        kind, name, cmd = job
+        kind, name, cmd, (small_env, small) = job
         timeout = args.test_timeout if kind == "test" else args.timeout
         # torch.compile traces through a global TorchFunctionMode badly, and upstream's compile tests make
         # their tensors on the heap, so they run without the shim.
         mode = "1" if shim else "shared" if env.get("IRIS_BACKEND") == "simulation" else ""
-        rc, out = run(cmd, dict(env, IRIS_UPSTREAM_CUDA_SHIM=mode) if mode and "compile" not in name else env,
+        run_env = dict(env, **small_env)
+        rc, out = run(cmd, dict(run_env, IRIS_UPSTREAM_CUDA_SHIM=mode) if mode and "compile" not in name else run_env,
                       root, timeout)
         row = {"kind": kind, "name": name, "rc": rc}
+        if small:
+            row["args"] = " ".join(small)
         if kind == "test":
             counts = dict((k, int(v)) for v, k in re.findall(r"(\d+) (passed|failed|skipped|error)", out))
             row["counts"] = counts
@@ -243,7 +273,7 @@ def main():
             row["reason"] = ("timeout" if rc is None else
                              "a check failed" if rc == 0 else reason(out))
             row["tail"] = first_traceback(out)
-        detail = f" {row.get('counts')}" if kind == "test" else ""
+        detail = f" {row.get('counts')}" if kind == "test" else f" [{row['args']}]" if small else ""
         print(f"{row['status']:7s} {name}{detail}{'  -- ' + row['reason'] if 'reason' in row else ''}", flush=True)
         return row
 
@@ -261,7 +291,7 @@ def main():
             _kill(proc)
         done = {row["name"] for row in rows}
         rows += [{"kind": kind, "name": name, "rc": None, "status": "failed", "reason": "not finished (outer timeout)"}
-                 for kind, name, _ in jobs if name not in done]
+                 for kind, name, _, _ in jobs if name not in done]
     pool.shutdown(wait=False, cancel_futures=True)
     rows.sort(key=lambda row: (row["kind"], row["name"]))
 

@@ -9,6 +9,13 @@ multiprocessors (a small persistent grid: the interpreter runs each program in t
 order, a ``TorchFunctionMode`` moves ``device="cuda[:i]"`` / ``.to("cuda")`` / ``.cuda()`` to the CPU, and
 ``init_process_group("nccl", device_id=cuda:i)`` becomes gloo with no device, so the examples' iris calls run in
 the interpreter and their checks test iris's data. ``torch.cuda.is_available()`` stays False: iris keeps its cpu backend.
+``tl.assume(cond)`` is taken as the GPU compiler takes it, a hint that is not checked: Triton 3.6's interpreter
+asserts it (``InterpreterBuilder.create_assume``: "Assume failed"), and upstream's GEMM kernels in examples 09, 10
+and 14 assume ``pid_m > 0``, false for the first row of tiles (an upstream bug; on a GPU a false assumption is
+undefined behaviour the compiler does not check, usually harmless). Only in this mode, for upstream's unchanged
+kernels: the library and its tests keep the interpreter's check. ``IRIS_UPSTREAM_SMS`` (default 4) sets the
+multiprocessor count: examples 11 and 12 give the GEMM the largest power of two at most it and the communication
+the rest, none at 4.
 
 ``shared`` (ranks sharing one GPU, ``IRIS_BACKEND=simulation``): rank ``r``'s ``cuda:r`` and
 ``get_device_properties(r)`` name device ``r % device_count``, the stand-in for a machine with a GPU a rank.
@@ -81,7 +88,15 @@ class _Event:
 
 
 def _properties(device=None):
-    return types.SimpleNamespace(multi_processor_count=4, name="cpu (upstream cuda shim)", total_memory=1 << 34)
+    return types.SimpleNamespace(multi_processor_count=int(os.environ.get("IRIS_UPSTREAM_SMS", "4")),
+                                 name="cpu (upstream cuda shim)", total_memory=1 << 34)
+
+
+def _assume_unchecked():
+    """``tl.assume`` as a compiler hint: the interpreter's builder no longer asserts the condition."""
+    from triton.runtime import interpreter
+
+    interpreter.InterpreterBuilder.create_assume = lambda self, condition: None
 
 
 def _install_cpu():
@@ -104,6 +119,7 @@ def _install_cpu():
         return init("gloo" if backend in ("nccl", "cuda:nccl") else backend, *args, **kwargs)
 
     dist.init_process_group = init_process_group
+    _assume_unchecked()
     _Rewrite(_cpu).__enter__()
     # Heap tensors live on the heap's device; the examples name it "cuda", which is the CPU here.
     import iris.host.memory.creation as creation  # where the factories look it up (iris.tensor_creation aliases it)

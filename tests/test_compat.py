@@ -168,6 +168,15 @@ def test_fused_config_is_upstreams():
         FusedConfig(block_size_m=48).to_ops_config()
 
 
+def test_ccl_config_takes_upstreams_store_modifier():
+    # upstream's example 26 passes cache_modifier on every run (None unless asked)
+    assert iris.ccl.Config(cache_modifier=None).collective("ccl.all_gather") == iris.ccl.Config().collective(
+        "ccl.all_gather")
+    assert iris.ccl.Config(cache_modifier=".wt").cache_modifier == ".wt"
+    with pytest.raises(ValueError, match=r"cache_modifier='\.zz'; use None \(each kernel's own\)"):
+        iris.ccl.Config(cache_modifier=".zz")
+
+
 def test_gather_ops_take_both_shardings(pools):
     for rank, fails in enumerate(pools(2).run(_gather_ops_body)):
         assert not fails, f"rank {rank}: " + "; ".join(fails)

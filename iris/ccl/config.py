@@ -76,6 +76,10 @@ class CollectiveConfig:
 UPSTREAM_ALL_REDUCE = {"one_shot": "one_shot", "two_shot": "two_shot"}  # upstream's other variants: our "auto"
 
 
+# Triton's store cache modifiers (``tl.store(..., cache_modifier=)``), and None for a kernel's own choice
+STORE_CACHE_MODIFIERS = (None, "", ".wb", ".cg", ".cs", ".wt")
+
+
 @dataclass
 class Config:
     """Upstream Iris's collective config (``iris.ccl.Config``), with its fields and defaults, so code written for
@@ -88,8 +92,9 @@ class Config:
       ``"atomic"``, ``"ring"`` and ``"spinlock"`` give the same sums and take our automatic choice (ours are
       deterministic: every rank adds the ranks in one order).
     - ``num_xcds`` (AMD chiplets) is 1 on NVIDIA (``iris.hip.get_num_xcc()``); ``chunk_size``,
-      ``num_stages``, ``threads_per_warp``, ``waves_per_eu``, the ring and gather variants are accepted and have
-      no effect: our kernels choose their own shapes.
+      ``num_stages``, ``threads_per_warp``, ``waves_per_eu``, the ring and gather variants and ``cache_modifier``
+      (upstream's modifier for every kernel store; None: each kernel's own) are accepted, checked, and have no
+      effect: our kernels choose their own shapes and their stores' cache behaviour.
     - ``use_gluon=True`` runs the Gluon all_gather and all_to_all (``iris/ccl/gluon/``) with ``num_warps`` warps of
       32 threads; other collectives raise, as upstream's do, and so do ``threads_per_warp`` other than 32 (an AMD
       wavefront) and an ``all_gather_variant`` other than ``"persistent"`` (register stores) or ``"tma"`` (ours:
@@ -115,8 +120,12 @@ class Config:
     num_warps: int = 4
     threads_per_warp: int | None = None
     waves_per_eu: int = 0
+    cache_modifier: str | None = None
 
     def __post_init__(self):
+        if self.cache_modifier not in STORE_CACHE_MODIFIERS:
+            raise ValueError(f"iris.ccl.Config: cache_modifier={self.cache_modifier!r}; use None (each kernel's own) or "
+                             f"one of Triton's store modifiers {STORE_CACHE_MODIFIERS[1:]}")
         if self.use_gluon and self.threads_per_warp not in (None, 32):
             raise ValueError(f"iris.ccl.Config: use_gluon=True with threads_per_warp={self.threads_per_warp}; NVIDIA "
                              "warps have 32 threads (64 is an AMD wavefront): use threads_per_warp=32")
