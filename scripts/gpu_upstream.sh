@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Upstream Iris's examples and the device-code tests on one H200, ranks sharing it, in two calls of under 10 minutes:
+# Upstream Iris's examples and the device-code tests on one H200, ranks sharing it, in two calls of under 10 minutes
+# (or PART=all with RACE_RUNS=3 and a shorter TIER_TESTS in one):
 #   UPSTREAM=.upstream PART=upstream bash scripts/gpu_upstream.sh     # 1 and 2 below (carry .upstream)
 #   PART=tier bash scripts/gpu_upstream.sh                            # 3 and 4 below
 # 1. scripts/gpu_compat.sh: tests/test_compat.py, the dropped-contexts check at 2 ranks and at world size 1, and
@@ -20,31 +21,47 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 UPSTREAM=${UPSTREAM:-.upstream}
 
 PART=${PART:-upstream}
+RACE_RUNS=${RACE_RUNS:-5}
+TIER_TESTS=${TIER_TESTS:-test_rma test_atomics test_sync test_ccl test_gluon test_tracing test_x test_copy_engine_api \
+test_misuse}
 if [ "$PART" = upstream ]; then
   OUT="$OUT_DIR" UPSTREAM="$UPSTREAM" bash scripts/gpu_compat.sh > "$OUT_DIR/compat.txt" 2>&1
+elif [ "$PART" = all ]; then  # gpu_compat.sh's upstream run and world-size-1 dropped contexts only
+  IRIS_BACKEND=simulation timeout 200 python3 scripts/run_upstream.py "$UPSTREAM" --world-size 2 --jobs 6 \
+    --timeout 60 --test-timeout 140 --json "$OUT_DIR/upstream.json" > "$OUT_DIR/upstream.log" 2>&1
+  IRIS_BACKEND=cuda timeout 90 python3 scripts/compat_dropped_contexts.py --world-size 1 --count 12 \
+    --heap-mib 8192 > "$OUT_DIR/dropped.log" 2>&1
+  echo "=== gpu_compat summary (world size 1 dropped contexts: exit $?)" > "$OUT_DIR/compat.txt"
+  grep -E "^round|dropped contexts" "$OUT_DIR/dropped.log" >> "$OUT_DIR/compat.txt"
+  sed -n '/^upstream Iris against/,$p' "$OUT_DIR/upstream.log" >> "$OUT_DIR/compat.txt"
+fi
+if [ "$PART" != tier ]; then
 
-  race() {  # race TREE: how many of five runs of TREE's example 30 pass, 2 ranks sharing the GPU
+  race() {  # race TREE: how many of RACE_RUNS runs of TREE's example 30 pass, 2 ranks sharing the GPU
     local passed=0
-    for i in 1 2 3 4 5; do
+    for i in $(seq "$RACE_RUNS"); do
       IRIS_BACKEND=simulation timeout 60 python3 scripts/run_upstream.py "$1" --world-size 2 --timeout 50 \
         --only "examples/30_x_all_gather/" > "$OUT_DIR/race.$i.log" 2>&1
       grep -q "^passed" "$OUT_DIR/race.$i.log" && passed=$((passed + 1))
       cat "$OUT_DIR/race.$i.log" >> "$OUT_DIR/race.log"; rm -f "$OUT_DIR/race.$i.log"
     done
-    echo "$passed/5"
+    echo "$passed/$RACE_RUNS"
   }
   t_plain=$(race "$UPSTREAM")
   t_barrier=$(race "$UPSTREAM/race")
-  echo "=== gpu_upstream summary"
+fi
+if [ "$PART" != upstream ]; then
+  IRIS_BACKEND=cuda timeout 120 python3 scripts/gpu_symm_mem.py > "$OUT_DIR/symm_mem.txt" 2>&1
+  IRIS_TEST_SCALE=gpu IRIS_BACKEND=simulation FILE_TIMEOUT_S=${FILE_TIMEOUT_S:-150} SKIP_BENCH=1 \
+    TESTS="$TIER_TESTS" bash scripts/gpu_tier.sh "$OUT_DIR" > "$OUT_DIR/tier.txt" 2>&1
+fi
+echo "=== gpu_upstream summary"
+if [ "$PART" != tier ]; then
   sed -n '/=== gpu_compat summary/,$p' "$OUT_DIR/compat.txt"
   printf '%-44s %s\n' "example 30 unchanged" "$t_plain passed" "example 30 with a barrier before its check" \
     "$t_barrier passed"
-else
-  IRIS_BACKEND=cuda timeout 120 python3 scripts/gpu_symm_mem.py > "$OUT_DIR/symm_mem.txt" 2>&1
-  IRIS_TEST_SCALE=gpu IRIS_BACKEND=simulation FILE_TIMEOUT_S=150 SKIP_BENCH=1 \
-    TESTS="test_rma test_atomics test_sync test_ccl test_gluon test_tracing test_x test_copy_engine_api test_misuse" \
-    bash scripts/gpu_tier.sh "$OUT_DIR" > "$OUT_DIR/tier.txt" 2>&1
-  echo "=== gpu_upstream summary"
+fi
+if [ "$PART" != upstream ]; then
   grep -E "^(iris heap|torch symm_mem|symm_mem:)" "$OUT_DIR/symm_mem.txt" || tail -5 "$OUT_DIR/symm_mem.txt"
   grep -E "^tests/test_.*exit" "$OUT_DIR/tier.txt"
 fi
