@@ -10,7 +10,7 @@ import iris  # first: it picks the backend
 import torch
 
 from iris.platform import cuda_driver
-from iris.host.copy_engine.queue import peer_view
+from iris.host.memory.peers import peer_view
 
 # (name, bytes per row, rows per copy, pitch (None: one contiguous copy), copies, side streams)
 CASES = (

@@ -29,7 +29,7 @@ import triton.language as tl
 from iris.bench.report import environment, format_table, write_results
 import iris.copy_engine
 from iris.copy_engine import Tile
-from iris.host.copy_engine.queue import peer_view
+from iris.host.memory.peers import peer_view
 
 
 def _events_ms(fn, repeat, samples, finish=None):

@@ -4,7 +4,7 @@ host address translation for its to_ptr, and the device operations. Generated fr
 from iris.device.copy_engine import (put_async, quiet, put_signal, put_signal_rect, wait_then_put_rect,
                                      wait_then_put_signal_rect)
 from iris.host.copy_engine.api import Tile, ENGINE_NAMES
-from iris.host.copy_engine.queue import peer_address
+from iris.host.memory.peers import peer_address
 
 __all__ = ["Tile", "ENGINE_NAMES", "peer_address", "put_async", "quiet", "put_signal", "put_signal_rect",
            "wait_then_put_rect", "wait_then_put_signal_rect"]

@@ -46,7 +46,7 @@ PATHS = {
                          "for its to_ptr, and the device operations",
                          {"Tile": "iris.host.copy_engine.api:Tile",
                           "ENGINE_NAMES": "iris.host.copy_engine.api:ENGINE_NAMES",
-                          "peer_address": "iris.host.copy_engine.queue:peer_address",
+                          "peer_address": "iris.host.memory.peers:peer_address",
                           **_each("iris.device.copy_engine", ("put_async", "quiet", "put_signal", "put_signal_rect",
                                                               "wait_then_put_rect", "wait_then_put_signal_rect"))}),
     "iris.triggered": ("copy-engine transfers that kernels release",

@@ -108,7 +108,7 @@ def two_ranks(timeout_ms):
     """On a rank of the simulation backend: each rank spins on its own flag, its side stream copies into the
     peer's heap and raises the peer's flag."""
     import iris
-    from iris.host.copy_engine.queue import peer_view
+    from iris.host.memory.peers import peer_view
 
     ctx = iris.iris(1 << 26)
     peer = 1 - ctx.get_rank()

@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ---------------------------------------------------------------------------------------------- rank bodies
 def _moves_right_data(block, num_warps, programs_per_sm):
     """Every transfer once, each rank against its next rank; returns the mismatches seen on this rank."""
-    from iris.host.copy_engine import queue as peer
+    from iris.host.memory import peers as peer
 
     config = kernels.CopyConfig(block, num_warps, programs_per_sm)
     ctx = iris.iris(1 << 22)
@@ -125,7 +125,7 @@ def _ping_pong_near_wrap_body(rounds):
     ping whose wait compared across the wrap as reached returns before the answer and finds its flag stale."""
     import time
 
-    from iris.host.copy_engine import queue as peer
+    from iris.host.memory import peers as peer
 
     ctx = iris.iris(1 << 20)
     rank, device, bases = ctx.get_rank(), ctx.get_device(), ctx.get_heap_bases()

@@ -274,7 +274,7 @@ def _off_node_body():
     rank = ctx.get_rank()
     other = (rank + 2) % 4
     buf = ctx.zeros(16, dtype=torch.int32)
-    from iris.host.copy_engine.queue import peer_view
+    from iris.host.memory.peers import peer_view
 
     rails = [dist.new_group([0, 2]), dist.new_group([1, 3])]  # every rank makes both, in one order
 

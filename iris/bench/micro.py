@@ -7,7 +7,7 @@ Providers:
 - ``iris``: the kernels of ``iris.bench.kernels`` through the device API;
 - ``triton_raw``: the same kernels, with the peer address cast from an int64 (no ``iris.translate``);
 - ``copy_engine``: ``tensor.copy_`` between this rank's tensor and a view of the peer's heap
-  (``iris.host.copy_engine.queue.peer_view``), i.e. ``cudaMemcpyAsync`` on a copy engine;
+  (``iris.host.memory.peers.peer_view``), i.e. ``cudaMemcpyAsync`` on a copy engine;
 - ``torch_dist``: ``torch.distributed.all_gather_into_tensor`` (NCCL on GPUs), for all-load/all-store.
 
 Bytes and bandwidth: a point-to-point op moves ``bytes`` one way over one link; all-load/all-store count
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from iris.bench import kernels
-from iris.host.copy_engine.queue import peer_address, peer_view
+from iris.host.memory.peers import peer_address, peer_view
 from iris.bench.harness import Point, Sweep, Timing, run_sweep
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

@@ -33,7 +33,7 @@ import torch
 
 from iris.platform import private
 from iris.host.copy_engine.lanes import Copy, Signal, Transfer, Wait, lane_type
-from iris.host.copy_engine.queue import peer_address
+from iris.host.memory.peers import peer_address
 from iris.host.copy_engine.proxy import CopyProxy
 from iris.errors import RankTimeoutError
 from iris.host.distributed import DEFAULT_TIMEOUT_S

@@ -26,7 +26,7 @@ import contextlib
 
 import triton
 
-from iris.host.copy_engine.queue import peer_view
+from iris.host.memory.peers import peer_view
 from iris.host.groups import POISON
 
 # A band's size: one copy costs ~5 us however small and the engines move 235-270 GB/s per direction with both

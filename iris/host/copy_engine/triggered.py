@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from iris.host.copy_engine.queue import peer_view
+from iris.host.memory.peers import peer_view
 from iris.errors import RankTimeoutError
 from iris.host.distributed import all_gather_object
 from iris.host.groups import POISON
