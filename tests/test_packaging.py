@@ -67,4 +67,4 @@ def test_upstream_module_path_and_factory():
     from iris.iris import DeviceContext, Iris
 
     assert DeviceContext is iris.DeviceContext and Iris is iris.Iris
-    assert callable(iris.iris) and iris.iris is iris.iris.iris
+    assert callable(iris.iris) and iris.iris is sys.modules["iris.iris"].iris  # the package attribute: the factory
