@@ -268,7 +268,7 @@ class Iris(TensorFactory, RankLogger):
 
     @functools.cached_property
     def tracing(self):
-        """Device tracing (``iris/host/tracing.py``): ``enable(max_events)``, ``reset()``, ``export(path)``."""
+        """Device tracing (``iris/host/tracing/``): ``enable(max_events)``, ``reset()``, ``export(path)``."""
         from iris.host.tracing import Tracing
 
         return Tracing(self)

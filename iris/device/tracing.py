@@ -15,7 +15,7 @@ from iris.device.translate import INTERPRETED
 from iris.device.utils import get_cu_id, read_realtime
 
 EVENT_WORDS = tl.constexpr(8)  # op, target rank, bytes, program id, SM id, start, end, rank
-# Operation ids that instrumented kernels record (names for the export: iris/host/tracing.py).
+# Operation ids that instrumented kernels record (names for the export: iris/host/tracing/).
 OP_GEMM_TILE = tl.constexpr(1)
 OP_SCATTER_TILE = tl.constexpr(2)
 

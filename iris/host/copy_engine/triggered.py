@@ -2,7 +2,7 @@
 the kernel starts, each batch gated on a count the kernel publishes, so a producer kernel hands finished regions
 to the copy engines without spending an SM on moving them.
 
-It is the fused ops' mechanism (``iris/ops/copy_schedule.CopySchedule`` on the context's copy queue), made public:
+It is the fused ops' mechanism (``schedule.CopySchedule`` on the context's copy queue), made public:
 
     plan = TriggeredPlan(ctx, buffer, schedules)   # collective: schedules[r] = rank r's batches of buffer (bytes)
     view = plan.begin_device_epoch()               # arm: per own batch, wait for its count, copy it to every
