@@ -84,6 +84,7 @@ class GroupTable:
         self.agree = agree
         self.failure = None  # set by the watchdog: why peers can no longer be waited for
         self.closed = False  # set by Iris.close: the heap's mappings are gone
+        self.last_call = None  # what this rank called last (every call that talks to peers checks)
         self._groups = {}
         self._slots = {}  # group ranks -> slot, for the groups other than the world
         self._used = {0}  # slots of the groups this rank belongs to
@@ -102,6 +103,7 @@ class GroupTable:
     def check(self, caller):
         """Raise ``PeerError`` once a peer has failed (a call that waits for peers would wait forever), and a
         ``RuntimeError`` once the context is closed (a kernel would run on memory it gave back)."""
+        self.last_call = caller
         if self.failure is not None:
             raise PeerError(f"{caller}: {self.failure}")
         if self.closed:
@@ -173,6 +175,32 @@ class GroupTable:
     def unregister_peer_flags(self, flags):
         """Stop releasing waits on ``flags``: their bytes may be handed out again."""
         self._peer_flags = [(f, r) for f, r in self._peer_flags if f is not flags]
+
+    def waits(self):
+        """Where this rank waits now: ``{(group ranks, row): (the members behind, our count)}`` for every row of
+        every group whose count we have raised past a member's (a barrier we entered and it has not). Reads the
+        flags without disturbing a spinning kernel (on GPUs a copy on the table's own stream). Called from the
+        watchdog thread."""
+        found = {}
+        for ranks, sync in list(self._groups.items()):
+            counts = self._read(sync.flags).astype("int64")  # [ROWS, world_size]
+            ours = counts[:, self.rank]
+            for row in range(counts.shape[0]):
+                behind = [r for r in ranks if ((counts[row, r] - ours[row] + (1 << 31)) % (1 << 32)) - (1 << 31) < 0]
+                if behind:
+                    found[(tuple(ranks), row)] = (behind, int(ours[row]))
+        return found
+
+    def _read(self, array):
+        """A numpy copy of the int32 heap ``array``."""
+        if self.device.type == "cpu":
+            return array.numpy().copy()
+        torch.cuda.set_device(self.device)
+        host = self._host_copy[:array.numel()].view(array.shape)
+        with torch.cuda.stream(self._poison_stream):
+            host.copy_(array, non_blocking=True)
+        self._poison_stream.synchronize()
+        return host.numpy().copy()
 
     def _grow_host_copy(self, count):
         """Pinned host buffer of ``count`` or more int32 words for ``poison``'s round trip."""

@@ -33,15 +33,18 @@ import os
 import secrets
 import sys
 import threading
+import time
 import weakref
 
 import numpy as np
 
 from iris.errors import PeerError
+from iris.host.distributed import NOTICE_S
 from iris.logging import logger
 from iris.host.memory.backing import segment_directory
 
 POLL_S = 0.2  # detection latency; each poll reads one /proc/<pid>/stat per peer
+WAITS_EVERY = 5  # polls between two reads of this rank's sync flags (one small copy on GPUs): a stuck wait's notice
 UNSET, RUNNING, CLOSED, FAILED = 0, 1, 2, 3
 
 _lock = threading.Lock()
@@ -146,6 +149,8 @@ class Watchdog:
         self._reports = reports if topology is not None and topology.num_nodes > 1 else None
         self._slots = _map_status_page(rank - self._first, local, exchange, barrier)
         self._failed = set()
+        self._waits = {}  # (group ranks, row) -> (behind, count, since when): the device waits seen
+        self._polls = 0
         self._stop = threading.Event()
         self._thread = None
         _register_exit_hook()
@@ -186,6 +191,32 @@ class Watchdog:
     def _run(self):
         while not self._stop.wait(POLL_S):
             self._poll()
+            self._polls += 1
+            if self._polls % WAITS_EVERY == 0 and not self._failed:
+                self._notice_waits()
+
+    def _notice_waits(self):
+        """One log line, once, for a device wait (a collective's or ``device_barrier``'s) that has not moved for
+        ``NOTICE_S``: the call this rank made last, the group, and the ranks that have not arrived."""
+        try:
+            now, seen = time.monotonic(), self.groups.waits()
+        except Exception:  # the context is closing under us
+            return
+        waits = {}
+        for key, (behind, count) in seen.items():
+            old = self._waits.get(key)
+            since, told = (old[2], old[3]) if old is not None and old[:2] == (behind, count) else (now, False)
+            if not told and now - since >= NOTICE_S:
+                ranks, row = key
+                where = "device_barrier" if row == 0 else f"program {row - 1} of a collective kernel"
+                logger.warning(f"{self.groups.last_call} (this rank's last call to its peers): rank {self.rank} has "
+                               f"waited {now - since:.0f} s in {where} of the group {list(ranks)} for rank(s) "
+                               f"{behind}, which have not arrived; a rank that skipped the call, or made another, "
+                               "is the one named (IRIS_DEBUG=1 bounds device waits)",
+                               extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
+                told = True
+            waits[key] = (behind, count, since, told)
+        self._waits = waits
 
     def _poll(self):
         slots = self._slots
