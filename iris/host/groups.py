@@ -91,6 +91,7 @@ class GroupTable:
         self._on_agreed = []  # callbacks(ranks) after a group's slot is agreed (workspaces watch its lifetime)
         self._peer_flags = []  # (int32 tensor [group size, n], group ranks): kernels' own per-peer flag rows
         self._poison_stream = self._host_copy = None
+        self._relaxed = False  # the watchdog thread's capture mode (``_read``)
         if device.type == "cuda":
             # Made now, not when a peer fails: creating a stream while a kernel of ours spins blocked for
             # good on H200s shared by two rank processes (simulation), and so may a pinned allocation.
@@ -196,11 +197,19 @@ class GroupTable:
         if self.device.type == "cpu":
             return array.numpy().copy()
         torch.cuda.set_device(self.device)
+        self._relax()
         host = self._host_copy[:array.numel()].view(array.shape)
         with torch.cuda.stream(self._poison_stream):
             host.copy_(array, non_blocking=True)
         self._poison_stream.synchronize()
         return host.numpy().copy()
+
+    def _relax(self):
+        """Once, in the watchdog thread (the only one that reads or poisons): its copies and synchronisations must
+        not break a graph capture another thread runs, nor be refused by it (``cuda_driver.relax_capture_mode``)."""
+        if not self._relaxed:
+            cuda_driver.relax_capture_mode()
+            self._relaxed = True
 
     def _grow_host_copy(self, count):
         """Pinned host buffer of ``count`` or more int32 words for ``poison``'s round trip."""
@@ -231,6 +240,7 @@ class GroupTable:
         # copy of the peer's words back (copy engines, beside the spinning kernel), on a stream of the table's own
         # with a pinned buffer, both made at start.
         torch.cuda.set_device(self.device)
+        self._relax()
         stream = self._poison_stream
         for array, index, column in targets:
             host = self._host_copy[:array.numel()].view(array.shape)

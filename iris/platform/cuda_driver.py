@@ -188,6 +188,17 @@ def stream_wait_at_least_64(stream, address, value):
         _check(result, "cuStreamWaitValue64")
 
 
+CU_STREAM_CAPTURE_MODE_RELAXED = 2
+
+
+def relax_capture_mode():
+    """Let the calling thread's CUDA calls run while another thread captures a graph: a capture in CUDA's default
+    global mode forbids every thread's potentially unsafe calls (a synchronize, say) unless the thread is relaxed.
+    For a helper thread (the watchdog's reads of the sync flags) whose work is never part of a capture."""
+    mode = ctypes.c_int(CU_STREAM_CAPTURE_MODE_RELAXED)
+    _check(_fn("cuThreadExchangeStreamCaptureMode")(ctypes.byref(mode)), "cuThreadExchangeStreamCaptureMode")
+
+
 def current_context():
     """The calling thread's current ``CUcontext`` (an int), to make current in another thread."""
     context = ctypes.c_void_p()
