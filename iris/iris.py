@@ -417,7 +417,7 @@ class Iris(TensorFactory, RankLogger):
                                      GROUP_SIZE=sync.size, num_warps=1)
         # Where the kernel runs synchronously (the cpu backend), a wait released by a failed peer's poison returns
         # normally if the watchdog's asynchronous PeerError was lost (Python drops one raised in a finalizer).
-        self.groups.check("Iris.device_barrier")
+        self.groups.check("Iris.device_barrier", entering=False)
 
     def broadcast(self, value, src=0):
         """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back

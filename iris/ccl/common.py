@@ -184,5 +184,5 @@ class Work:
 def done(ctx, async_op):
     """The collective's result: a ``Work`` with ``async_op``. Raises ``PeerError`` if a peer failed during the call:
     its waits were released by the failed peer's poison (and the data read from it is garbage)."""
-    ctx.groups.check("iris.ccl")
+    ctx.groups.check("iris.ccl", entering=False)
     return Work(ctx.get_device()) if async_op else None

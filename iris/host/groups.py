@@ -101,10 +101,11 @@ class GroupTable:
         # "reduce-overhead" warm-up would otherwise leave its members tensor alive in the graph's pool.
         self.get(list(range(world_size)), "iris.iris")
 
-    def check(self, caller):
+    def check(self, caller, entering=True):
         """Raise ``PeerError`` once a peer has failed (a call that waits for peers would wait forever), and a
         ``RuntimeError`` once the context is closed (a kernel would run on memory it gave back)."""
-        self.last_call = caller
+        if entering:  # a check after a launch (``entering=False``) leaves the call's own name
+            self.last_call = caller
         if self.failure is not None:
             raise PeerError(f"{caller}: {self.failure}")
         if self.closed:

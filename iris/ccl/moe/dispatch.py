@@ -189,7 +189,7 @@ class MoEDispatcher:
         key = launches.key_of(caller, self._group, self._config, per_call[:3])
         if not self._launches.run(self._ctx, key, self._group, self._config, per_call):  # iris/host/launches.py
             self._launches.put(key, self._group, self._config, self._dispatch_launches(tokens))(*per_call)
-            self._ctx.groups.check("iris.ccl.moe.dispatch")
+            self._ctx.groups.check("iris.ccl.moe_dispatch")
         handle = DispatchHandle(self._dest_row, topk_weight.detach().to(torch.float32).contiguous(), self._meta, T,
                                 self.hidden_dim, self.topk, self._call)
         buf = (self._buf, self._scales) if self.fp8 else self._buf
