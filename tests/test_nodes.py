@@ -30,7 +30,9 @@ from rank_utils import error_message, rank_data
 
 N = 37  # all_reduce / broadcast elements: not a multiple of any node size, so the shards are padded
 CHUNK = 3  # elements per rank's slice in all_gather, reduce_scatter and all_to_all
-DEBUG_ENV = {"IRIS_DEBUG": "1", "IRIS_DEBUG_SPIN_LIMIT": "2000"}
+# debug mode for the off-node checks; its bound on device waits far above the watchdog's detection of a killed rank
+# (a poll of the interpreter takes about a millisecond: 20000 are seconds), so the peers fail on the death they saw
+DEBUG_ENV = {"IRIS_DEBUG": "1", "IRIS_DEBUG_SPIN_LIMIT": "20000"}
 FAST_S = 10.0  # a failure reaches every rank within the watchdog's polls, far below the pool's grace of 15 s
 
 
