@@ -289,6 +289,7 @@ def _off_node_body():
         "ops": error_message(ctx.ops.matmul_all_reduce, ctx.zeros(4, 4), ctx.ones(4, 4), ctx.ones(4, 4)),
         "subgroup": error_message(ctx.ccl.all_reduce, buf, buf, group=rails[rank % 2]),
     }
+    ctx.barrier()  # every rank has looked at its untouched buf before a neighbour writes into it
     neighbour = rank ^ 1  # same node: allowed
     _store_to_peer_kernel[(1,)](buf, ctx.get_heap_bases(), rank, neighbour, BLOCK=16)
     ctx.barrier()
