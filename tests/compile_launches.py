@@ -1,7 +1,7 @@
 """Compile for sm_90, without a GPU, every kernel specialisation the CPU tier launched (used by test_compile.py).
 
-Reads the records ``iris/interpreter/launch_log.py`` wrote into the directory given as the first argument, keeps the
-kernels defined in the folders given after it, compiles each distinct specialisation with Triton's own LLVM and
+Reads the records ``iris/interpreter/launch_log.py`` wrote into the directory given as the first argument, keeps
+the kernels defined in the folders given after it, compiles each distinct specialisation with Triton's own LLVM and
 ptxas, and prints ``RESULT`` and a JSON summary: how many compiled, the kernels compiled, and each failure in one
 line: the source line of each call down to where compiling stopped, then the compiler's first diagnostic.
 """
