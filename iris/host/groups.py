@@ -91,7 +91,7 @@ class GroupTable:
         self._on_agreed = []  # callbacks(ranks) after a group's slot is agreed (workspaces watch its lifetime)
         self._peer_flags = []  # (int32 tensor [group size, n], group ranks): kernels' own per-peer flag rows
         self._poison_stream = self._host_copy = None
-        self._relaxed = False  # the watchdog thread's capture mode (``_read``)
+        self._relaxed = False  # the watchdog thread's capture mode (``_relax``)
         if device.type == "cuda":
             # Made now, not when a peer fails: creating a stream while a kernel of ours spins blocked for
             # good on H200s shared by two rank processes (simulation), and so may a pinned allocation.
@@ -185,25 +185,28 @@ class GroupTable:
         watchdog thread."""
         found = {}
         for ranks, sync in list(self._groups.items()):
-            counts = self._read(sync.flags).astype("int64")  # [ROWS, world_size]
-            ours = counts[:, self.rank]
-            for row in range(counts.shape[0]):
-                behind = [r for r in ranks if ((counts[row, r] - ours[row] + (1 << 31)) % (1 << 32)) - (1 << 31) < 0]
-                if behind:
-                    found[(tuple(ranks), row)] = (behind, int(ours[row]))
+            counts = self._on_host(sync.flags).numpy()[:, ranks]  # int32 [ROWS, members]
+            ours = counts[:, sync.index:sync.index + 1]
+            # behind, wrap-safe as the device compares (iris/device/sync.py): the int32 difference is negative
+            late = (counts - ours) < 0  # [ROWS, members]
+            for row in late.any(axis=1).nonzero()[0]:
+                found[(tuple(ranks), int(row))] = ([r for r, is_late in zip(ranks, late[row]) if is_late],
+                                                  int(ours[row, 0]))
         return found
 
-    def _read(self, array):
-        """A numpy copy of the int32 heap ``array``."""
+    def _on_host(self, array):
+        """The int32 heap ``array`` where this thread can read it: the array itself on the cpu backend (its pages
+        are host memory), else the table's pinned buffer, copied into on the table's own stream beside any
+        spinning kernel (a copy engine's transfer) and synchronised."""
         if self.device.type == "cpu":
-            return array.numpy().copy()
+            return array
         torch.cuda.set_device(self.device)
         self._relax()
         host = self._host_copy[:array.numel()].view(array.shape)
         with torch.cuda.stream(self._poison_stream):
-            host.copy_(array, non_blocking=True)
+            host.copy_(array, non_blocking=True)  # contiguous: one copy-engine transfer
         self._poison_stream.synchronize()
-        return host.numpy().copy()
+        return host
 
     def _relax(self):
         """Once, in the watchdog thread (the only one that reads or poisons): its copies and synchronisations must
@@ -240,14 +243,9 @@ class GroupTable:
         # them: device-to-host copies of the whole array, the step added on the host, and a strided host-to-device
         # copy of the peer's words back (copy engines, beside the spinning kernel), on a stream of the table's own
         # with a pinned buffer, both made at start.
-        torch.cuda.set_device(self.device)
-        self._relax()
         stream = self._poison_stream
         for array, index, column in targets:
-            host = self._host_copy[:array.numel()].view(array.shape)
-            with torch.cuda.stream(stream):
-                host.copy_(array, non_blocking=True)  # contiguous: one copy-engine transfer
-            stream.synchronize()
+            host = self._on_host(array)  # the pinned buffer, written back below
             if column:  # the peer's column: [slots * ROWS, 1] with a row pitch
                 host[:, index] += POISON_STEP
                 target, source, height, width = array[:, index], host[:, index], array.shape[0], 4
