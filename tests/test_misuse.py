@@ -1,6 +1,7 @@
 """Used wrong, iris says so: every rank raises a clear error on the host, in bounded time, and none returns a result.
 Each case asserts the wording (the function, the value, the fix), that every rank raised and how long it took."""
 
+import pathlib
 import re
 import time
 
@@ -11,6 +12,8 @@ import triton.language as tl
 
 import iris
 from rank_utils import error_message, new_context
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _after_close_body():
@@ -108,57 +111,34 @@ if __name__ == "__main__":
 """
 
 
-def test_a_late_rank_is_named_before_the_timeout(tmp_path):
+def _notices(path, *args):
+    """The stderr of the script at ``path`` run on 3 cpu-backend ranks with a 1 s notice, which must succeed."""
     import os
     import subprocess
     import sys
 
+    env = {**os.environ, "IRIS_NOTICE_S": "1", "IRIS_BACKEND": "cpu"}
+    proc = subprocess.run([sys.executable, str(path), *args], env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def test_a_late_rank_is_named_before_the_timeout(tmp_path):
     path = tmp_path / "late_rank.py"
     path.write_text(LATE_RANK)
-    env = {**os.environ, "IRIS_NOTICE_S": "1", "IRIS_BACKEND": "cpu"}
-    proc = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    stderr = _notices(path)
     for rank in (0, 1):
         line = (rf"WARNING \[Iris\] \[{rank}/3\] Iris.barrier \(call \d+ of ranks \[0, 1, 2\]\): rank {rank} has "
                 r"waited 1 s for rank\(s\) \[2\], which have not arrived; it gives up at 300 s \(IRIS_TIMEOUT_S\)")
-        assert re.search(line, proc.stderr), proc.stderr[-3000:]
+        assert re.search(line, stderr), stderr[-3000:]
 
 
-SKIPPED_CALL = """
-import time
-import torch
-import iris
-
-
-def main():
-    ctx = iris.iris(1 << 20)
-    inp, out = ctx.ones(256), ctx.zeros(256)
-    ctx.ccl.all_reduce(out, inp)
-    if ctx.get_rank() == 2:
-        time.sleep(4)  # late to the next call: the others wait for it inside the kernel
-    ctx.ccl.all_reduce(out, inp)
-    assert torch.equal(out, torch.full((256,), 3.0))
-
-
-if __name__ == "__main__":
-    iris.run(main, 3)
-"""
-
-
-def test_a_rank_missing_from_a_collective_is_named_while_the_others_wait(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    path = tmp_path / "skipped_call.py"
-    path.write_text(SKIPPED_CALL)
-    env = {**os.environ, "IRIS_NOTICE_S": "1", "IRIS_BACKEND": "cpu"}
-    proc = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_a_rank_missing_from_a_collective_is_named_while_the_others_wait():
+    # scripts/stalled_call.py: rank 2 sleeps 4 s before the second all_reduce; the others wait inside the kernel
+    stderr = _notices(ROOT / "scripts" / "stalled_call.py", "--world-size", "3")
     for rank in (0, 1):
-        line = (rf"WARNING \[Iris\] \[{rank}/3\] ccl.all_reduce \(this rank's last call to its peers\): rank {rank} has "
-                r"waited \d+ s "
-                r"in program \d+ of a collective kernel of the group \[0, 1, 2\] for rank\(s\) \[2\], which have not "
-                r"arrived")
-        assert re.search(line, proc.stderr), proc.stderr[-3000:]
-    assert "[Iris] [2/3]" not in proc.stderr, proc.stderr[-3000:]  # the late rank itself waits for no one
+        line = (rf"WARNING \[Iris\] \[{rank}/3\] ccl.all_reduce \(this rank's last call to its peers\): "
+                rf"rank {rank} has waited \d+ s in program \d+ of a collective kernel of the group \[0, 1, 2\] for "
+                r"rank\(s\) \[2\], which have not arrived")
+        assert re.search(line, stderr), stderr[-3000:]
+    assert "[Iris] [2/3]" not in stderr, stderr[-3000:]  # the late rank itself waits for no one
