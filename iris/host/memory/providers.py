@@ -58,13 +58,19 @@ class SymmetricAddressMap:
         return tensor.data_ptr() - self.bases[self.local_rank] + self.bases[rank]
 
 
+def _misaligned(bases, local_rank):
+    """The ranks whose entry of ``bases`` does not lie a multiple of ``BASE_ALIGNMENT`` bytes from ours: ``translate``
+    tells the compiler the distances are such multiples (it keeps accesses vectorised)."""
+    return [rank for rank, base in enumerate(bases) if (base - bases[local_rank]) % BASE_ALIGNMENT.value]
+
+
 def address_map(bases, local_rank, nbytes, device, caller, owner=None):
     """A ``SymmetricAddressMap`` of ``bases`` (this allocation's address on each rank); a clear error when the
     distances between them are not multiples of ``BASE_ALIGNMENT`` (``translate`` tells the compiler they are)."""
     bases = tuple(int(b) for b in bases)
-    odd = [(rank, base) for rank, base in enumerate(bases) if (base - bases[local_rank]) % BASE_ALIGNMENT.value]
+    odd = _misaligned(bases, local_rank)
     if odd:
-        listed = ", ".join(f"rank {rank} at {base:#x}" for rank, base in odd)
+        listed = ", ".join(f"rank {rank} at {bases[rank]:#x}" for rank in odd)
         raise ValueError(f"{caller}: the allocation's address on every rank must lie a multiple of "
                          f"{BASE_ALIGNMENT.value} bytes from this rank's ({bases[local_rank]:#x}) for iris's "
                          f"translation (it keeps accesses vectorised); got {listed}. Align the allocations to "
@@ -173,7 +179,7 @@ def _wrap_problem(tensor, peer_addresses, rank, world):
     if addresses[rank] != tensor.data_ptr():
         return (f"peer_addresses[{rank}] = {addresses[rank]:#x} is not the tensor's own address "
                 f"{tensor.data_ptr():#x}; entry r is the address of rank r's counterpart in this process")
-    odd = [r for r, address in enumerate(addresses) if (address - addresses[rank]) % BASE_ALIGNMENT.value]
+    odd = _misaligned(addresses, rank)
     if odd:
         return (f"the addresses of rank(s) {odd} do not lie a multiple of {BASE_ALIGNMENT.value} bytes from this "
                 f"rank's, which iris's translation needs (it keeps accesses vectorised); align the allocations")
