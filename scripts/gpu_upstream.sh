@@ -24,18 +24,10 @@ PART=${PART:-upstream}
 RACE_RUNS=${RACE_RUNS:-5}
 TIER_TESTS=${TIER_TESTS:-test_rma test_atomics test_sync test_ccl test_gluon test_tracing test_x test_copy_engine_api \
 test_misuse}
-if [ "$PART" = upstream ]; then
-  OUT="$OUT_DIR" UPSTREAM="$UPSTREAM" bash scripts/gpu_compat.sh > "$OUT_DIR/compat.txt" 2>&1
-elif [ "$PART" = all ]; then  # gpu_compat.sh's upstream run and world-size-1 dropped contexts only
-  IRIS_BACKEND=simulation timeout 200 python3 scripts/run_upstream.py "$UPSTREAM" --world-size 2 --jobs 6 \
-    --timeout 60 --test-timeout 140 --json "$OUT_DIR/upstream.json" > "$OUT_DIR/upstream.log" 2>&1
-  IRIS_BACKEND=cuda timeout 90 python3 scripts/compat_dropped_contexts.py --world-size 1 --count 12 \
-    --heap-mib 8192 > "$OUT_DIR/dropped.log" 2>&1
-  echo "=== gpu_compat summary (world size 1 dropped contexts: exit $?)" > "$OUT_DIR/compat.txt"
-  grep -E "^round|dropped contexts" "$OUT_DIR/dropped.log" >> "$OUT_DIR/compat.txt"
-  sed -n '/^upstream Iris against/,$p' "$OUT_DIR/upstream.log" >> "$OUT_DIR/compat.txt"
-fi
 if [ "$PART" != tier ]; then
+  # PART=all: only gpu_compat.sh's upstream run and its world-size-1 dropped contexts
+  QUICK=$([ "$PART" = all ] && echo 1 || echo 0) UPSTREAM_TIMEOUT_S=200 OUT="$OUT_DIR" UPSTREAM="$UPSTREAM" \
+    bash scripts/gpu_compat.sh > "$OUT_DIR/compat.txt" 2>&1
 
   race() {  # race TREE: how many of RACE_RUNS runs of TREE's example 30 pass, 2 ranks sharing the GPU
     local passed=0
