@@ -15,6 +15,17 @@ class PeerError(RuntimeError):
         return PeerError, self.args
 
 
+class MismatchError(PeerError):
+    """The ranks of a group made different calls: another collective, dtype, element count or root, or tensors at
+    other heap offsets (a heap allocated differently). Raised on every rank the kernels' barriers found in
+    disagreement, naming both calls; the context then refuses further calls, like a peer failure."""
+
+    message = "the ranks of a group made different calls (see the iris watchdog's log line)"
+
+    def __reduce__(self):
+        return MismatchError, self.args
+
+
 class RankTimeoutError(TimeoutError):
     """A host-side wait gave up; ``missing`` lists the ranks that did not arrive."""
 

@@ -91,7 +91,7 @@ class Iris(TensorFactory, RankLogger):
         context = weakref.ref(self)
         self.groups.on_agreed(lambda ranks: context()._watch_group(ranks))
         self.copy_queue = CopyQueue(self)  # the ops' copy-engine path (iris/host/copy_engine/queue.py)
-        self.launches = LaunchCache()  # eager calls' remembered launches (iris/host/launches.py)
+        self.launches = LaunchCache(self.groups)  # eager calls' remembered launches (iris/host/launches.py)
         self.watchdog = Watchdog(self.cur_rank, self.num_ranks, plumbing.exchange, plumbing.local_barrier,
                                  self.groups, self.topology, StoreReports(self._store, f"iris/watchdog/{self._serial}"))
         # Upstream Iris's layout, [rank, world_size, base_0, ..., tracing words], then the bytes each base addresses

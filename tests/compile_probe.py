@@ -108,7 +108,7 @@ for fn, args, meta in [
     (_all_reduce_two_shot_kernel, (*data, N_ELEMENTS // 2, SYNC), reduce_meta),
     (_all_gather_kernel, (*data, SYNC), move_meta),
     (_all_to_all_kernel, (ptr(), ptr(), 1, N_ELEMENTS, 64, SYNC), move_meta),  # (rows, n, col_programs)
-    (_pull_from_root_kernel, (*data, 7, 2, SYNC), {**move_meta, "ROOT_COPIES": True}),
+    (_pull_from_root_kernel, (ptr(), ptr(), ptr(), N_ELEMENTS, 7, 2, SYNC), {**move_meta, "ROOT_COPIES": True}),
     (_root_pulls_kernel, (*data, 2, SYNC), {**reduce_meta, "REDUCE": True}),
     (_reduce_scatter_push_kernel, (*data, (ptr(), ptr(torch.int32), 4096), 64, SYNC), {**reduce_meta, "SEGMENT": 4}),
 ]:
@@ -237,7 +237,7 @@ for dtype, ty in [(torch.bfloat16, "bf16"), (torch.float32, "fp32")]:
 # The group barrier's signal: bar.sync, one system-scope fence, then relaxed adds (one per member).
 from iris.device.sync import _device_barrier_kernel  # noqa: E402
 
-text = ptx(_device_barrier_kernel, {"flags": "*i32", "heap_bases": "*i64", "members": "*i32", "rank": "i32",
+text = ptx(_device_barrier_kernel, {"flags": "*i64", "heap_bases": "*i64", "members": "*i32", "rank": "i32",
                                     "GROUP_SIZE": "constexpr"}, {"GROUP_SIZE": 2})
 out["barrier/sequence"] = re.findall(r"\bbar\.sync|\bfence\.[\w.]+|\bmembar\.\w+|\batom\.[\w.]+", text)
 # Remote tile stores of iris.x, no hint anywhere: the translated pointers keep the tile's alignment and contiguity.

@@ -16,7 +16,7 @@ from iris.ccl.rooted import _pull_from_root_kernel, _root_pulls_kernel
 from sm90 import SYNC, launch_compile, ptr
 
 BLOCK = 4096
-DATA = ("out", "inp", "staging", "src", "dst")
+DATA = ("anchor", "out", "inp", "staging", "src", "dst")
 STAGED = (ptr(torch.int8), ptr(torch.int32), 3)  # the push's (staging, segment_flags, flag_stride)
 N = 1 << 20  # fewer than 2**31 elements per rank, a multiple of 16, as the launcher specialises a large call
 CONSTEXPRS = {"GROUP_SIZE": 3, "HINT": 16, "BLOCK": BLOCK, "OP": "sum", "ACC_FP32": False, "SEGMENT": 4,

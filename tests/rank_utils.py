@@ -47,7 +47,7 @@ def error_message(fn, *args, **kwargs):
         fn(*args, **kwargs)
     except Exception as e:
         messages = []
-        while e is not None:
+        while e is not None and len(messages) < 20:
             messages.append(f"{type(e).__name__}: {e}")
             e = e.__cause__ or e.__context__
         return "\n".join(messages)
@@ -73,3 +73,19 @@ def warmed_graph(ctx, fn, stream):
     with torch.cuda.graph(graph, stream=stream):
         fn()
     return graph.replay
+
+
+def int64(value):
+    """``value`` wrapped to a signed 64-bit integer, as the sync words wrap."""
+    return (value + (1 << 63)) % (1 << 64) - (1 << 63)
+
+
+def preset_sync_words(ctx, signals):
+    """Every member's word in every row of every group's sync flags on this rank as after ``signals`` signals with
+    mark 0 (``signals << 32``, wrapping; ``iris/device/sync.py``); the mismatch records stay empty."""
+    from iris.host.groups import slot_words
+
+    world = ctx.get_num_ranks()
+    rows = ctx.groups.region[:ctx.groups.slots * slot_words(world)].view(-1, world + 1)
+    rows[:, :world].fill_(int64(signals << 32))
+    return rows

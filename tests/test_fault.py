@@ -16,7 +16,7 @@ import triton
 import iris
 from conftest import on_gpu
 from iris.device.sync import wait_until
-from rank_utils import error_message, new_context
+from rank_utils import error_message, int64, new_context, preset_sync_words
 
 # Far above what the failing call takes with the watchdog (1 to 3 s: context, warm-up compile on GPUs, a 0.2 s
 # poll), below the pool's FAILURE_GRACE_S (15 s), after which a rank spinning without it would be stopped anyway.
@@ -268,44 +268,41 @@ def _poison_body(start):
     peer = 1 - ctx.get_rank()
     flags = ctx.ops.workspaces.peer_flags("test.flags", [0, 1], 5)
     flags.fill_(start)
-    ctx.groups.region.fill_(start)
+    region = preset_sync_words(ctx, start)  # [slots * ROWS, world + 1]: the whole slots, no tail
     ctx.barrier()
     ctx.groups.poison(peer)
     ctx.device_barrier()  # alone: the peer's count on our heap is poisoned
     _wait_kernel[(1,)](flags[peer], (start + 1 + (1 << 31)) % (1 << 32) - (1 << 31))
     _wait_for_device(ctx)
     ctx.barrier()
-    from iris.host.groups import ROWS
-
-    world = ctx.get_num_ranks()
-    region = ctx.groups.region[:ctx.groups.slots * ROWS * world].view(-1, world)  # the whole slots: no tail
     row0 = ctx.group_sync(None, "test").flags[0]
     return flags[:, :5].cpu().tolist(), region[1:, peer].unique().tolist(), int(row0[peer])
 
 
 @pytest.mark.parametrize("start", [0, (1 << 30) + 5, (1 << 31) - 2])
 def test_poison_releases_registered_peer_flags(pools, start):
-    from iris.host.groups import POISON_STEP
+    from iris.host.groups import PEER_FLAGS_STEP, POISON_STEP
 
     def int32(v):
         return (v + (1 << 31)) % (1 << 32) - (1 << 31)
 
+    word = int64(start << 32)
     for rank, (flags, peer_column, row0) in enumerate(pools(2).run(_poison_body, start, timeout_s=120)):
         peer = 1 - rank
-        assert flags[peer] == [int32(start + POISON_STEP)] * 5 and flags[rank] == [start] * 5, flags
-        assert peer_column == [int32(start + POISON_STEP)], peer_column
-        # The peer's signal of its solo barrier lands after our poison (one more count) or between the poison's
+        assert flags[peer] == [int32(start + PEER_FLAGS_STEP)] * 5 and flags[rank] == [start] * 5, flags
+        assert peer_column == [int64(word + POISON_STEP)], peer_column
+        # The peer's signal of its solo barrier lands after our poison (one more signal) or between the poison's
         # read and its write-back (overwritten: the add is not atomic with the device's); either way past start.
-        assert row0 in (int32(start + POISON_STEP + 1), int32(start + POISON_STEP)), row0
+        assert row0 in (int64(word + POISON_STEP + (1 << 32)), int64(word + POISON_STEP)), row0
 
 
 def _killed_in_device_barrier_body(preset):
-    """Counts preset at ``preset`` (as after that many calls), then rank 1 dies while rank 0 waits for it."""
+    """Words preset as after ``preset`` signals, then rank 1 dies while rank 0 waits for it."""
     ctx = new_context(heap_size=1 << 16)
     ctx.device_barrier()  # compiled (on GPUs), so the failure finds rank 0 waiting, not compiling
     _wait_for_device(ctx)
     ctx.barrier()
-    ctx.groups.region.fill_(preset)
+    preset_sync_words(ctx, preset)
     ctx.barrier()
     if ctx.get_rank() == 1:
         time.sleep(1.0)  # rank 0 is inside the barrier by now, waiting for us
@@ -317,7 +314,7 @@ def _killed_in_device_barrier_body(preset):
 
 @pytest.mark.parametrize("preset", [(1 << 30) + 5, (1 << 31) - 1])
 def test_poison_releases_waits_at_any_count(preset):
-    """Past 2**30 (a fixed poison of 1 << 30 no longer releases) and at the wrap (the target is negative)."""
+    """Past 2**30 signals (a fixed poison of 1 << 62 no longer releases) and at the wrap (the target is negative)."""
     message, elapsed = _failing_run(_killed_in_device_barrier_body, 2, preset)
     waiting = _rank_section(message, 0)
     assert "PeerError" in waiting and "peer rank 1" in waiting and "died" in waiting, waiting

@@ -288,7 +288,7 @@ def test_gluon_paths_compile_for_sm90_as_the_triton_paths(gluon_ptx):
     for name in ("gluon_all_gather", "gluon_all_to_all"):
         ops = gluon_ptx[name]["ops"]
         assert "st.global.v4.b32" in ops and "st.global.b32" not in ops, ops
-        assert "fence.acq_rel.sys" in ops and "ld.global.sys.acquire.b32" in ops, ops  # the barriers' release/acquire
+        assert "fence.acq_rel.sys" in ops and "ld.global.sys.acquire.b64" in ops, ops  # the barriers (64-bit words)
     assert gluon_ptx["context_key_in_kernel_hash"]  # no binary compiled from older iris.device sources is reused
     # ctx.tracing compiles away without TRACING: none of its reductions or atomics is built (were they, an AMD layout
     # would reach the GPU compiler's reduction verifier even untraced: upstream's example 24 on NVIDIA)

@@ -39,6 +39,58 @@ def test_a_closed_context_refuses_work(pools):
         assert seconds < 5, f"rank {rank}: the refusals took {seconds:.1f} s"
 
 
+def _all_reduce_and_settle(ctx, out, inp):
+    """The call; on GPUs also the wait for its kernel and for the watchdog's next reads (the error comes from its
+    thread there, as a ``PeerError`` does), on the cpu backend the call raises itself."""
+    ctx.ccl.all_reduce(out, inp)
+    if ctx.get_device().type == "cuda":
+        torch.cuda.synchronize()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _mismatch_body(case):
+    """One rank's call differs from the others' (``case``); every rank all_reduces 1000 elements of its rank + 1."""
+    ctx = new_context()
+    rank = ctx.get_rank()
+    n, dtype = 1000, torch.float32
+    if case == "an extra allocation" and rank == 0:
+        ctx.zeros(256)  # a tensor only rank 0 needs: every later allocation of rank 0 sits 1 KiB further on
+    if case == "element count" and rank != 0:
+        n = 1001
+    if case == "dtype" and rank != 0:
+        dtype = torch.bfloat16
+    inp = ctx.full((n,), rank + 1.0, dtype=dtype)
+    out = ctx.full((n,), -7.0, dtype=dtype)  # poisoned: a returned result would show
+    ctx.barrier()
+    start = time.monotonic()
+    message = error_message(_all_reduce_and_settle, ctx, out, inp)
+    seconds = time.monotonic() - start
+    later = error_message(ctx.ccl.all_reduce, out, inp)  # the context refuses what follows
+    ctx.close()
+    return message, seconds, later
+
+
+@pytest.mark.parametrize("case", ["an extra allocation", "element count", "dtype"])
+def test_calls_that_do_not_match_fail_on_every_rank(pools, case):
+    results = pools(3).run(_mismatch_body, case)
+    for rank, (message, seconds, later) in enumerate(results):
+        # the call itself raises (no rank returns a result), naming this rank's call and another rank's
+        assert message.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree: rank "), (rank, message)
+        assert f"rank {rank} called ccl.all_reduce(" in message, (rank, message)
+        assert "on tensors at the same heap offsets" in message, message
+        assert later.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree"), (rank, later)
+        assert seconds < 30, f"rank {rank}: the error took {seconds:.1f} s"
+    if case == "an extra allocation":
+        assert "so their tensors lie at different heap offsets" in results[0][0], results[0][0]
+    if case == "dtype":
+        assert "ccl.all_reduce(float32[1000], float32[1000], 'sum'" in results[0][0], results[0][0]
+        assert "ccl.all_reduce(bfloat16[1000], bfloat16[1000], 'sum'" in results[1][0], results[1][0]
+    if case == "element count":
+        assert "float32[1001]" in results[0][0] and "float32[1000]" in results[1][0], results[0][0]
+
+
 def _main(value):
     return value
 

@@ -11,7 +11,7 @@ import triton.language as tl
 
 import iris
 from conftest import on_gpu, world_sizes
-from rank_utils import GPU_SCALE, new_context, rank_data, warmed_graph
+from rank_utils import GPU_SCALE, new_context, preset_sync_words, rank_data, warmed_graph
 
 
 @triton.jit
@@ -74,8 +74,9 @@ def test_device_barrier_subgroups(pools):
     results = pools(4).run(_device_barrier_group_body)
     for rank, (flags, world) in enumerate(results):
         members = [0, 2] if rank % 2 == 0 else [1, 3]
-        assert [flags[m] for m in members] == [3, 3]  # each member arrived three times, as seen here
-        assert all(flags[r] == 0 for r in range(world) if r not in members)
+        # each member signalled three times, as seen here (mark 0: a device_barrier carries no call's fingerprint)
+        assert [flags[m] for m in members] == [3 << 32, 3 << 32], flags
+        assert all(flags[r] == 0 for r in range(world + 1) if r not in members)  # the mismatch record too
 
 
 def _skip_barrier_body(timeout_s):
@@ -222,14 +223,14 @@ def test_create_destroy_leaves_nothing(pools):
         assert watchdogs == []  # every context's watchdog thread was stopped
 
 
-# Counts just below the int32 wrap: 2**31 - 1 is the largest int32; the next signal wraps to -2**31.
+# Two signals below the wrap of the words (and of their epochs, the upper halves): the next signals wrap both.
 NEAR_WRAP = (1 << 31) - 2
 
 
-def _preset_sync_counts(ctx, value):
-    """Every count of every group's sync flags on every rank at ``value``, as after ``value`` calls; the host
-    barrier after it (which touches no flag) keeps any rank from signalling before all have preset."""
-    ctx.groups.region.fill_(value)
+def _preset_sync_counts(ctx, signals):
+    """Every word of every group's sync flags on every rank as after ``signals`` signals; the host barrier after it
+    (which touches no flag) keeps any rank from signalling before all have preset."""
+    preset_sync_words(ctx, signals)
     ctx.barrier()
 
 
@@ -317,7 +318,7 @@ def _group_tables(world, groups_of_rank):
             mine = {}
             for ranks in groups_of_rank(rank):
                 sync = table.get(list(ranks), "test")
-                assert sync.flags.shape == (257, world) and sync.ranks == list(ranks)
+                assert sync.flags.shape == (257, world + 1) and sync.ranks == list(ranks)
                 mine[tuple(ranks)] = sync.flags.data_ptr() - region.data_ptr()
             with lock:
                 found[rank] = mine
@@ -361,16 +362,17 @@ def test_poison_advances_the_peers_column_of_every_slot(world):
     """The watchdog's poison on a region that is not a whole number of slots (3 and 5 ranks): the failed peer's
     column of every slot advances by POISON_STEP, the other columns and the tail past the last slot stay."""
     from iris.host.memory.allocator import align_up
-    from iris.host.groups import POISON_STEP, ROWS, GroupTable, region_bytes
+    from iris.host.groups import POISON_STEP, GroupTable, region_bytes, slot_words
 
-    region = torch.zeros(align_up(region_bytes(world)) // 4, dtype=torch.int32)  # as the context reserves it
+    region = torch.zeros(align_up(region_bytes(world)) // 8, dtype=torch.int64)  # as the context reserves it
     table = GroupTable(region, world, 0, torch.device("cpu"))
     peer = world - 1
     table.poison(peer)
-    whole = table.slots * ROWS * world
-    rows = region[:whole].view(-1, world)
+    table.poison(peer)  # once per peer: a second step would wrap the words back behind
+    whole = table.slots * slot_words(world)
+    rows = region[:whole].view(-1, world + 1)
     assert torch.all(rows[:, peer] == POISON_STEP)
-    assert not rows[:, :peer].any() and not region[whole:].any()
+    assert not rows[:, :peer].any() and not rows[:, world].any() and not region[whole:].any()
 
 
 def _group_churn_body(subgroup_slots):

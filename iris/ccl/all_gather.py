@@ -16,9 +16,10 @@ from iris.host import launches
 
 @triton.jit
 def _all_gather_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, out)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still uses its out
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # no rank still uses its out
     slot = out + tl.cast(group_index, tl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
     for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
         offs = tl.arange(0, BLOCK)
@@ -26,7 +27,7 @@ def _all_gather_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, HINT: tl.con
         x = tl.load(inp + start + offs, mask=mask)  # [BLOCK]
         store_to_group(slot + start + offs, x, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
                        hint=HINT)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slot has landed in our out
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in our out
 
 
 def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
@@ -50,15 +51,16 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
     common.expect_numel(out, p.sync.size * n, caller, "out", f"group size {p.sync.size} * inp.numel() {n}")
     # A slot starts at group_index * n elements: 16-byte aligned only when n keeps it so.
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
+    fp = common.fingerprint(ctx, caller, (out, inp), p.config.use_gluon and p.config.gluon_path)
     if p.config.use_gluon:
         from iris.ccl.gluon import all_gather, all_gather_tma
 
         if p.config.gluon_path == "tma" and n:
-            all_gather_tma.launch(ctx, out_flat, inp_flat, n, p)
+            all_gather_tma.launch(ctx, out_flat, inp_flat, n, p, fp)
         else:
-            all_gather.launch(ctx, out_flat, inp_flat, n, p, hint)
+            all_gather.launch(ctx, out_flat, inp_flat, n, p, hint, fp)
         return common.done(ctx, async_op)
-    launch = launches.Launch(_all_gather_kernel, p.grid, (n, p.sync.args(ctx)),
+    launch = launches.Launch(_all_gather_kernel, p.grid, (n, p.sync.args(ctx, fp)),
                              dict(GROUP_SIZE=p.sync.size, HINT=hint, BLOCK=p.block, num_warps=p.warps))
     ctx.launches.put(key, group, config, launch, on_heap=((0, out.numel() * out.element_size()),))(out_flat, inp_flat)
     return common.done(ctx, async_op)

@@ -22,25 +22,30 @@ from iris.host import launches
 
 @triton.jit
 def _all_reduce_one_shot_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
-                                HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+                                HINT: tl.constexpr, BLOCK: tl.constexpr, SLICED: tl.constexpr = False):
+    # SLICED: ``inp`` is slice ``group_index`` (of ``n`` elements) of a heap tensor (reduce_scatter's pull)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    anchor = inp - group_index * n if SLICED else inp
+    match = (fingerprint, world_size, anchor)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every rank's input is ready
     for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
         offs = tl.arange(0, BLOCK)
         mask = tail_mask(start, n, BLOCK)
         acc = reduce_from_group(inp + start, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP,
                                 ACC_FP32, HINT)  # [BLOCK]
         tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True)  # no rank reads our inp
+    # no rank reads our inp
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)
 
 
 @triton.jit
 def _all_reduce_two_shot_kernel(out, inp, n, shard, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
                                 ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, inp)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every rank's input is ready
     # Our shard, read from every rank and reduced, then stored straight into every rank's out: the
     # reduce-scatter and the all-gather in one pass, with no barrier between them. In place is safe: only
     # we read shard ``group_index`` of any rank's input, and each element before we overwrite it.
@@ -53,7 +58,7 @@ def _all_reduce_two_shot_kernel(out, inp, n, shard, sync, GROUP_SIZE: tl.constex
                                 ACC_FP32, HINT).to(out.dtype.element_ty)  # [BLOCK]
         store_to_group(out + start + offs, acc, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
                        hint=HINT, PEERS_FIRST=True)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every shard has landed; no rank reads our input
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every shard landed; no rank reads our inp
 
 
 def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
@@ -85,16 +90,17 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
     if algorithm == "one_shot" and in_place:
         raise ValueError(f"{caller}: the one-shot algorithm cannot run in place (peers still read inp while out is "
                          "written); use algorithm='two_shot' or 'auto', or a separate out")
+    fp = common.fingerprint(ctx, caller, (out, inp), op, algorithm)
     meta = dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=common.accumulate_in_fp32(inp.dtype),
                 HINT=common.vector_hint(inp, out), BLOCK=p.block, num_warps=p.warps)
     nbytes = n * inp.element_size()
     if algorithm == "one_shot":
-        launch = launches.Launch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx)), meta)
+        launch = launches.Launch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx, fp)), meta)
         ctx.launches.put(key, group, config, launch, on_heap=((1, nbytes),))(out_flat, inp_flat)
     else:
         ctx.check_symmetric(out, caller, "out")
         # Shards start on 16-element boundaries so the vector hint holds on every rank's shard.
         shard = triton.cdiv(triton.cdiv(n, p.sync.size), 16) * 16
-        launch = launches.Launch(_all_reduce_two_shot_kernel, p.grid, (n, shard, p.sync.args(ctx)), meta)
+        launch = launches.Launch(_all_reduce_two_shot_kernel, p.grid, (n, shard, p.sync.args(ctx, fp)), meta)
         ctx.launches.put(key, group, config, launch, on_heap=((0, nbytes), (1, nbytes)))(out_flat, inp_flat)
     return common.done(ctx, async_op)

@@ -32,9 +32,10 @@ NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 @triton.jit
 def _all_reduce_rmsnorm_kernel(out, residual_out, inp, residual, weight, rows, hidden, eps, sync,
                                GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK_H: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, inp)  # matched with the members' calls (iris/device/sync.py)
     row_flags = program_row(flags, world_size)
-    group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
+    group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every input is ready
     cols = tl.arange(0, BLOCK_H)
     mask = cols < hidden
     w = tl.load(weight + cols, mask=mask, other=0.0).to(tl.float32)  # [BLOCK_H] fp32
@@ -49,7 +50,7 @@ def _all_reduce_rmsnorm_kernel(out, residual_out, inp, residual, weight, rows, h
         acc = tl.where(mask, acc, 0.0)
         inv_rms = tl.rsqrt(tl.sum(acc * acc, axis=0) / hidden + eps)
         tl.store(out + offs, (acc * inv_rms * w).to(out.dtype.element_ty), mask=mask)
-    group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # no rank still reads our inp
+    group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # no rank reads our inp
 
 
 def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, group=None, config=None):
@@ -106,8 +107,10 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
     warps = resolved.num_warps or (4 if on_cpu else min(16, max(4, block_h // 512)))
     programs = max(1, min(rows, resolved.comm_sms or (4 if on_cpu else 64)))
     hint = common.vector_hint(out, residual_out, inp, residual) if hidden % 16 == 0 else None
+    fp = common.fingerprint(ctx, caller, (out, residual_out, inp, residual, weight), float(eps))
     if rows:
-        launch = launches.Launch(_all_reduce_rmsnorm_kernel, (programs,), (rows, hidden, float(eps), sync.args(ctx)),
+        launch = launches.Launch(_all_reduce_rmsnorm_kernel, (programs,), (rows, hidden, float(eps),
+                                                                          sync.args(ctx, fp)),
                                  dict(GROUP_SIZE=sync.size, HINT=hint, BLOCK_H=block_h, num_warps=warps))
         ctx.launches.put(key, group, config, launch, on_heap=((2, inp.numel() * inp.element_size()),))(
             out, residual_out, inp, residual, weight)

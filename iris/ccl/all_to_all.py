@@ -28,11 +28,12 @@ def _all_to_all_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: tl.con
                        BLOCK: tl.constexpr):
     # out / inp: [rows, GROUP_SIZE, n]; the programs form a (programs / col_programs) x col_programs grid over
     # (rows, blocks of n), so a dim-1 call with short rows still spreads over every program
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, out)  # matched with the members' calls (iris/device/sync.py)
     row_program = tl.program_id(0) // col_programs
     row_programs = tl.num_programs(0) // col_programs
     col_first = tl.cast(tl.program_id(0) % col_programs, tl.int64) * BLOCK
-    group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, RELAXED=True)
+    group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)
     n64 = tl.cast(n, tl.int64)  # slice offsets pass 2**31 elements in large calls
     for r in range(row_program, rows, row_programs):
         row_in = inp + tl.cast(r, tl.int64) * (GROUP_SIZE * n64)
@@ -52,7 +53,7 @@ def _all_to_all_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: tl.con
                 store(my_slice + start + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
                 if i < GROUP_SIZE:
                     dest, x = following, x_next
-    group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE)  # every slice landed
+    group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, call=match)  # slices landed
 
 
 def _launch(ctx, out, inp, dim, group, async_op, config, caller):
@@ -80,13 +81,14 @@ def _launch(ctx, out, inp, dim, group, async_op, config, caller):
     col_programs = min(p.programs, triton.cdiv(max(n, 1), block))
     programs = col_programs * max(1, min(p.programs // col_programs, rows))
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
+    fp = common.fingerprint(ctx, caller, (out, inp), p.config.use_gluon)
     if p.config.use_gluon:
         from iris.ccl.gluon.all_to_all import launch
 
-        launch(ctx, out_flat, inp_flat, rows, n, col_programs, programs, block, p, hint)
+        launch(ctx, out_flat, inp_flat, rows, n, col_programs, programs, block, p, hint, fp)
         return common.done(ctx, async_op)
     if rows * n:
-        _all_to_all_kernel[(programs,)](out_flat, inp_flat, rows, n, col_programs, p.sync.args(ctx),
+        _all_to_all_kernel[(programs,)](out_flat, inp_flat, rows, n, col_programs, p.sync.args(ctx, fp),
                                         GROUP_SIZE=p.sync.size, HINT=hint, BLOCK=block, num_warps=p.warps)
     return common.done(ctx, async_op)
 

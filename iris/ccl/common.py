@@ -1,5 +1,6 @@
 """Host-side plumbing shared by the collective launchers: argument checks, the launch plan, async handles."""
 
+import zlib
 from dataclasses import dataclass
 
 import torch
@@ -152,6 +153,20 @@ def check_across_ranks(caller, signature, group):
                              f"{rank} passed {theirs[1]} ({theirs[0]}); every rank must pass the same shapes and dtype")
 
 
+def fingerprint(ctx, caller, tensors, *extra):
+    """The call's fingerprint, which its kernel's barriers carry to the members (``iris/device/sync.py``): a hash
+    of what every member must pass alike: the caller, each tensor's dtype and shape (None stands for an absent
+    one), and ``extra`` (op, root, ...); the barriers mix in a symmetric operand's heap offset. 27 bits above four
+    bits 0101: Triton specialises an integer argument on being 1 or a multiple of 16, so every fingerprint
+    compiles alike. Also describes the call, for the error that names it (``ctx.groups.last_text``). On a cached
+    launch's general path only, or per call where a launcher caches nothing (a few microseconds)."""
+    described = ", ".join("None" if t is None else f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
+                          for t in tensors)
+    text = f"{caller}({described}{''.join(f', {value!r}' for value in extra)})"
+    ctx.groups.last_text = text
+    return (zlib.crc32(text.encode()) & 0x7FFFFFF) << 4 | 5
+
+
 def vector_hint(*tensors):
     """16 when every tensor starts on a 16-byte boundary (then translated accesses can be 16-byte vectors),
     else None: a hint the data does not honour would make the compiler read the wrong bytes."""
@@ -184,5 +199,5 @@ class Work:
 def done(ctx, async_op):
     """The collective's result: a ``Work`` with ``async_op``. Raises ``PeerError`` if a peer failed during the call:
     its waits were released by the failed peer's poison (and the data read from it is garbage)."""
-    ctx.groups.check("iris.ccl", entering=False)
+    ctx.groups.check(ctx.groups.last_call, entering=False)
     return Work(ctx.get_device()) if async_op else None

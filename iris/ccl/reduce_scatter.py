@@ -47,12 +47,13 @@ PUSH_MIN_BYTES = 64 << 20
 @triton.jit
 def _reduce_scatter_push_kernel(out, inp, n, staged, segments, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
                                 ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr, SEGMENT: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
     staging, segment_flags, flag_stride = staged  # our row of staging on a peer: staging + group_index * n
+    match = (fingerprint, world_size, staging)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     # Every member has started this call, so its last call's reads of its staging are over. The epoch stamps
     # this call's segment flags: segment s is always program s % programs's, on every rank, so one row's count.
-    epoch = group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)
+    epoch = group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)
     n64 = tl.cast(n, tl.int64)  # slice offsets pass 2**31 elements in large calls; block starts are 64-bit too
     for s in range(tl.program_id(0), segments, tl.num_programs(0)):
         first = tl.cast(s, tl.int64) * (SEGMENT * BLOCK)
@@ -162,6 +163,7 @@ def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, ke
     p = common.plan(ctx, caller, n, group, config)
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {p.sync.size}")
     acc_fp32 = common.accumulate_in_fp32(inp.dtype)
+    fp = common.fingerprint(ctx, caller, (out, inp), op)
     aligned = (n * inp.element_size()) % 16 == 0
     if pushes(p, n * inp.element_size(), caller):
         if p.large:
@@ -179,15 +181,15 @@ def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, ke
         segment_flags = ctx.workspaces.peer_flags(f"{caller}.flags.{programs}", ranks, segments, stable=True)
         hint = common.vector_hint(out, inp, staging) if aligned else None
         staged = (staging, segment_flags, segment_flags.shape[1])
-        _reduce_scatter_push_kernel[(programs,)](out_flat, inp_flat, n, staged, segments, p.sync.args(ctx),
+        _reduce_scatter_push_kernel[(programs,)](out_flat, inp_flat, n, staged, segments, p.sync.args(ctx, fp),
                                                  GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=acc_fp32, HINT=hint,
                                                  BLOCK=p.block, SEGMENT=SEGMENT_BLOCKS, num_warps=p.warps)
         return common.done(ctx, async_op)
     ctx.check_symmetric(inp, caller, "inp")
     start = p.sync.index * n
     hint = common.vector_hint(out, inp_flat[start:start + n]) if aligned else None
-    launch = launches.SlicedLaunch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx)),
+    launch = launches.SlicedLaunch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx, fp)),
                                    dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=acc_fp32, HINT=hint, BLOCK=p.block,
-                                        num_warps=p.warps), start, start + n)
+                                        SLICED=True, num_warps=p.warps), start, start + n)
     ctx.launches.put(key, group, config, launch, on_heap=((1, inp.numel() * inp.element_size()),))(out_flat, inp_flat)
     return common.done(ctx, async_op)

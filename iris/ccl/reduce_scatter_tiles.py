@@ -62,10 +62,11 @@ def _tile_coords(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GR
 def _reduce_scatter_tiles_kernel(out, inp, M, N, stride_out, stride_in, owned, sync, GROUP_SIZE: tl.constexpr,
                                  OP: tl.constexpr, ACC_FP32: tl.constexpr, BLOCK_M: tl.constexpr,
                                  BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, inp)  # matched with the members' calls (iris/device/sync.py)
     first, count, step = owned
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)  # every rank's input is ready
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every rank's input is ready
     for t in range(tl.program_id(0), count, tl.num_programs(0)):
         pid_m, pid_n = _tile_coords(first + t * step, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -81,7 +82,7 @@ def _reduce_scatter_tiles_kernel(out, inp, M, N, stride_out, stride_in, owned, s
             acc = combine(acc, load(src, rank, tl.load(members + i), heap_bases, mask=mask).to(acc.dtype), OP)
         acc = finish(acc, OP, GROUP_SIZE)
         tl.store(out + rows64 * stride_out + rn[None, :], acc.to(out.dtype.element_ty), mask=mask)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True)  # inputs free
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)  # inputs free
 
 
 def layout_of(config):
@@ -108,7 +109,9 @@ def reduce_scatter_tiles(ctx, out, inp, op, group, async_op, config, caller):
     programs = max(1, min(p.programs, count))
     if M * N:
         _reduce_scatter_tiles_kernel[(programs,)](
-            out, inp, M, N, N, N, (first, count, step), p.sync.args(ctx), GROUP_SIZE=p.sync.size, OP=op,
+            out, inp, M, N, N, N, (first, count, step),
+            p.sync.args(ctx, common.fingerprint(ctx, caller, (out, inp), op, layout.block_m, layout.block_n)),
+            GROUP_SIZE=p.sync.size, OP=op,
             ACC_FP32=common.accumulate_in_fp32(inp.dtype), BLOCK_M=layout.block_m, BLOCK_N=layout.block_n,
             GROUP_M=layout.group_m, num_warps=4)
     return common.done(ctx, async_op)

@@ -19,11 +19,12 @@ from iris.device.sync import group_barrier
 
 
 @triton.jit
-def _pull_from_root_kernel(dst, src, n, root, root_index, sync, GROUP_SIZE: tl.constexpr, ROOT_COPIES: tl.constexpr,
-                           HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+def _pull_from_root_kernel(dst, src, anchor, n, root, root_index, sync, GROUP_SIZE: tl.constexpr,
+                           ROOT_COPIES: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, anchor)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # the root's data is ready
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # the root's data is ready
     if group_index != root_index:
         for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
             offs = tl.arange(0, BLOCK)
@@ -34,15 +35,16 @@ def _pull_from_root_kernel(dst, src, n, root, root_index, sync, GROUP_SIZE: tl.c
             offs = tl.arange(0, BLOCK)
             mask = tail_mask(start, n, BLOCK)
             tl.store(dst + start + offs, tl.load(src + start + offs, mask=mask), mask=mask)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # nobody still reads the root's data
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # nobody still reads the root's data
 
 
 @triton.jit
 def _root_pulls_kernel(out, inp, n, root_index, sync, GROUP_SIZE: tl.constexpr, REDUCE: tl.constexpr, OP: tl.constexpr,
                        ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, inp)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every input is ready
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every input is ready
     if group_index == root_index:
         for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
             offs = tl.arange(0, BLOCK)
@@ -56,7 +58,7 @@ def _root_pulls_kernel(out, inp, n, root_index, sync, GROUP_SIZE: tl.constexpr, 
                     peer = tl.load(members + i)
                     get(inp + start + offs, out + i * tl.cast(n, tl.int64) + start + offs, rank, peer, heap_bases,
                         mask=mask, hint=HINT)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # nobody still reads an input
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # nobody still reads an input
 
 
 def _root_index(sync, root, caller, name):
@@ -68,10 +70,12 @@ def _root_index(sync, root, caller, name):
     return sync.ranks.index(root)
 
 
-def _pull(ctx, caller, dst, src, n, root, group, config, async_op, sync=None):
+def _pull(ctx, caller, dst, src, n, root, group, config, async_op, fp, anchor, sync=None):
+    """``dst`` on every rank of the group becomes the root's ``src`` (``n`` elements); ``anchor``: the heap tensor
+    ``src`` lies in, at one offset on every rank."""
     p = common.plan(ctx, caller, n, group, config, sync=sync)
     root_index = _root_index(p.sync, root, caller, "src")
-    _pull_from_root_kernel[p.grid](dst, src, n, root, root_index, p.sync.args(ctx), GROUP_SIZE=p.sync.size,
+    _pull_from_root_kernel[p.grid](dst, src, anchor, n, root, root_index, p.sync.args(ctx, fp), GROUP_SIZE=p.sync.size,
                                    ROOT_COPIES=dst.data_ptr() != src.data_ptr(), HINT=common.vector_hint(dst, src),
                                    BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)
@@ -87,7 +91,8 @@ def broadcast(ctx, tensor, src=0, group=None, async_op=False, config=None):
     common.precheck(caller, group, config, (tensor,), src)
     flat = common.flat(tensor, caller, "tensor")
     ctx.check_symmetric(tensor, caller, "tensor")
-    return _pull(ctx, caller, flat, flat, flat.numel(), src, group, config, async_op)
+    fp = common.fingerprint(ctx, caller, (tensor,), src)
+    return _pull(ctx, caller, flat, flat, flat.numel(), src, group, config, async_op, fp, flat)
 
 
 def scatter(ctx, out, inp, src=0, group=None, async_op=False, config=None):
@@ -106,7 +111,8 @@ def scatter(ctx, out, inp, src=0, group=None, async_op=False, config=None):
     n = common.split_rows(inp, sync.size, caller, "inp")
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {sync.size}")
     mine = inp_flat[sync.index * n:]
-    return _pull(ctx, caller, out_flat, mine, n, src, group, config, async_op)
+    fp = common.fingerprint(ctx, caller, (out, inp), src)
+    return _pull(ctx, caller, out_flat, mine, n, src, group, config, async_op, fp, inp_flat)
 
 
 def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
@@ -120,7 +126,8 @@ def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
     expected = n if op else p.sync.size * n
     common.expect_numel(out, expected, caller, "out", "inp.numel()" if op else f"group size {p.sync.size} * "
                         f"inp.numel() {n}")
-    _root_pulls_kernel[p.grid](out_flat, inp_flat, n, root_index, p.sync.args(ctx), GROUP_SIZE=p.sync.size,
+    fp = common.fingerprint(ctx, caller, (inp,), dst, op)
+    _root_pulls_kernel[p.grid](out_flat, inp_flat, n, root_index, p.sync.args(ctx, fp), GROUP_SIZE=p.sync.size,
                                REDUCE=op is not None, OP=op or "sum", ACC_FP32=common.accumulate_in_fp32(inp.dtype),
                                HINT=common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None,
                                BLOCK=p.block, num_warps=p.warps)
@@ -171,4 +178,5 @@ def _point_to_point(ctx, caller, tensor, peer, sender, config, async_op):
     flat = common.flat(tensor, caller, "tensor")
     ctx.check_symmetric(tensor, caller, "tensor")
     pair = _pair(ctx, caller, peer)
-    return _pull(ctx, caller, flat, flat, flat.numel(), sender, None, config, async_op, sync=pair)
+    fp = common.fingerprint(ctx, "ccl.send/recv", (tensor,), sender)  # alike on both ends
+    return _pull(ctx, caller, flat, flat, flat.numel(), sender, None, config, async_op, fp, flat, sync=pair)

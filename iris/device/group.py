@@ -23,8 +23,9 @@ def tail_mask(start, end, BLOCK: tl.constexpr):
 
 @triton.jit
 def program_row(flags, world_size):
-    """This program's row of the group's sync flags (row 0 belongs to ``device_barrier``)."""
-    return flags + (tl.program_id(0) + 1) * world_size
+    """This program's row of the group's sync flags (row 0 belongs to ``device_barrier``): ``world_size`` words
+    and a mismatch record (``iris/device/sync.py``)."""
+    return flags + (tl.program_id(0) + 1) * (world_size + 1)
 
 
 @triton.jit

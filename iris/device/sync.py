@@ -1,34 +1,55 @@
-"""Device-side synchronisation between ranks: counters on the heap, never reset.
+"""Device-side synchronisation between ranks: words on the heap that only grow, never reset.
 
-``flags`` is one row ``int32[world_size]`` of a group's sync array (``iris/host/groups.py``): on rank q's
-heap, ``flags[r]`` counts the signals rank r has sent q on this row.
+``flags`` is one row of a group's sync array (``iris/host/groups.py``): ``int64[world_size + 1]``. On rank q's heap,
+``flags[r]`` is the word rank r advances with its signals to q on this row; ``flags[world_size]`` is q's own
+mismatch record (below).
 
-Counts are int32 and wrap (2**31 calls of a 3.8 us all_reduce take 70 minutes): every comparison of a count with
-its target is wrap-safe: ``seen`` is behind ``target`` when ``(int32)(seen - target) < 0``, the rule of
-``cuStreamWaitValue32``'s GEQ. It holds while no waiter's target is 2**31 or more counts away from the count it
-polls, and barriers keep them within a few counts: a rank signals a row once per call and cannot start the next
-call's wait before every member has signalled this one. The alternative, 64-bit counts, would double the flag
-arrays and make every poll a 64-bit access and compare for a bound no run reaches either way; the wrap-safe
-compare costs one subtraction per poll and changes no dtype. No fixed poison value can release a wrap-safe wait
-(every value is "behind" half of the targets), so a failed peer's counts are released relative to their value
-(``GroupTable.poison`` adds 2**30).
+A signal adds ``2**32 + mark`` to the word, where ``mark`` (24 bits) fingerprints the call that signals: the
+operation, dtypes, element counts and root the launcher hashed (``iris/ccl/common.py``, ``fingerprint``), mixed
+with the heap offset of one symmetric operand (``call_mark``); 0 for a barrier with no call (``device_barrier``).
+A member's word is thus ``(signals << 32) + sum of its marks``, and after the same calls every member holds the
+same word: a rank that has signalled as often as we have holds *our* word, unless one of its calls differed
+(another operation, size or dtype, or a tensor at another heap offset: a heap allocated differently). A wait
+compares the member's word with our own after our signal: ``behind`` by more than ``2**31`` (a whole signal) it
+waits; equal, the calls match; within ``2**31`` but not equal, the member made another call with as many
+signals, which the wait records (``record_mismatch``) and then passes, so the host raises (the watchdog, and on
+the cpu backend the call itself) instead of returning a wrong result or waiting on a row the other call never
+signals. More than ``2**31`` ahead, the member has gone on to its next barrier and the words cannot be compared:
+the member itself compares ours (one of any two members sees the other at its own count: the one that signalled
+its next barrier first passed this one after the other signalled it). One 64-bit add per member and no extra
+round trip: the fingerprint rides on the signal the barrier sends anyway.
+
+Words wrap (2**31 signals); every compare is wrap-safe, a difference in the words' own width (``behind``): the
+rule of ``cuStreamWaitValue``'s GEQ. Barriers keep waiters within a few signals of the words they poll. The
+returned epoch, the word's upper half, is the same on every member after the same calls and grows with every
+barrier (by one, or two where the marks carry): kernels stamp per-call flags with it. A failed peer's words are
+released relative to their value (``GroupTable.poison`` adds ``2**62``): no fixed value could release a wrap-safe
+wait.
 """
 
 import triton
 import triton.language as tl
 
-from iris.device.atomics import atomic_add
+from iris.device.atomics import atomic_add, atomic_xchg
 from iris.device.debug import ENABLED, check_wait
 from iris.device.translate import INTERPRETED
 
 DEBUG = ENABLED
 
 
+# A signal's step on a word; the lower 32 bits carry the marks of the calls that signalled.
+SIGNAL = tl.constexpr(1 << 32)
+# Two words closer than this are at the same count of signals (a signal adds at least SIGNAL, a mark less than 2**24).
+SAME_COUNT = tl.constexpr(1 << 31)
+MARK_MASK = tl.constexpr((1 << 24) - 1)  # a mark's bits
+MISMATCH = tl.constexpr(1 << 62)  # set in a mismatch record: ``MISMATCH | rank << 32 | that rank's mark``
+
+
 @triton.jit
-def signal_all(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RELEASE: tl.constexpr = True):
-    """Add one to our slot of ``flags`` on every member's heap (ours included). Release at sys scope: what
-    this program wrote before (to any rank) is visible to a member that acquires the count. Without
-    ``RELEASE``, the adds are relaxed (see ``group_barrier``).
+def signal_all(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RELEASE: tl.constexpr = True, mark=0):
+    """Add a signal (``SIGNAL + mark``, module docstring) to our word of ``flags`` on every member's heap (ours
+    included). Release at sys scope: what this program wrote before (to any rank) is visible to a member that
+    acquires the word. Without ``RELEASE``, the adds are relaxed (see ``group_barrier``).
 
     One release for all members: the program meets at ``bar.sync`` (every warp's writes are ordered before
     this thread's next operations), one ``fence.acq_rel.sys``, then relaxed adds; a fence followed by a
@@ -37,9 +58,10 @@ def signal_all(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RELEA
     tl.debug_barrier()
     if RELEASE:
         fence_release_sys()
+    step = tl.cast(mark, tl.int64) + SIGNAL
     for i in range(GROUP_SIZE):
         peer = tl.load(members + i)
-        atomic_add(flags + rank, 1, rank, peer, heap_bases, sem="relaxed", scope="sys")
+        atomic_add(flags + rank, step, rank, peer, heap_bases, sem="relaxed", scope="sys")
 
 
 @triton.jit
@@ -82,18 +104,19 @@ def wait_until(flag, target, rank, peer, what: tl.constexpr = "wait_until", RELA
     acquire (relaxed with ``RELAXED``), sys scope: what this program reads after it, the peer wrote before its
     release that reached ``target``. One thread polls (an atomic on one address). In debug mode (``IRIS_DEBUG=1``)
     the spin is bounded (``IRIS_DEBUG_SPIN_LIMIT`` polls) and then stops the kernel naming ``what``, both ranks and
-    the values; ``iris.wait_until`` for users' kernels."""
+    the values. Returns the value that ended the wait. ``iris.wait_until`` for users' kernels."""
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
+    seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
     if DEBUG:
         spins = 0
-        seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
         while behind(seen, target):
             spins += 1
             check_wait(spins, rank, peer, seen, target, what)
             seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
     else:
-        while behind(tl.atomic_add(flag, 0, sem=SEM, scope="sys"), target):
-            pass
+        while behind(seen, target):
+            seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
+    return seen
 
 
 @triton.constexpr_function
@@ -102,12 +125,15 @@ def _lanes(group_size):
 
 
 @triton.jit
-def wait_all(flags, members, rank, epoch, GROUP_SIZE: tl.constexpr, RELAXED: tl.constexpr = False,
-             KERNEL_END: tl.constexpr = False):
-    """Spin until every member's count on our heap has reached ``epoch``: acquire, sys scope. With ``RELAXED`` the
-    spins are relaxed and one acquire load of every member's count, all members at once (one lane each), ends
-    the wait: an acquire spin is slower to poll (4.5 against 3.6 us per ping-pong round trip on 2 x H200), and a
-    spin per member in turn would pay one acquire per member in sequence, since each orders what follows it.
+def wait_all(flags, members, rank, own, GROUP_SIZE: tl.constexpr, RELAXED: tl.constexpr = False,
+             KERNEL_END: tl.constexpr = False, heap_bases=None, record=None, mark=0):
+    """Spin until every member's word on our heap has reached ``own``'s count of signals (our word after our
+    signal): acquire, sys scope. With ``record`` (and our call's ``mark``), a member whose word is at our count
+    but differs from ``own`` made another call: recorded (``record_mismatch``), and the wait passes (module
+    docstring). With ``RELAXED`` the spins are relaxed and one acquire load of every member's word, all
+    members at once (one lane each), ends the wait: an acquire spin is slower to poll (4.5 against 3.6 us per
+    ping-pong round trip on 2 x H200), and a spin per member in turn would pay one acquire per member in
+    sequence, since each orders what follows it.
 
     Why the last read must be an acquire even at a kernel's start: the peer's signal is relaxed, but it follows
     the peer's earlier kernels, whose writes the stream completes (at sys scope, as a peer or the host reading
@@ -119,9 +145,14 @@ def wait_all(flags, members, rank, epoch, GROUP_SIZE: tl.constexpr, RELAXED: tl.
     parallel (about 0.5 us on H100/H200); ``fence.acq_rel.sys`` instead would also wait for our own remote
     signals to be acknowledged. ``KERNEL_END``: nothing follows the wait in this kernel, so a relaxed wait needs no
     acquire (the stream orders the next kernel after it)."""
+    target = own - (SAME_COUNT - 1)  # reached once at most 2**31 - 1 below our word: at our count or past it
     for i in range(GROUP_SIZE):
         peer = tl.load(members + i)
-        wait_until(flags + peer, epoch, rank, peer, "barrier", RELAXED)
+        seen = wait_until(flags + peer, target, rank, peer, "barrier", RELAXED)
+        if record is not None:
+            apart = seen - own
+            if (apart != 0) & (apart < SAME_COUNT):
+                record_mismatch(record, heap_bases, rank, peer, mark, apart)
     if RELAXED and not KERNEL_END:
         lanes = tl.arange(0, _lanes(GROUP_SIZE))
         peers = tl.load(members + lanes, mask=lanes < GROUP_SIZE, other=rank)
@@ -129,25 +160,58 @@ def wait_all(flags, members, rank, epoch, GROUP_SIZE: tl.constexpr, RELAXED: tl.
 
 
 @triton.jit
+def record_mismatch(record, heap_bases, rank, peer, mark, apart):
+    """``peer``'s word differs from ours by ``apart`` at our count: its last mark was ``mark + apart`` (when the
+    calls before matched). Record on our heap what the peer made, and on the peer's what we made, so that each
+    host raises, the peer too when it passed this barrier before seeing our word (module docstring)."""
+    theirs = (tl.cast(mark, tl.int64) + apart) & MARK_MASK
+    tl.atomic_xchg(record, MISMATCH | (tl.cast(peer, tl.int64) << 32) | theirs, sem="relaxed", scope="sys")
+    ours = MISMATCH | (tl.cast(rank, tl.int64) << 32) | (tl.cast(mark, tl.int64) & MARK_MASK)
+    atomic_xchg(record, ours, rank, peer, heap_bases, sem="relaxed", scope="sys")
+
+
+@triton.jit
+def call_mark(fingerprint, anchor, heap_bases, rank):
+    """This call's mark (24 bits): the launcher's ``fingerprint`` of the call mixed with the heap offset of
+    ``anchor``, a symmetric operand (a rank whose heap was allocated differently holds it at another offset); the
+    group's ``flags`` where the kernel holds no plain pointer to one (TMA descriptors): the same offset everywhere."""
+    address = tl.cast(anchor, tl.uint64)
+    offset = (address - tl.load(heap_bases + rank).to(tl.uint64)).to(tl.int64)
+    h = tl.cast(fingerprint >> 4, tl.int64) * 1099511628211 + tl.where(address == 0, 0, offset)  # empty tensors: 0
+    h = (h ^ (h >> 29)) * 2685821657736338717
+    return (h >> 32) & MARK_MASK
+
+
+@triton.jit
 def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RELAXED: tl.constexpr = False,
-                  KERNEL_END: tl.constexpr = False):
-    """All members' same-numbered programs meet here. Our own count on our heap, once bumped, is the
-    epoch: a member that reached this barrier as often as we have has bumped its slot to it too. Returns the
-    epoch, the same number on every member: a kernel can stamp per-call flags with it.
+                  KERNEL_END: tl.constexpr = False, call=None):
+    """All members' same-numbered programs meet here. Returns the epoch: the upper half of our word after our
+    signal, the same number on every member (module docstring); a kernel can stamp per-call flags with it.
+
+    ``call``, ``(fingerprint, world_size, anchor)`` from the launcher's ``GroupSync.args`` and a symmetric operand,
+    matches this call with the members' (module docstring); without it the barrier carries mark 0 and compares
+    nothing (``device_barrier``).
 
     By default the barrier releases and acquires at sys scope: what a program wrote to any heap before it is
     visible after it. ``RELAXED`` drops the release fence and polls relaxed, ending with one acquire of every
-    member's count (``wait_all``), for the two barriers that order only across kernel boundaries: at a kernel's
+    member's word (``wait_all``), for the two barriers that order only across kernel boundaries: at a kernel's
     start (what earlier kernels wrote, which the stream completed before this kernel began) and after a
     kernel's last read of peers' memory (a later kernel may overwrite what we read: our loads returned before
     we signalled), as the kernel's last operation (``KERNEL_END``: no acquire either). On 2 x H200 the one-shot
     all_reduce, whose two barriers are both of these, takes 3.9 us at 8 KiB with them relaxed and 7.5 us with
     them fenced (the opening one's final acquire not counted)."""
-    signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED)
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
-    epoch = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")
-    wait_all(flags, members, rank, epoch, GROUP_SIZE, RELAXED, KERNEL_END)
-    return epoch
+    if call is not None:
+        fingerprint, world_size, anchor = call
+        mark = call_mark(fingerprint, anchor, heap_bases, rank)
+        signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED, mark=mark)
+        own = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")
+        wait_all(flags, members, rank, own, GROUP_SIZE, RELAXED, KERNEL_END, heap_bases, flags + world_size, mark)
+    else:
+        signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED)
+        own = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")
+        wait_all(flags, members, rank, own, GROUP_SIZE, RELAXED, KERNEL_END)
+    return (own >> 32).to(tl.int32)
 
 
 @triton.jit

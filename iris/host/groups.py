@@ -1,10 +1,12 @@
 """Per-group synchronisation state on the heap: the flags behind ``device_barrier`` and every collective.
 
-Each group of ranks owns an int32 array ``flags[ROWS, world_size]`` in a region reserved at the end of the
+Each group of ranks owns an int64 array ``flags[ROWS, world_size + 1]`` in a region reserved at the end of the
 heap: one of ``slots(world_size)`` such arrays. Row 0 serves ``device_barrier``; row ``1 + p`` serves program
-``p`` of a collective kernel. On rank q's heap, ``flags[row, r]`` counts how many times rank r has signalled that
-row to q. Counts only grow, so no flag is ever reset and a second call can never read the first call's flag
-(docs/design.md, "Memory-model rules"); they wrap, and every comparison is wrap-safe (``iris/device/sync.py``).
+``p`` of a collective kernel. On rank q's heap, ``flags[row, r]`` is the word rank r advances each time it signals
+that row to q: the count of its signals in the upper half, the sum of its calls' marks below (``iris/device/sync.py``);
+``flags[row, world_size]`` is q's mismatch record of that row (``mismatches``). Words only grow, so no flag is ever
+reset and a second call can never read the first call's flag (docs/design.md, "Memory-model rules"); they wrap,
+and every comparison is wrap-safe.
 
 Slot 0 is the whole world's. Any other group's slot is agreed by its members at the group's first use: each
 publishes the slots it already uses (through the store, so pairs and groups without a process group of their own
@@ -12,7 +14,7 @@ work too) and all take the lowest one free on every member. Only members read or
 they all hold the group's array at the same offset, which is what translation needs; non-members take no part,
 so a group used on some ranks only leaves every heap's allocations as they were. A group of any size works; the
 region is bounded: ``slots`` arrays, enough for every pair (``send``/``recv``) with the world plus
-``SUBGROUP_SLOTS`` larger groups, 10 MiB at 72 ranks and 0.6 MiB at 8.
+``SUBGROUP_SLOTS`` larger groups, 20 MiB at 72 ranks and 1.3 MiB at 8.
 
 A slot comes back when its group goes (``release``): once every member's collector has taken the group's
 ProcessGroups, at the heap's next agreement (``iris/host/memory/workspaces.py``), so every member frees it at the same
@@ -38,9 +40,15 @@ from iris.errors import ClosedError, PeerError
 MAX_COMM_PROGRAMS = 256
 ROWS = 1 + MAX_COMM_PROGRAMS
 SUBGROUP_SLOTS = 64  # groups other than the world and the pairs that one rank can be a member of at once
-# A failed peer's counts advance by this much: past every target a waiter can hold (a barrier keeps it within a
-# few counts of the count it polls), yet less than 2**31 ahead, so the wrap-safe compare sees it as reached.
-POISON_STEP = 1 << 30
+# A failed peer's words advance by this much: past every target a waiter can hold (a barrier keeps it within a
+# few signals of the word it polls), yet less than 2**63 ahead, so the wrap-safe compare sees it as reached.
+POISON_STEP = 1 << 62
+# The same for the kernels' own int32 per-peer flags (``register_peer_flags``), which hold counts.
+PEER_FLAGS_STEP = 1 << 30
+# An empty record and the bit that marks a full one (``iris/device/sync.py``, ``record_mismatch``).
+MISMATCH = 1 << 62
+MARK_MASK = (1 << 24) - 1
+SAME_COUNT = 1 << 31
 # For counters zeroed at every call (the ops' copy-queue counts, compared wrap-safe by the stream's GEQ wait):
 # far above any count one call reaches, raising them all past their targets.
 POISON = 1 << 30
@@ -51,63 +59,82 @@ def slots(world_size):
     return 1 if world_size == 1 else world_size + SUBGROUP_SLOTS
 
 
+def slot_words(world_size):
+    """int64 words of one group's array: ``ROWS`` rows of a word per rank and a mismatch record."""
+    return ROWS * (world_size + 1)
+
+
 def region_bytes(world_size):
-    return slots(world_size) * ROWS * world_size * 4
+    return slots(world_size) * slot_words(world_size) * 8
 
 
 @dataclass
 class GroupSync:
     ranks: list          # global ranks of the members, ascending
     index: int           # this rank's position in ``ranks``
-    flags: torch.Tensor  # int32[ROWS, world_size] on the heap
+    flags: torch.Tensor  # int64[ROWS, world_size + 1] on the heap
     members: torch.Tensor  # int32[len(ranks)] on the device: ``ranks`` for kernels
 
     @property
     def size(self):
         return len(self.ranks)
 
-    def args(self, ctx):
+    def args(self, ctx, fingerprint):
         """The group's kernel argument, one tuple that kernels unpack as ``flags, heap_bases, members, rank,
-        group_index, world_size`` (our rank and the world size are ``ctx``'s)."""
-        return (self.flags, ctx.heap_bases, self.members, ctx.cur_rank, self.index, ctx.num_ranks)
+        group_index, world_size, fingerprint`` (our rank and the world size are ``ctx``'s; ``fingerprint`` the
+        call's, from ``iris.ccl.common.fingerprint``, which a kernel's barriers carry to the members)."""
+        return (self.flags, ctx.heap_bases, self.members, ctx.cur_rank, self.index, ctx.num_ranks, fingerprint)
 
 
 class GroupTable:
     def __init__(self, region, world_size, rank, device, agree=None):
         """``agree(ranks, value, check)``: every rank of ``ranks`` passes ``value`` and gets the list of them,
         calling ``check`` while it waits (``StoreExchange``); needed for groups other than the world."""
-        self.region = region.view(torch.int32).zero_()
+        self.region = region.view(torch.int64).zero_()
         self.world_size = world_size
-        self.slots = self.region.numel() // (ROWS * world_size)  # group arrays the region holds
+        self.slots = self.region.numel() // slot_words(world_size)  # group arrays the region holds
         self.rank = rank
         self.device = device
         self.agree = agree
         self.failure = None  # set by the watchdog: why peers can no longer be waited for
         self.closed = False  # set by Iris.close: the heap's mappings are gone
         self.last_call = None  # what this rank called last (every call that talks to peers checks)
+        self.last_text = None  # that call with its arguments, when a launcher described it (``fingerprint``)
+        self.failure_type = PeerError  # what ``failure`` is raised as (MismatchError after calls disagreed)
+        # Set by the watchdog: called by ``check`` on the cpu backend when a record shows calls that disagreed
+        # (there kernels run in the calling thread, so the call that disagreed raises, not a later one)
+        self.on_mismatch = None
+        self.on_raise = None  # set by the watchdog: called before ``check`` raises the failure (``_withdraw``)
         self._groups = {}
         self._slots = {}  # group ranks -> slot, for the groups other than the world
         self._used = {0}  # slots of the groups this rank belongs to
         self._on_agreed = []  # callbacks(ranks) after a group's slot is agreed (workspaces watch its lifetime)
         self._peer_flags = []  # (int32 tensor [group size, n], group ranks): kernels' own per-peer flag rows
+        self._poisoned = set()  # peers whose waits ``poison`` has released
         self._poison_stream = self._host_copy = None
         self._relaxed = False  # the watchdog thread's capture mode (``_relax``)
         if device.type == "cuda":
             # Made now, not when a peer fails: creating a stream while a kernel of ours spins blocked for
             # good on H200s shared by two rank processes (simulation), and so may a pinned allocation.
             self._poison_stream = torch.cuda.Stream(device)
-            self._grow_host_copy(self.region.numel())
+            self._grow_host_copy(self.region.nbytes)
         # The world's state now, outside any CUDA graph pool: a first collective inside torch.compile's
         # "reduce-overhead" warm-up would otherwise leave its members tensor alive in the graph's pool.
         self.get(list(range(world_size)), "iris.iris")
 
     def check(self, caller, entering=True):
         """Raise ``PeerError`` once a peer has failed (a call that waits for peers would wait forever), and a
-        ``RuntimeError`` once the context is closed (a kernel would run on memory it gave back)."""
+        ``RuntimeError`` once the context is closed (a kernel would run on memory it gave back). On the cpu backend
+        also ``MismatchError`` once a call's barriers found the ranks' calls disagreeing (``on_mismatch``)."""
         if entering:  # a check after a launch (``entering=False``) leaves the call's own name
             self.last_call = caller
+        if self.failure is None and self.on_mismatch is not None and self.device.type == "cpu" and not self.closed \
+                and self.mismatches():
+            self.on_mismatch()
         if self.failure is not None:
-            raise PeerError(f"{caller}: {self.failure}")
+            if self.on_raise is not None:
+                self.on_raise()
+            raise self.failure_type(f"{caller}: {self.failure}")
         if self.closed:
             raise ClosedError(caller)
 
@@ -124,8 +151,8 @@ class GroupTable:
                 self._slots[key] = slot
                 for callback in self._on_agreed:
                     callback(key)
-            size = ROWS * self.world_size
-            flags = self.region[slot * size:(slot + 1) * size].view(ROWS, self.world_size)
+            size = slot_words(self.world_size)
+            flags = self.region[slot * size:(slot + 1) * size].view(ROWS, self.world_size + 1)
             members = torch.tensor(ranks, dtype=torch.int32, device=self.device)
             state = self._groups[key] = GroupSync(list(ranks), ranks.index(self.rank), flags, members)
         return state
@@ -172,7 +199,7 @@ class GroupTable:
         only group member ``ranks[i]`` advances (the fused ops' per-tile and per-block flags)."""
         self._peer_flags.append((flags, list(ranks)))
         if self._host_copy is not None:
-            self._grow_host_copy(flags.shape[1])
+            self._grow_host_copy(flags[0].nbytes)
 
     def unregister_peer_flags(self, flags):
         """Stop releasing waits on ``flags``: their bytes may be handed out again."""
@@ -180,29 +207,41 @@ class GroupTable:
 
     def waits(self):
         """Where this rank waits now: ``{(group ranks, row): (the members behind, our count)}`` for every row of
-        every group whose count we have raised past a member's (a barrier we entered and it has not). Reads the
-        flags without disturbing a spinning kernel (on GPUs a copy on the table's own stream). Called from the
-        watchdog thread."""
+        every group where a member's word is a whole signal or more behind ours (a barrier we entered and it has
+        not). Reads the flags without disturbing a spinning kernel (on GPUs a copy on the table's own stream).
+        Called from the watchdog thread."""
         found = {}
         for ranks, sync in list(self._groups.items()):
-            counts = self._on_host(sync.flags).numpy()[:, ranks]  # int32 [ROWS, members]
-            ours = counts[:, sync.index:sync.index + 1]
-            # behind, wrap-safe as the device compares (iris/device/sync.py): the int32 difference is negative
-            late = (counts - ours) < 0  # [ROWS, members]
+            words = self._on_host(sync.flags).numpy()[:, ranks]  # int64 [ROWS, members]
+            ours = words[:, sync.index:sync.index + 1]
+            # behind, wrap-safe as the device compares (iris/device/sync.py): the int64 difference wraps
+            late = (words - ours) <= -SAME_COUNT  # [ROWS, members]
             for row in late.any(axis=1).nonzero()[0]:
                 found[(tuple(ranks), int(row))] = ([r for r, is_late in zip(ranks, late[row]) if is_late],
-                                                  int(ours[row, 0]))
+                                                  int(ours[row, 0]) >> 32)
+        return found
+
+    def mismatches(self):
+        """The calls that did not match, from this rank's mismatch records: ``[(group ranks, row, the other rank,
+        its mark)]``, empty when every call matched. Called by the watchdog thread, and after each call on the cpu
+        backend (where the records are host memory: one scan of a column)."""
+        found = []
+        for ranks, sync in list(self._groups.items()):
+            records = self._on_host(sync.flags).numpy()[:, -1]
+            for row in records.nonzero()[0]:
+                value = int(records[row])
+                found.append((tuple(ranks), int(row), (value & ~MISMATCH) >> 32, value & MARK_MASK))
         return found
 
     def _on_host(self, array):
-        """The int32 heap ``array`` where this thread can read it: the array itself on the cpu backend (its pages
-        are host memory), else the table's pinned buffer, copied into on the table's own stream beside any
-        spinning kernel (a copy engine's transfer) and synchronised."""
+        """The heap ``array`` where this thread can read it: the array itself on the cpu backend (its pages are
+        host memory), else the table's pinned buffer, copied into on the table's own stream beside any spinning
+        kernel (a copy engine's transfer) and synchronised."""
         if self.device.type == "cpu":
             return array
         torch.cuda.set_device(self.device)
         self._relax()
-        host = self._host_copy[:array.numel()].view(array.shape)
+        host = self._host_copy[:array.numel() * array.element_size()].view(array.dtype).view(array.shape)
         with torch.cuda.stream(self._poison_stream):
             host.copy_(array, non_blocking=True)  # contiguous: one copy-engine transfer
         self._poison_stream.synchronize()
@@ -215,44 +254,48 @@ class GroupTable:
             cuda_driver.relax_capture_mode()
             self._relaxed = True
 
-    def _grow_host_copy(self, count):
-        """Pinned host buffer of ``count`` or more int32 words for ``poison``'s round trip."""
-        if self._host_copy is None or self._host_copy.numel() < count:
-            self._host_copy = torch.empty((count,), dtype=torch.int32, pin_memory=True)
+    def _grow_host_copy(self, nbytes):
+        """Pinned host buffer of ``nbytes`` or more for ``_on_host`` and ``poison``'s round trip."""
+        if self._host_copy is None or self._host_copy.numel() < nbytes:
+            self._host_copy = torch.empty((nbytes,), dtype=torch.uint8, pin_memory=True)
 
     def poison(self, peer):
-        """Complete every wait for ``peer`` on this rank: its column of every row of every group's flags, and
-        its row of every registered flag array, advance by ``POISON_STEP`` (int32, wrapping): past every target
-        a waiter holds, whatever the count. Only ``peer`` writes them, so no live rank's signal is lost. A
-        signal that the dead peer's last kernel still lands adds one more count if it lands after the write-back,
-        and is overwritten if it lands between the read and the write-back (the add is not atomic with the
-        device's; on GPUs it is done on the host): either way the count ends ``POISON_STEP`` or more past where
-        it was, so every wait is reached.
+        """Complete every wait for ``peer`` on this rank: its column of every row of every group's flags advances
+        by ``POISON_STEP`` and its row of every registered flag array by ``PEER_FLAGS_STEP`` (wrapping): past every
+        target a waiter holds, whatever the value. Only ``peer`` writes them, so no live rank's signal is lost. A
+        signal that the dead peer's last kernel still lands adds one more if it lands after the write-back, and is
+        overwritten if it lands between the read and the write-back (the add is not atomic with the device's; on
+        GPUs it is done on the host): either way the value ends a step or more past where it was, so every wait
+        is reached. Once per peer: a second step would wrap the words back behind.
         Called from the watchdog thread."""
-        # [slots * ROWS, world_size]: the region's tail past the last whole slot is no group's (at 3 ranks the
+        if peer in self._poisoned:
+            return
+        self._poisoned.add(peer)
+        # [slots * ROWS, world_size + 1]: the region's tail past the last whole slot is no group's (at 3 ranks the
         # region is not a multiple of a slot)
-        rows = self.region[:self.slots * ROWS * self.world_size].view(-1, self.world_size)
-        # (array, the peer's column or row, whether a column)
-        targets = [(rows, peer, True)] + [(flags, ranks.index(peer), False) for flags, ranks in self._peer_flags
-                                          if peer in ranks]
+        rows = self.region[:self.slots * slot_words(self.world_size)].view(-1, self.world_size + 1)
+        # (array, the peer's column or row, whether a column, the step)
+        targets = [(rows, peer, True, POISON_STEP)] + [(flags, ranks.index(peer), False, PEER_FLAGS_STEP)
+                                                       for flags, ranks in self._peer_flags if peer in ranks]
         if self.device.type == "cpu":
-            for array, index, column in targets:
-                (array[:, index] if column else array[index]).add_(POISON_STEP)
+            for array, index, column, step in targets:
+                (array[:, index] if column else array[index]).add_(step)
             return
         # A kernel spinning on the compute stream must not delay the writes, nor may a kernel that needs SMs do
         # them: device-to-host copies of the whole array, the step added on the host, and a strided host-to-device
         # copy of the peer's words back (copy engines, beside the spinning kernel), on a stream of the table's own
         # with a pinned buffer, both made at start.
         stream = self._poison_stream
-        for array, index, column in targets:
+        for array, index, column, step in targets:
             host = self._on_host(array)  # the pinned buffer, written back below
+            item = array.element_size()
             if column:  # the peer's column: [slots * ROWS, 1] with a row pitch
-                host[:, index] += POISON_STEP
-                target, source, height, width = array[:, index], host[:, index], array.shape[0], 4
+                host[:, index] += step
+                target, source, height, width = array[:, index], host[:, index], array.shape[0], item
             else:  # the peer's row
-                host[index] += POISON_STEP
-                target, source, height, width = array[index], host[index], 1, array.shape[1] * 4
-            pitch = array.stride(0) * 4
+                host[index] += step
+                target, source, height, width = array[index], host[index], 1, array.shape[1] * item
+            pitch = array.stride(0) * item
             cuda_driver.copy_2d(target.data_ptr(), pitch, source.data_ptr(), pitch, width, height,
                                 stream.cuda_stream, from_host=True)
             stream.synchronize()

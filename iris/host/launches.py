@@ -153,13 +153,16 @@ class SlicedLaunch(Launch):
 class LaunchCache:
     """A context's launches by key (the module docstring)."""
 
-    def __init__(self, limit=LIMIT):
+    def __init__(self, groups, limit=LIMIT):
+        """``groups``: the context's ``GroupTable``, whose ``last_text`` (the call described, for the error that
+        names it) each entry keeps from its general path and each hit puts back."""
+        self.groups = groups
         self.limit = limit
-        self._entries = {}  # key -> (launch, group weakref or _none, config, on_heap)
+        self._entries = {}  # key -> (launch, group weakref or _none, config, on_heap, text)
         self.hits = self.misses = 0
 
     def get(self, key, group, config):
-        """The entry ``(launch, group reference, config, on_heap)`` stored under ``key`` for these ``group`` and
+        """The entry ``(launch, group reference, config, on_heap, text)`` stored under ``key`` for these ``group`` and
         ``config`` objects, or None."""
         entry = self._entries.get(key)
         if entry is None or entry[1]() is not group or entry[2] is not config:
@@ -182,7 +185,8 @@ class LaunchCache:
         if key is not None:
             if len(self._entries) >= self.limit:
                 self._entries.clear()
-            self._entries[key] = (launch, _none if group is None else weakref.ref(group), config, tuple(on_heap))
+            self._entries[key] = (launch, _none if group is None else weakref.ref(group), config, tuple(on_heap),
+                                  self.groups.last_text)
         return launch
 
     def run(self, ctx, key, group, config, tensors):
@@ -193,8 +197,9 @@ class LaunchCache:
         entry = self.get(key, group, config)
         if entry is None:
             return False
-        launch, _, _, on_heap = entry
+        launch, _, _, on_heap, text = entry
         ctx.groups.check(key[0])
+        ctx.groups.last_text = text
         heap = ctx.heap
         for index, nbytes in on_heap:
             if not heap.holds(tensors[index].data_ptr(), nbytes):

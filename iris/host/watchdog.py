@@ -2,9 +2,10 @@
 ``PeerError`` instead of spinning forever in a device wait.
 
 Each context maps a small node-local status page (POSIX shared memory made by rank 0): per rank a slot
-``int64[pid, state]``. A daemon thread per context polls it every ``POLL_S``. A peer has failed when it
-published FAILED (its ``RankPool`` call raised, or its interpreter is exiting on an uncaught exception) or
-when its process is gone without having published CLOSED. On the first failure the thread
+``int64[pid, state, text length, text...]`` (the text: the call this rank made when calls disagreed). A daemon
+thread per context polls it every ``POLL_S``. A peer has failed when it published FAILED (its ``RankPool`` call
+raised, or its interpreter is exiting on an uncaught exception) or when its process is gone without having
+published CLOSED. On the first failure the thread
 
 1. records it on the group table: from then on every call that talks to peers raises ``PeerError``;
 2. logs one line naming both ranks, the peer's pid and how it failed;
@@ -22,6 +23,11 @@ poll, so a failure on another node reaches every rank within a poll or two. A fa
 the flags of every rank of ours too: any of them may be waiting in the inter-node stage for the failed rank,
 and a rank waiting for such a rank would otherwise wait for ever.
 
+Calls that disagree (``iris/device/sync.py``: the kernels' barriers record a member whose call differs) are found
+at each poll (and on the cpu backend by the call itself, ``GroupTable.check``): this rank puts its own call in its
+slot's text, reads the other rank's within ``TELL_S``, and fails with ``MismatchError`` naming both, releasing every
+wait for every peer (a rank that made another call may never signal the rows this rank waits on).
+
 ``IRIS_WATCHDOG=0`` starts no thread. The page is made either way: its set-up is collective, so ranks
 whose environments differ still make the same calls.
 """
@@ -38,14 +44,17 @@ import weakref
 
 import numpy as np
 
-from iris.errors import PeerError
+from iris.errors import MismatchError, PeerError
 from iris.host.distributed import NOTICE_S
 from iris.logging import logger
 from iris.host.memory.backing import segment_directory
 
 POLL_S = 0.2  # detection latency; each poll reads one /proc/<pid>/stat per peer
-WAITS_EVERY = 5  # polls between two reads of this rank's sync flags (one small copy on GPUs): a stuck wait's notice
+WAITS_EVERY = 5  # polls between two reads of this rank's sync flags on GPUs (a small copy): mismatches, a stuck wait
 UNSET, RUNNING, CLOSED, FAILED = 0, 1, 2, 3
+TEXT_BYTES = 512  # of a slot's text
+SLOT_WORDS = 3 + TEXT_BYTES // 8  # pid, state, text length, text
+TELL_S = 2.0  # how long a rank whose call disagreed waits for the other rank to say what it called
 
 _lock = threading.Lock()
 _live = weakref.WeakSet()  # watchdogs of this process whose context is open
@@ -56,10 +65,10 @@ _exit_hook_registered = False
 
 
 
-def _raise_in(thread_id, message):
-    """Raise ``PeerError(message)`` in another thread. An asynchronous exception can only be a class, so
-    the message travels on a subclass made for it (named PeerError, caught by ``except PeerError``)."""
-    carrier = type("PeerError", (PeerError,), {"message": message, "__module__": __name__})
+def _raise_in(thread_id, message, kind=PeerError):
+    """Raise ``kind(message)`` (a ``PeerError``) in another thread. An asynchronous exception can only be a class,
+    so the message travels on a subclass made for it (named as ``kind``, caught by ``except kind``)."""
+    carrier = type(kind.__name__, (kind,), {"message": message, "__module__": __name__})
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(carrier))
 
 
@@ -84,7 +93,7 @@ def _alive(pid):
 def _map_status_page(rank, world_size, exchange, barrier):
     """Rank 0 creates the page (128 random bits in the name, mode 0600), every rank maps it and publishes
     its slot, and rank 0 unlinks it once all have: nothing stays in /dev/shm even if a process dies later."""
-    size = world_size * 2 * 8
+    size = world_size * SLOT_WORDS * 8
     fd = path = None
     if rank == 0:
         path = os.path.join(segment_directory(size), f"iris-{secrets.token_hex(16)}-status")
@@ -95,8 +104,8 @@ def _map_status_page(rank, world_size, exchange, barrier):
         path = exchange(path)[0]
         if fd is None:
             fd = os.open(path, os.O_RDWR)
-        slots = np.frombuffer(mmap.mmap(fd, size), dtype=np.int64).reshape(world_size, 2)  # [rank, (pid, state)]
-        slots[rank] = (os.getpid(), RUNNING)
+        slots = np.frombuffer(mmap.mmap(fd, size), dtype=np.int64).reshape(world_size, SLOT_WORDS)
+        slots[rank, :2] = (os.getpid(), RUNNING)
         barrier()
     finally:
         if fd is not None:
@@ -151,11 +160,14 @@ class Watchdog:
         self._failed = set()
         self._waits = {}  # (group ranks, row) -> (behind, count, since when): the device waits seen
         self._polls = 0
+        self._mismatch = threading.Lock()  # one handler of calls that disagreed: the thread's poll or the call's check
         self._stop = threading.Event()
         self._thread = None
         _register_exit_hook()
         with _lock:
             _live.add(self)
+        groups.on_mismatch = self._calls_disagree
+        groups.on_raise = self._withdraw
 
     def start(self):
         """Start watching (the end of context creation), unless ``IRIS_WATCHDOG=0``."""
@@ -189,9 +201,18 @@ class Watchdog:
         self._slots = None  # the last reference to the page's buffer: unmapped here
 
     def _run(self):
+        # the mismatch records at every poll where they are host memory (the cpu backend), else with the waits
+        records_every = 1 if self.groups.device.type == "cpu" else WAITS_EVERY
         while not self._stop.wait(POLL_S):
             self._poll()
             self._polls += 1
+            if self._polls % records_every == 0 and self.groups.failure is None:
+                try:
+                    found = self.groups.mismatches()
+                except Exception:  # the context is closing under us
+                    found = None
+                if found:
+                    self._calls_disagree(in_thread=False)
             if self._polls % WAITS_EVERY == 0 and not self._failed:
                 self._notice_waits()
 
@@ -218,6 +239,63 @@ class Watchdog:
             waits[key] = (behind, count, since, told)
         self._waits = waits
 
+    def tell(self, text):
+        """Put ``text`` in this rank's slot, for its node's peers to read (``told``)."""
+        slots = self._slots
+        if slots is None:
+            return
+        data = text.encode()[:TEXT_BYTES]
+        slot = slots[self.rank - self._first]
+        slot[3:].view(np.uint8)[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+        slot[2] = len(data)
+
+    def told(self, peer, wait_s):
+        """The text ``peer`` put in its slot, waiting up to ``wait_s`` for it; None if none came (or the peer is on
+        another node)."""
+        slots, deadline = self._slots, time.monotonic() + wait_s
+        if slots is None or peer not in self._local_ranks:
+            return None
+        slot = slots[peer - self._first]
+        while not slot[2] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return slot[3:].view(np.uint8)[:int(slot[2])].tobytes().decode(errors="replace") or None
+
+    def _withdraw(self):
+        """The context's thread raises the failure itself (``GroupTable.check``): withdraw the copy this thread may
+        have queued for it (``_raise_in``), which would otherwise surface a second time, later."""
+        if threading.get_ident() == self.owner:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.owner), None)
+
+    def _calls_disagree(self, in_thread=True):
+        """A barrier recorded a member whose call differs from ours (module docstring): say which calls, on this
+        rank, release every wait, and raise ``MismatchError`` here (``in_thread``: the call's own check on the cpu
+        backend) or in the context's thread."""
+        with self._mismatch:
+            if self.groups.failure is not None:  # found already, by the other path
+                return
+            ranks, row, other, _ = self.groups.mismatches()[0]
+            ours = self.groups.last_text or self.groups.last_call
+            self.tell(ours)
+            theirs = self.told(other, TELL_S) or "another call (its own error names it)"
+            where = "device_barrier" if row == 0 else f"program {row - 1} of a kernel"
+            alike = (" (alike in op, dtypes and sizes: so their tensors lie at different heap offsets, the heaps "
+                     "having been allocated differently before them)") if theirs == ours else ""
+            message = (f"the ranks' calls disagree: rank {self.rank} called {ours}, but rank {other} called {theirs}"
+                       f"{alike} (found at {where} of the group {list(ranks)}). Every rank of a group must make the "
+                       "same calls in the same order, with the same op, dtypes, element counts and root, on tensors at "
+                       "the same heap offsets (allocate symmetric tensors in the same order and sizes on every "
+                       "rank); this context refuses further calls")
+            self.groups.failure_type = MismatchError
+            self.groups.failure = message
+            logger.error(message, extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
+            for peer in self._local_ranks:
+                if peer != self.rank:
+                    self.groups.poison(peer)
+        message = f"{self.groups.last_call}: {message}"
+        if in_thread:
+            raise MismatchError(message)
+        _raise_in(self.owner, message, MismatchError)
+
     def _poll(self):
         slots = self._slots
         if slots is None:
@@ -225,7 +303,7 @@ class Watchdog:
         for peer in self._local_ranks:
             if peer == self.rank or peer in self._failed:
                 continue
-            pid, state = (int(v) for v in slots[peer - self._first])
+            pid, state = (int(v) for v in slots[peer - self._first, :2])
             if state == FAILED:
                 self._fail(peer, pid, "raised an exception")
             elif state != CLOSED and pid and not _alive(pid):

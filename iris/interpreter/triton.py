@@ -49,17 +49,18 @@ def fix_interpreter():
     run_grid = interpreter.GridExecutor.__call__
     if not getattr(run_grid, "_iris_fixed", False):
         def run_grid_unwrapping_peer_errors(self, *args, **kwargs):
+            from iris.errors import PeerError
+
             try:
                 return run_grid(self, *args, **kwargs)
             except interpreter.InterpreterError as e:
-                from iris.errors import PeerError
-
                 cause = e
                 while isinstance(cause, interpreter.InterpreterError):
                     cause = cause.__cause__
-                if isinstance(cause, PeerError):
-                    raise cause from None
-                raise
+                if not isinstance(cause, PeerError):
+                    raise
+            # raised here, outside the handler, so that its context is not the wrapper (which chains back to it)
+            raise cause from None
 
         run_grid_unwrapping_peer_errors._iris_fixed = True
         interpreter.GridExecutor.__call__ = run_grid_unwrapping_peer_errors

@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from iris.ccl.common import fingerprint
 from iris.device.group import peer_at, program_row
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
@@ -47,7 +48,8 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, stride
                               COPY_K: tl.constexpr, VEC: tl.constexpr, TMA: tl.constexpr):
     # a / gathered: descriptors (TMA) or pointers; a_rows / gathered_rows: the same as pointers, for the copies.
     # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size)
-    flags, heap_bases, members, rank, group_index, world_size = sync
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync
+    match = (fingerprint, world_size, gathered_rows)  # matched with the members' calls (iris/device/sync.py)
     M_local, N, K = shape
     BLOCK_M: tl.constexpr = TILE[0]
     stride_am = strides[0][0]
@@ -58,7 +60,7 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, stride
     if pid < COMM_PROGRAMS:
         # ---- communication: our A, row block by row block, into every peer's gathered A
         # peers' previous call no longer reads their gathered A
-        group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE)
+        group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, call=match)
         rows = tl.arange(0, BLOCK_M)
         for blk in range(pid, blocks, COMM_PROGRAMS):
             src = corner(a_rows, blk * BLOCK_M, 0, stride_am, 1)  # the block's first row, here and on the peers
@@ -118,11 +120,12 @@ def _tiles(src, src_rows, src_stride, src_block, b, out, strides, out_block, lo,
 def _all_gather_matmul_engines_kernel(a, gathered, b, out, strides, shape, sync, arrived, go,
                                       GROUP_SIZE: tl.constexpr, TILE: tl.constexpr, TMA: tl.constexpr):
     # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size)
-    flags, heap_bases, members, rank, group_index, world_size = sync
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync
+    match = (fingerprint, world_size, flags)  # matched with the members' calls; gathered may be a descriptor
     M_local, N, K = shape
     if tl.program_id(0) == 0:
         # peers' previous call no longer reads their gathered A: the copy engines may write it
-        group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE)
+        group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, call=match)
         tl.atomic_xchg(go, 1, sem="relaxed", scope="sys")
     M = GROUP_SIZE * M_local
     blocks = M_local // TILE[0]  # row blocks per rank
@@ -194,7 +197,8 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
             _all_gather_matmul_engines_kernel[(programs,)](
                 operand(a, (block_m, block_k), tma), operand(gathered, (block_m, block_k), tma),
                 operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), strides(a, b, out),
-                (m_local, N, K), sync.args(ctx), arrived, go, GROUP_SIZE=sync.size,
+                (m_local, N, K), sync.args(ctx, fingerprint(ctx, caller, (a, b, out))), arrived, go,
+                GROUP_SIZE=sync.size,
                 TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, num_warps=config.num_warps,
                 num_stages=config.stages())
         schedule.join(consumed=[arrived])  # every peer's copies have landed: the kernel waited for each chunk
@@ -205,7 +209,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     _all_gather_matmul_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), a, operand(gathered, (block_m, block_k), tma), gathered,
         operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), strides(a, b, out), (m_local, N, K),
-        sync.args(ctx), ready, call, GROUP_SIZE=sync.size, COMM_PROGRAMS=comm,
+        sync.args(ctx, fingerprint(ctx, caller, (a, b, out))), ready, call, GROUP_SIZE=sync.size, COMM_PROGRAMS=comm,
         TILE=(block_m, block_n, block_k, config.group_m), COPY_K=COPY_K, VEC=common.row_vector_width(gathered),
         TMA=tma, num_warps=config.num_warps, num_stages=config.stages())
     return common.add_bias(out, bias, caller)

@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from iris.ccl.common import fingerprint
 from iris.device.group import program_row, store_to_group
 from iris.device.sync import count_published, group_barrier
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
@@ -40,7 +41,7 @@ def _scatter_tile(acc, pid_m, pid_n, out, out_strides, M, N_local, sync, trace, 
     carry to the peers once the count is full."""
     BLOCK_M: tl.constexpr = TILE[0]
     BLOCK_N: tl.constexpr = TILE[1]
-    _, heap_bases, members, rank, group_index, _ = sync
+    _, heap_bases, members, rank, group_index, _, _ = sync
     stride_om, stride_on = out_strides
     tile_out = acc.to(out.dtype.element_ty)  # [BLOCK_M, BLOCK_N]
     rows = tl.arange(0, BLOCK_M)
@@ -124,12 +125,13 @@ def _matmul_all_gather_kernel(a, b, out, strides, shape, sync, trace, stream_k, 
                               COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     # shape: (M, N_local, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size);
     # stream_k: (partials, part_flags, full, stream); engines: (band_counts, band_cols, engine_tiles)
-    flags, heap_bases, members, rank, group_index, world_size = sync
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync
+    match = (fingerprint, world_size, out)  # matched with the members' calls (iris/device/sync.py)
     M, N_local, K = shape
     full = stream_k[2]
     engine_tiles = engines[2]
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's out is free to write
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's out is free to write
     tiles = tl.cdiv(M, TILE[0]) * tl.cdiv(N_local, TILE[1])
     p = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -153,7 +155,7 @@ def _matmul_all_gather_kernel(a, b, out, strides, shape, sync, trace, stream_k, 
                   WARPS)
     # every rank's tiles stored from its SMs have landed in our out (those the copy engines carry, the host's
     # streams wait for)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)
 
 
 def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
@@ -216,7 +218,8 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_all_gather_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
-            (M, n_local, K), sync.args(ctx), ctx.tracing.device_args(), (partials, part_flags, full, stream),
+            (M, n_local, K), sync.args(ctx, fingerprint(ctx, caller, (a, b, out))), ctx.tracing.device_args(),
+            (partials, part_flags, full, stream),
             (band_counts, band_cols, sum(band.tiles for band in engine_bands)), GROUP_SIZE=sync.size,
             TILE=(block_m, block_n, block_k, config.group_m), VEC=common.row_vector_width(out, n_local),
             TRACE=ctx.tracing.enabled, TMA=tma, COPY_ENGINE=copy_engine, WARPS=config.num_warps,

@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl.config import CollectiveConfig
+from iris.ccl.common import fingerprint
 from iris.device.group import program_row, store_to_group
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
@@ -81,7 +82,7 @@ def _own_unit(acc, t, pid_m, pid_n, band, out, out_strides, shape, sync, reduce,
     BLOCK_M: tl.constexpr = TILE[0]
     BLOCK_N: tl.constexpr = TILE[1]
     M_local, N, _ = shape
-    _, heap_bases, members, rank, group_index, _ = sync
+    _, heap_bases, members, rank, group_index, _, _ = sync
     staging, tile_flags, _, _ = reduce
     _, band_counts, band_flags, _, _ = engines
     stride_om, stride_on = out_strides
@@ -148,8 +149,9 @@ def _matmul_reduce_kernel(a, b, out, strides, shape, sync, reduce, engines, GROU
     # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size);
     # reduce: (staging, tile_flags, call, lag); engines: (outbox, band_counts, band_flags, band_cols, engine_tiles);
     # VEC: (STAGE_VEC, OUT_VEC), the widths of the vectors into staging and out (``common.row_vector_width``)
-    flags, heap_bases, members, rank, group_index, world_size = sync
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync
     staging, tile_flags, call, lag = reduce
+    match = (fingerprint, world_size, staging)  # matched with the members' calls (iris/device/sync.py)
     outbox, band_counts, _, band_cols, engine_tiles = engines
     M_local, N, K = shape
     BLOCK_M: tl.constexpr = TILE[0]
@@ -159,7 +161,7 @@ def _matmul_reduce_kernel(a, b, out, strides, shape, sync, reduce, engines, GROU
     OUT_VEC: tl.constexpr = VEC[1]
     row = program_row(flags, world_size)
     # staging is free: every rank has started this call, so its last call (all of whose reads) is over
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)
     epoch = call_epoch(call)  # stamps this call's tile flags: the same number in every program of every rank
     num_pid_m = M_local // BLOCK_M  # row blocks per rank
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -232,7 +234,7 @@ def _matmul_reduce_kernel(a, b, out, strides, shape, sync, reduce, engines, GROU
         if pending >= 0:
             atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
     if ALL_REDUCE:
-        group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's finished tiles are in our out
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's tiles are in our out
     finish_call(call)
 
 
@@ -317,7 +319,8 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
     with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_reduce_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
-            (m_local, N, a.shape[1]), sync.args(ctx), (staging, tile_flags, call, lag),
+            (m_local, N, a.shape[1]), sync.args(ctx, fingerprint(ctx, caller, (a, b, out))),
+            (staging, tile_flags, call, lag),
             (outbox, band_counts, band_flags, band_cols, sum(band.tiles for band in out_bands)), GROUP_SIZE=sync.size,
             TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, ALL_REDUCE=all_reduce,
             VEC=(common.row_vector_width(staging[0]), common.row_vector_width(out)), COPY_ENGINE=copy_engine,

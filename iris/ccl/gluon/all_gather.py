@@ -21,10 +21,11 @@ WARP_SIZE = 32
 @gluon.jit
 def _all_gather_gluon_kernel(out, inp, n, sync, GROUP_SIZE: gl.constexpr, HINT: gl.constexpr, BLOCK: gl.constexpr,
                              THREADS_PER_WARP: gl.constexpr, VEC: gl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, out)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     # the strict barrier: the relaxed one's all-members acquire builds a layout-less block, which Gluon refuses
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still uses its out
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # no rank still uses its out
     layout: gl.constexpr = gl.BlockedLayout([VEC], [THREADS_PER_WARP], [gl.num_warps()], [0])
     slot = out + group_index.to(gl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
     for start in range(gl.program_id(0).to(gl.int64) * BLOCK, n, gl.num_programs(0) * BLOCK):
@@ -34,13 +35,14 @@ def _all_gather_gluon_kernel(out, inp, n, sync, GROUP_SIZE: gl.constexpr, HINT: 
         for i in gl.static_range(GROUP_SIZE):
             peer = gl.load(members + (group_index + i) % GROUP_SIZE)
             store(slot + start + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slot has landed in our out
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in our out
 
 
-def launch(ctx, out_flat, inp_flat, n, plan, hint):
+def launch(ctx, out_flat, inp_flat, n, plan, hint, fingerprint):
     """Launch on ``plan``'s grid (``iris.ccl.common.plan``); the block must fill whole warps."""
     check_block(plan.block, plan.warps, "ccl.all_gather")
-    _all_gather_gluon_kernel[plan.grid](out_flat, inp_flat, n, plan.sync.args(ctx), GROUP_SIZE=plan.sync.size,
+    _all_gather_gluon_kernel[plan.grid](out_flat, inp_flat, n, plan.sync.args(ctx, fingerprint),
+                                        GROUP_SIZE=plan.sync.size,
                                         HINT=hint, BLOCK=plan.block, THREADS_PER_WARP=WARP_SIZE,
                                         VEC=vector_width(plan.block, plan.warps, inp_flat.element_size()),
                                         num_warps=plan.warps)

@@ -75,9 +75,10 @@ def _all_gather_tma_kernel(inp, rows, sync, d0, d1, d2, d3, d4, d5, d6, d7, GROU
                            BLOCK_M: gl.constexpr, COLS: gl.constexpr, VEC: gl.constexpr, LANES_N: gl.constexpr,
                            BITS: gl.constexpr, STAGES: gl.constexpr):
     # d<i>: the tensor map over member (group_index + i) % GROUP_SIZE's out slot ``group_index``, [rows, COLS]
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, flags)  # matched with the members' calls; out is in the descriptors
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # no rank still uses its out
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # no rank still uses its out
     _proxy_fence()  # ... and the copy engine's writes into it come after that
     layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // LANES_N, LANES_N], [gl.num_warps(), 1], [1, 0])
     smem_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=BITS, rank=2)
@@ -115,7 +116,7 @@ def _all_gather_tma_kernel(inp, rows, sync, d0, d1, d2, d3, d4, d5, d6, d7, GROU
             tma.async_copy_shared_to_global(d7, [row0, 0], buf)
         step += 1
     _wait_writes()  # the writes, not only the reads of shared memory, before the barrier releases them
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every rank's slot has landed in our out
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in our out
 
 
 TILE_BYTES = 32 << 10  # a tile's shared buffer at most: STAGES of them stay under the 227 KiB an H200 SM offers
@@ -147,7 +148,7 @@ def tile_shape(n, block, element_size):
     return n // cols, min(MAX_COLS, block_m), cols
 
 
-def launch(ctx, out_flat, inp_flat, n, plan):
+def launch(ctx, out_flat, inp_flat, n, plan, fingerprint):
     """Launch the TMA all_gather on at most ``plan``'s programs; ``n`` > 0 elements a rank."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -170,6 +171,6 @@ def launch(ctx, out_flat, inp_flat, n, plan):
     descriptors += [None] * (MAX_MEMBERS - sync.size)
     vec = min(16 // element_size, cols)  # one 16-byte vector a thread, as the register path's layout
     programs = min(plan.programs, -(-rows // block_m))
-    _all_gather_tma_kernel[(programs,)](inp_flat, rows, sync.args(ctx), *descriptors, GROUP_SIZE=sync.size,
+    _all_gather_tma_kernel[(programs,)](inp_flat, rows, sync.args(ctx, fingerprint), *descriptors, GROUP_SIZE=sync.size,
                                         BLOCK_M=block_m, COLS=cols, VEC=vec, LANES_N=min(32, cols // vec),
                                         BITS=8 * element_size, STAGES=STAGES, num_warps=plan.warps)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from iris.ccl import common
 from iris.ccl.moe.kernels import (_combine_push_kernel, _combine_reduce_kernel, _counts_kernel, _dispatch_rows_kernel,
                                   _route_kernel)
 from iris.ccl.moe.routing import RaggedTensorMetadata, make_expt_assignment, make_expt_dict_uniform, owners
@@ -153,7 +154,7 @@ class MoEDispatcher:
         self._dest_shard = torch.empty(max(self.slots, 1), **i32)
         self._meta = RaggedTensorMetadata(torch.empty(self._n_local, **i32), torch.zeros(self._n_local + 1, **i32))
         # The launches, remembered per token count and dtypes; the dispatcher's own, since they hold its buffers
-        self._launches = launches.LaunchCache()
+        self._launches = launches.LaunchCache(ctx.groups)
         self._call = 0
         on_cpu = dev.type == "cpu"
         self._programs = config.comm_sms or (2 if on_cpu else 128)
@@ -197,7 +198,10 @@ class MoEDispatcher:
 
     def _dispatch_launches(self, tokens):
         """The three launches of a dispatch (``moe_kernels.py``), for tokens aligned as ``tokens`` is."""
-        E, k, fp8, sync = self.num_experts, self.topk, self.fp8, self._sync.args(self._ctx)
+        E, k, fp8 = self.num_experts, self.topk, self.fp8
+        # what every shard passes alike: the token counts may differ
+        fp = common.fingerprint(self._ctx, "moe_dispatch", (), E, k, self.hidden_dim, str(tokens.dtype), fp8)
+        sync = self._sync.args(self._ctx, fp)
         route = launches.Launch(_route_kernel, (self._n_blocks,), (self._rank_in_block, self._block_counts, E),
                                 dict(BLOCK=ROUTE_BLOCK, BLOCK_X=min(128, triton.next_power_of_2(E))))
         blocks = triton.next_power_of_2(self._n_blocks)  # the prefix tile's rows; BLOCK_X experts wide, 4 K in all
@@ -249,7 +253,7 @@ class MoEDispatcher:
         push = launches.Launch(
             _combine_push_kernel, (self._grid(),),
             (_bits(self._combine), self._origins, self._meta.slice_offs[-1:], H, self.slots,
-             self._sync.args(self._ctx)),
+             self._sync.args(self._ctx, common.fingerprint(self._ctx, "moe_combine", (), H, str(expert_out.dtype)))),
             dict(GROUP_SIZE=self._sync.size, HINT=_hint(H * expert_out.element_size(), expert_out, self._combine),
                  BLOCK=block, num_warps=config.num_warps))
         reduce = None if not T else launches.Launch(

@@ -67,7 +67,8 @@ def _counts_kernel(count_table, block_counts, n_blocks, n_experts, perm, segment
     position of the first expert of p's shard): ``start[e]`` = the row where our rows for e begin in its owner's
     buffer (rows of e's owner's earlier experts, then of shards before us for e); and for our experts (positions
     ``local_first .. local_first + n_local``) ``sizes[l]`` and ``offs[l]`` (``offs[n_local]``: rows received)."""
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, count_table)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     blocks = tl.arange(0, N_BLOCKS)
     for first in range(0, n_experts, BLOCK_X):
@@ -79,13 +80,13 @@ def _counts_kernel(count_table, block_counts, n_blocks, n_experts, perm, segment
         tl.store(excl + experts, tl.sum(counts, 0), mask=experts < n_experts)  # ours, staged locally
     tl.debug_barrier()  # the staged counts are read by other threads below
     # no member still reads its table, receive buffer or origins from the last call: it has reached this call
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)
     for first in range(0, n_experts, BLOCK_X):
         experts = first + tl.arange(0, BLOCK_X)
         mask = experts < n_experts
         store_to_group(count_table + group_index * n_experts + experts, tl.load(excl + experts, mask=mask), rank,
                        heap_bases, members, group_index, GROUP_SIZE, mask=mask)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every member's row has landed in our table
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every member's row has landed in our table
     tl.debug_barrier()  # excl is reused below: every thread has sent its staged counts
     carry = 0
     for first in range(0, n_experts, BLOCK_P):
@@ -131,7 +132,8 @@ def _dispatch_rows_kernel(tokens, topk_idx, scales, n_tokens, buf, origins, star
     slots + i`` (``slots`` = max_tokens * K) and, with ``HAS_SCALES``, its ``n_scales`` scales; ``dest_row[i]`` =
     d, or -1 for no expert (combine's reduce reads it), and ``dest_shard[i]`` = the owner. Programs take tokens in
     turn; each token's row is read once per block and stored to each of its destinations."""
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, buf)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     for t in range(tl.program_id(0), n_tokens, tl.num_programs(0)):
         t64 = tl.cast(t, tl.int64)  # row offsets pass 2**31 elements: 32 K rows x 7168 columns x 8 ranks
@@ -162,7 +164,7 @@ def _dispatch_rows_kernel(tokens, topk_idx, scales, n_tokens, buf, origins, star
                     _push_row(buf_scales + d64 * n_scales, scales + t64 * n_scales, n_scales, rank, peer, heap_bases,
                               None, BLOCK_S)
                 store(origins + d, tl.cast(group_index * slots + t * K + j, tl.int32), rank, peer, heap_bases)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every row sent to us has landed
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every row sent to us has landed
 
 
 @triton.jit
@@ -170,10 +172,11 @@ def _combine_push_kernel(expert_out, combine_buf, origins, n_received, hidden, s
                          GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
     """Received row r (``r < *n_received``) goes back to slot ``origins[r] % slots`` of ``combine_buf`` on shard
     ``origins[r] // slots``, as ``expert_out[r]``."""
-    flags, heap_bases, members, rank, group_index, world_size = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    match = (fingerprint, world_size, combine_buf)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     # every source has reduced the last combine out of its combine buffer: it has reached this call
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True)
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)
     n = tl.load(n_received)
     for r in range(tl.program_id(0), n, tl.num_programs(0)):
         origin = tl.load(origins + r)
@@ -182,7 +185,7 @@ def _combine_push_kernel(expert_out, combine_buf, origins, n_received, hidden, s
         peer = tl.load(members + source)
         _push_row(combine_buf + slot * hidden, expert_out + tl.cast(r, tl.int64) * hidden, hidden, rank, peer,
                   heap_bases, HINT, BLOCK)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE)  # every row of ours has come back
+    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every row of ours has come back
 
 
 @triton.jit
