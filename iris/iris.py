@@ -298,8 +298,28 @@ class Iris(TensorFactory, RankLogger):
         if not self.is_symmetric(tensor):
             where = f"on {tensor.device}" if isinstance(tensor, torch.Tensor) else f"a {type(tensor).__name__}"
             raise ValueError(f"{caller}: {name} is not on the symmetric heap ({where}); allocate it with "
-                             "ctx.zeros(...) / ctx.empty(...), or copy it there with ctx.as_symmetric(t)")
+                             "ctx.zeros(...) / ctx.empty(...), copy it there with ctx.as_symmetric(t), or map memory "
+                             "of another provider with iris.TorchSymmMemProvider or iris.wrap_symmetric")
         return tensor
+
+    def symmetric_table(self, tensor, caller, name="tensor"):
+        """The bases table kernels translate ``tensor`` with: ``heap_bases`` for a heap tensor; for memory of another
+        provider (``TorchSymmMemProvider``, ``wrap_symmetric``), the ``peer_bases`` of the live map whose allocation
+        holds it, which must span the whole world in rank order. Anything else raises ``check_symmetric``'s error."""
+        if self.is_symmetric(tensor) or not isinstance(tensor, torch.Tensor):
+            self.check_symmetric(tensor, caller, name)
+            return self.heap_bases
+        from iris.host.memory.providers import find
+
+        address = find(tensor)
+        if address is None:
+            self.check_symmetric(tensor, caller, name)
+        if address.world_size != self.num_ranks or address.local_rank != self.cur_rank:
+            raise ValueError(f"{caller}: {name} comes from a provider's allocation over {address.world_size} ranks with "
+                             f"this rank at {address.local_rank}; the collectives take provider memory mapped over "
+                             f"the whole world ({self.num_ranks} ranks, this one at {self.cur_rank}): make it over "
+                             "the default group")
+        return address.peer_bases
 
     def check_rank(self, rank, caller, name="rank"):
         if not isinstance(rank, int) or not 0 <= rank < self.num_ranks:

@@ -92,6 +92,93 @@ def test_device_api_on_a_table_per_allocation(pools, world_size):
         assert same_bases
 
 
+def _collectives_body():
+    """Every collective whose operands peers read or write, and one fused op, on tensors of the test provider (each
+    its own segment, mapped at a different address on every rank), element by element against torch."""
+    ctx = new_context(heap_size=1 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    kept = []  # the segments and their maps, alive while the calls run
+
+    def provider(n, dtype=torch.float32):
+        tensor, bases, memory = segment_provider_tensor(ctx, n, dtype)
+        kept.append((memory, iris.wrap_symmetric(tensor, bases)))
+        tensor.fill_(poison_value(dtype))
+        return tensor
+
+    def data(r, n, salt):
+        return rank_data(r, n, torch.float32, "cpu", salt=salt)
+
+    m = 40  # elements per rank's slice
+    n = m * world
+    total = sum(data(q, n, 1) for q in range(world))
+    results = {}
+
+    def check(name, out, ref):
+        ctx.barrier()
+        results[name] = torch.equal(out, ref)
+
+    inp = provider(n)
+    inp.copy_(data(rank, n, 1))
+    ctx.barrier()
+    for algorithm in ("one_shot", "two_shot"):
+        out = provider(n) if algorithm == "two_shot" else torch.full((n,), -77.0)
+        ctx.ccl.all_reduce(out, inp, config=iris.ccl.CollectiveConfig(algorithm=algorithm))
+        check(f"all_reduce {algorithm}", out, total)
+    out = torch.full((m,), -77.0)
+    ctx.ccl.reduce_scatter(out, inp)
+    check("reduce_scatter", out, total[rank * m:(rank + 1) * m])
+    gathered = provider(n)
+    ctx.ccl.all_gather(gathered, data(rank, m, 2))
+    check("all_gather", gathered, torch.cat([data(q, m, 2) for q in range(world)]))
+    exchanged = provider(n)
+    ctx.ccl.all_to_all_single(exchanged, data(rank, n, 3))
+    check("all_to_all_single", exchanged, torch.cat([data(q, n, 3)[rank * m:(rank + 1) * m] for q in range(world)]))
+    shared = provider(n)
+    shared.copy_(data(rank, n, 4))
+    ctx.barrier()
+    ctx.ccl.broadcast(shared, src=world - 1)
+    check("broadcast", shared, data(world - 1, n, 4))
+    piece = torch.full((m,), -77.0)
+    ctx.ccl.scatter(piece, inp, src=1)
+    check("scatter", piece, data(1, n, 1)[rank * m:(rank + 1) * m])
+    part = provider(m)
+    part.copy_(data(rank, m, 5))
+    ctx.barrier()
+    everything = torch.full((n,), -77.0)
+    ctx.ccl.gather(everything, part, dst=0)
+    if rank == 0:
+        check("gather", everything, torch.cat([data(q, m, 5) for q in range(world)]))
+    else:
+        ctx.barrier()
+    summed = torch.full((m,), -77.0)
+    ctx.ccl.reduce(summed, part, dst=0)
+    if rank == 0:
+        check("reduce", summed, sum(data(q, m, 5) for q in range(world)))
+    else:
+        ctx.barrier()
+    # the fused GEMM + all-gather: every rank's tiles stored into every rank's provider tensor
+    M, K, cols = 32, 32, 16
+    a = rank_data(0, M * K, torch.float32, "cpu", salt=6).view(M, K)
+    b = [rank_data(q, K * cols, torch.float32, "cpu", salt=7).view(K, cols) for q in range(world)]
+    fused = provider(M * world * cols).view(M, world * cols)
+    ctx.ops.matmul_all_gather(fused, a, b[rank])
+    check("ops.matmul_all_gather", fused, torch.cat([(a.double() @ bq.double()).float() for bq in b], dim=1))
+    heap_distances = len({t[1].bases[rank] - ctx.heap.bases[rank] for t in kept})
+    del kept
+    return results, heap_distances
+
+
+@pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory; GPUs: torch's")
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_collectives_and_a_fused_op_on_a_table_per_allocation(pools, world_size):
+    for rank, (results, distances) in enumerate(pools(world_size).run(_collectives_body)):
+        wrong = [name for name, right in results.items() if not right]
+        assert not wrong, f"rank {rank}: wrong results on provider memory: {wrong}"
+        expected = 10 if rank == 0 else 8  # gather and reduce are checked on their root
+        assert len(results) == expected, (rank, sorted(results))
+        assert distances > 1, "the provider's tensors sat at one offset from the heap: not a test"
+
+
 def _heap_map_body():
     ctx = new_context(heap_size=1 << 20)
     tensor, peer_bases = ctx.allocate_symmetric(40, dtype=torch.float32)

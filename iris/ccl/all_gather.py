@@ -16,8 +16,8 @@ from iris.host import launches
 
 @triton.jit
 def _all_gather_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, out)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, out, tables[1])  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # no rank still uses its out
     slot = out + tl.cast(group_index, tl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
@@ -25,7 +25,7 @@ def _all_gather_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, HINT: tl.con
         offs = tl.arange(0, BLOCK)
         mask = tail_mask(start, n, BLOCK)
         x = tl.load(inp + start + offs, mask=mask)  # [BLOCK]
-        store_to_group(slot + start + offs, x, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
+        store_to_group(slot + start + offs, x, rank, tables[1], members, group_index, GROUP_SIZE, mask=mask,
                        hint=HINT)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in our out
 
@@ -45,7 +45,7 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
     common.precheck(caller, group, config, (out, inp))
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
-    ctx.check_symmetric(out, caller, "out")
+    outs = ctx.symmetric_table(out, caller, "out")
     n = inp.numel()
     p = common.plan(ctx, caller, n, group, config)
     common.expect_numel(out, p.sync.size * n, caller, "out", f"group size {p.sync.size} * inp.numel() {n}")
@@ -56,11 +56,14 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
         from iris.ccl.gluon import all_gather, all_gather_tma
 
         if p.config.gluon_path == "tma" and n:
+            if outs is not ctx.heap_bases:
+                raise ValueError(f"{caller}: gluon_path='tma' writes through descriptors of the heap's peers, so out "
+                                 "must be on the heap; use gluon_path='registers' for memory of another provider")
             all_gather_tma.launch(ctx, out_flat, inp_flat, n, p, fp)
         else:
-            all_gather.launch(ctx, out_flat, inp_flat, n, p, hint, fp)
+            all_gather.launch(ctx, out_flat, inp_flat, n, p, hint, fp, (ctx.heap_bases, outs))
         return common.done(ctx, async_op)
-    launch = launches.Launch(_all_gather_kernel, p.grid, (n, p.sync.args(ctx, fp)),
+    launch = launches.Launch(_all_gather_kernel, p.grid, (n, p.sync.args(ctx, fp, (ctx.heap_bases, outs))),
                              dict(GROUP_SIZE=p.sync.size, HINT=hint, BLOCK=p.block, num_warps=p.warps))
-    ctx.launches.put(key, group, config, launch, on_heap=((0, out.numel() * out.element_size()),))(out_flat, inp_flat)
+    ctx.launches.put(common.heap_only(key, ctx, outs), group, config, launch, on_heap=((0, out.numel() * out.element_size()),))(out_flat, inp_flat)
     return common.done(ctx, async_op)

@@ -24,15 +24,15 @@ from iris.host import launches
 def _all_reduce_one_shot_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
                                 HINT: tl.constexpr, BLOCK: tl.constexpr, SLICED: tl.constexpr = False):
     # SLICED: ``inp`` is slice ``group_index`` (of ``n`` elements) of a heap tensor (reduce_scatter's pull)
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
     anchor = inp - group_index * n if SLICED else inp
-    match = (fingerprint, world_size, anchor)  # matched with the members' calls (iris/device/sync.py)
+    match = (fingerprint, world_size, anchor, tables[0])  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every rank's input is ready
     for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
         offs = tl.arange(0, BLOCK)
         mask = tail_mask(start, n, BLOCK)
-        acc = reduce_from_group(inp + start, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP,
+        acc = reduce_from_group(inp + start, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, OP,
                                 ACC_FP32, HINT)  # [BLOCK]
         tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
     # no rank reads our inp
@@ -42,8 +42,8 @@ def _all_reduce_one_shot_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, OP:
 @triton.jit
 def _all_reduce_two_shot_kernel(out, inp, n, shard, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
                                 ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, inp)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, inp, tables[0])  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every rank's input is ready
     # Our shard, read from every rank and reduced, then stored straight into every rank's out: the
@@ -54,9 +54,9 @@ def _all_reduce_two_shot_kernel(out, inp, n, shard, sync, GROUP_SIZE: tl.constex
     for start in range(shard_start + first_block(BLOCK), shard_end, tl.num_programs(0) * BLOCK):
         offs = tl.arange(0, BLOCK)
         mask = tail_mask(start, shard_end, BLOCK)
-        acc = reduce_from_group(inp + start, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP,
+        acc = reduce_from_group(inp + start, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, OP,
                                 ACC_FP32, HINT).to(out.dtype.element_ty)  # [BLOCK]
-        store_to_group(out + start + offs, acc, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
+        store_to_group(out + start + offs, acc, rank, tables[1], members, group_index, GROUP_SIZE, mask=mask,
                        hint=HINT, PEERS_FIRST=True)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every shard landed; no rank reads our inp
 
@@ -80,7 +80,7 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
     common.same_dtype(out, inp, caller)
     common.expect_numel(out, inp.numel(), caller, "out", "inp.numel()")
     op = common.reduce_op(op, inp.dtype, caller)
-    ctx.check_symmetric(inp, caller, "inp")
+    ins = ctx.symmetric_table(inp, caller, "inp")
     n = inp.numel()
     p = common.plan(ctx, caller, n, group, config)
     in_place = common.same_start(out, inp)
@@ -95,12 +95,14 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
                 HINT=common.vector_hint(inp, out), BLOCK=p.block, num_warps=p.warps)
     nbytes = n * inp.element_size()
     if algorithm == "one_shot":
-        launch = launches.Launch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx, fp)), meta)
-        ctx.launches.put(key, group, config, launch, on_heap=((1, nbytes),))(out_flat, inp_flat)
+        launch = launches.Launch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx, fp, (ins, ins))), meta)
+        ctx.launches.put(common.heap_only(key, ctx, ins), group, config, launch, on_heap=((1, nbytes),))(
+            out_flat, inp_flat)
     else:
-        ctx.check_symmetric(out, caller, "out")
+        outs = ctx.symmetric_table(out, caller, "out")
         # Shards start on 16-element boundaries so the vector hint holds on every rank's shard.
         shard = triton.cdiv(triton.cdiv(n, p.sync.size), 16) * 16
-        launch = launches.Launch(_all_reduce_two_shot_kernel, p.grid, (n, shard, p.sync.args(ctx, fp)), meta)
-        ctx.launches.put(key, group, config, launch, on_heap=((0, nbytes), (1, nbytes)))(out_flat, inp_flat)
+        launch = launches.Launch(_all_reduce_two_shot_kernel, p.grid, (n, shard, p.sync.args(ctx, fp, (ins, outs))),
+                                 meta)
+        ctx.launches.put(common.heap_only(key, ctx, ins, outs), group, config, launch, on_heap=((0, nbytes), (1, nbytes)))(out_flat, inp_flat)
     return common.done(ctx, async_op)

@@ -32,8 +32,8 @@ NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 @triton.jit
 def _all_reduce_rmsnorm_kernel(out, residual_out, inp, residual, weight, rows, hidden, eps, sync,
                                GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK_H: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, inp)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, inp, tables[0])  # matched with the members' calls (iris/device/sync.py)
     row_flags = program_row(flags, world_size)
     group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every input is ready
     cols = tl.arange(0, BLOCK_H)
@@ -42,7 +42,7 @@ def _all_reduce_rmsnorm_kernel(out, residual_out, inp, residual, weight, rows, h
     for row in range(tl.program_id(0), rows, tl.num_programs(0)):
         offs = tl.cast(row, tl.int64) * hidden + cols  # 64-bit: rows * hidden may pass 2**31 in prefill
         # ---- all-reduce: every rank's row, summed in fp32, plus our residual
-        acc = reduce_from_group(inp, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, "sum", True,
+        acc = reduce_from_group(inp, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, "sum", True,
                                 HINT)  # [BLOCK_H] fp32
         acc += tl.load(residual + offs, mask=mask, other=0.0).to(tl.float32)
         tl.store(residual_out + offs, acc.to(residual_out.dtype.element_ty), mask=mask)
@@ -97,7 +97,7 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
         if common.same_start(tensors[name], inp):
             raise ValueError(f"{caller}: {name} is inp, which peers still read while {name} is written; use a "
                              "separate tensor (residual_out may be residual)")
-    ctx.check_symmetric(inp, caller, "inp")
+    ins = ctx.symmetric_table(inp, caller, "inp")
     rows = inp.numel() // hidden
     resolved = common.resolve_config(config, caller)
     sync = ctx.group_sync(group, caller)
@@ -110,8 +110,8 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
     fp = common.fingerprint(ctx, caller, (out, residual_out, inp, residual, weight), float(eps))
     if rows:
         launch = launches.Launch(_all_reduce_rmsnorm_kernel, (programs,), (rows, hidden, float(eps),
-                                                                          sync.args(ctx, fp)),
+                                                                          sync.args(ctx, fp, (ins, ins))),
                                  dict(GROUP_SIZE=sync.size, HINT=hint, BLOCK_H=block_h, num_warps=warps))
-        ctx.launches.put(key, group, config, launch, on_heap=((2, inp.numel() * inp.element_size()),))(
+        ctx.launches.put(common.heap_only(key, ctx, ins), group, config, launch, on_heap=((2, inp.numel() * inp.element_size()),))(
             out, residual_out, inp, residual, weight)
     return out, residual_out

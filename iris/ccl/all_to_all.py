@@ -28,8 +28,8 @@ def _all_to_all_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: tl.con
                        BLOCK: tl.constexpr):
     # out / inp: [rows, GROUP_SIZE, n]; the programs form a (programs / col_programs) x col_programs grid over
     # (rows, blocks of n), so a dim-1 call with short rows still spreads over every program
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, out)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, out, tables[1])  # matched with the members' calls (iris/device/sync.py)
     row_program = tl.program_id(0) // col_programs
     row_programs = tl.num_programs(0) // col_programs
     col_first = tl.cast(tl.program_id(0) % col_programs, tl.int64) * BLOCK
@@ -50,7 +50,7 @@ def _all_to_all_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: tl.con
                 if i < GROUP_SIZE:
                     following = (group_index + i + 1) % GROUP_SIZE
                     x_next = tl.load(row_in + following * n64 + start + offs, mask=mask)
-                store(my_slice + start + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
+                store(my_slice + start + offs, x, rank, peer, tables[1], mask=mask, hint=HINT)
                 if i < GROUP_SIZE:
                     dest, x = following, x_next
     group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, call=match)  # slices landed
@@ -61,7 +61,7 @@ def _launch(ctx, out, inp, dim, group, async_op, config, caller):
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
     common.expect_numel(out, inp.numel(), caller, "out", "inp.numel()")
-    ctx.check_symmetric(out, caller, "out")
+    tables = (ctx.heap_bases, ctx.symmetric_table(out, caller, "out"))
     if common.same_start(out, inp):
         raise ValueError(f"{caller}: out and inp are the same tensor; all_to_all needs a separate out")
     size = ctx.group_sync(group, caller).size
@@ -85,10 +85,10 @@ def _launch(ctx, out, inp, dim, group, async_op, config, caller):
     if p.config.use_gluon:
         from iris.ccl.gluon.all_to_all import launch
 
-        launch(ctx, out_flat, inp_flat, rows, n, col_programs, programs, block, p, hint, fp)
+        launch(ctx, out_flat, inp_flat, rows, n, col_programs, programs, block, p, hint, fp, tables)
         return common.done(ctx, async_op)
     if rows * n:
-        _all_to_all_kernel[(programs,)](out_flat, inp_flat, rows, n, col_programs, p.sync.args(ctx, fp),
+        _all_to_all_kernel[(programs,)](out_flat, inp_flat, rows, n, col_programs, p.sync.args(ctx, fp, tables),
                                         GROUP_SIZE=p.sync.size, HINT=hint, BLOCK=block, num_warps=p.warps)
     return common.done(ctx, async_op)
 

@@ -47,9 +47,9 @@ PUSH_MIN_BYTES = 64 << 20
 @triton.jit
 def _reduce_scatter_push_kernel(out, inp, n, staged, segments, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
                                 ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr, SEGMENT: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
     staging, segment_flags, flag_stride = staged  # our row of staging on a peer: staging + group_index * n
-    match = (fingerprint, world_size, staging)  # matched with the members' calls (iris/device/sync.py)
+    match = (fingerprint, world_size, staging, heap_bases)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     # Every member has started this call, so its last call's reads of its staging are over. The epoch stamps
     # this call's segment flags: segment s is always program s % programs's, on every rank, so one row's count.
@@ -185,11 +185,12 @@ def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, ke
                                                  GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=acc_fp32, HINT=hint,
                                                  BLOCK=p.block, SEGMENT=SEGMENT_BLOCKS, num_warps=p.warps)
         return common.done(ctx, async_op)
-    ctx.check_symmetric(inp, caller, "inp")
+    ins = ctx.symmetric_table(inp, caller, "inp")
     start = p.sync.index * n
     hint = common.vector_hint(out, inp_flat[start:start + n]) if aligned else None
-    launch = launches.SlicedLaunch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx, fp)),
+    launch = launches.SlicedLaunch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx, fp, (ins, ins))),
                                    dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=acc_fp32, HINT=hint, BLOCK=p.block,
                                         SLICED=True, num_warps=p.warps), start, start + n)
-    ctx.launches.put(key, group, config, launch, on_heap=((1, inp.numel() * inp.element_size()),))(out_flat, inp_flat)
+    ctx.launches.put(common.heap_only(key, ctx, ins), group, config, launch,
+                     on_heap=((1, inp.numel() * inp.element_size()),))(out_flat, inp_flat)
     return common.done(ctx, async_op)

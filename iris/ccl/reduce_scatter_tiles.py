@@ -62,8 +62,8 @@ def _tile_coords(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GR
 def _reduce_scatter_tiles_kernel(out, inp, M, N, stride_out, stride_in, owned, sync, GROUP_SIZE: tl.constexpr,
                                  OP: tl.constexpr, ACC_FP32: tl.constexpr, BLOCK_M: tl.constexpr,
                                  BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, inp)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, inp, tables[0])  # matched with the members' calls (iris/device/sync.py)
     first, count, step = owned
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every rank's input is ready
@@ -79,7 +79,7 @@ def _reduce_scatter_tiles_kernel(out, inp, M, N, stride_out, stride_in, owned, s
         if ACC_FP32:
             acc = acc.to(tl.float32)
         for i in tl.static_range(1, GROUP_SIZE):
-            acc = combine(acc, load(src, rank, tl.load(members + i), heap_bases, mask=mask).to(acc.dtype), OP)
+            acc = combine(acc, load(src, rank, tl.load(members + i), tables[0], mask=mask).to(acc.dtype), OP)
         acc = finish(acc, OP, GROUP_SIZE)
         tl.store(out + rows64 * stride_out + rn[None, :], acc.to(out.dtype.element_ty), mask=mask)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)  # inputs free
@@ -103,14 +103,15 @@ def reduce_scatter_tiles(ctx, out, inp, op, group, async_op, config, caller):
     N = inp.numel() // max(M, 1)
     for name, t in (("out", out), ("inp", inp)):
         common.flat(t, caller, name)
-    ctx.check_symmetric(inp, caller, "inp")
+    ins = ctx.symmetric_table(inp, caller, "inp")
     p = common.plan(ctx, caller, inp.numel(), group, config)
     first, count, step = layout.owned(M, N, p.sync.index, p.sync.size)
     programs = max(1, min(p.programs, count))
     if M * N:
         _reduce_scatter_tiles_kernel[(programs,)](
             out, inp, M, N, N, N, (first, count, step),
-            p.sync.args(ctx, common.fingerprint(ctx, caller, (out, inp), op, layout.block_m, layout.block_n)),
+            p.sync.args(ctx, common.fingerprint(ctx, caller, (out, inp), op, layout.block_m, layout.block_n),
+                        (ins, ins)),
             GROUP_SIZE=p.sync.size, OP=op,
             ACC_FP32=common.accumulate_in_fp32(inp.dtype), BLOCK_M=layout.block_m, BLOCK_N=layout.block_n,
             GROUP_M=layout.group_m, num_warps=4)

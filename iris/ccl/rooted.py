@@ -21,14 +21,14 @@ from iris.device.sync import group_barrier
 @triton.jit
 def _pull_from_root_kernel(dst, src, anchor, n, root, root_index, sync, GROUP_SIZE: tl.constexpr,
                            ROOT_COPIES: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, anchor)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, anchor, tables[0])  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # the root's data is ready
     if group_index != root_index:
         for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
             offs = tl.arange(0, BLOCK)
-            get(src + start + offs, dst + start + offs, rank, root, heap_bases, mask=tail_mask(start, n, BLOCK),
+            get(src + start + offs, dst + start + offs, rank, root, tables[0], mask=tail_mask(start, n, BLOCK),
                 hint=HINT)
     elif ROOT_COPIES:  # scatter: the root's own slice
         for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
@@ -41,8 +41,8 @@ def _pull_from_root_kernel(dst, src, anchor, n, root, root_index, sync, GROUP_SI
 @triton.jit
 def _root_pulls_kernel(out, inp, n, root_index, sync, GROUP_SIZE: tl.constexpr, REDUCE: tl.constexpr, OP: tl.constexpr,
                        ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, inp)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, inp, tables[0])  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every input is ready
     if group_index == root_index:
@@ -50,13 +50,13 @@ def _root_pulls_kernel(out, inp, n, root_index, sync, GROUP_SIZE: tl.constexpr, 
             offs = tl.arange(0, BLOCK)
             mask = tail_mask(start, n, BLOCK)
             if REDUCE:
-                acc = reduce_from_group(inp + start, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE,
+                acc = reduce_from_group(inp + start, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE,
                                         OP, ACC_FP32, HINT)  # [BLOCK]
                 tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
             else:
                 for i in range(GROUP_SIZE):
                     peer = tl.load(members + i)
-                    get(inp + start + offs, out + i * tl.cast(n, tl.int64) + start + offs, rank, peer, heap_bases,
+                    get(inp + start + offs, out + i * tl.cast(n, tl.int64) + start + offs, rank, peer, tables[0],
                         mask=mask, hint=HINT)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # nobody still reads an input
 
@@ -70,13 +70,13 @@ def _root_index(sync, root, caller, name):
     return sync.ranks.index(root)
 
 
-def _pull(ctx, caller, dst, src, n, root, group, config, async_op, fp, anchor, sync=None):
-    """``dst`` on every rank of the group becomes the root's ``src`` (``n`` elements); ``anchor``: the heap tensor
-    ``src`` lies in, at one offset on every rank."""
+def _pull(ctx, caller, dst, src, n, root, group, config, async_op, fp, anchor, table, sync=None):
+    """``dst`` on every rank of the group becomes the root's ``src`` (``n`` elements); ``anchor``: the symmetric
+    tensor ``src`` lies in, at one offset of its allocation on every rank, and ``table`` its bases table."""
     p = common.plan(ctx, caller, n, group, config, sync=sync)
     root_index = _root_index(p.sync, root, caller, "src")
-    _pull_from_root_kernel[p.grid](dst, src, anchor, n, root, root_index, p.sync.args(ctx, fp), GROUP_SIZE=p.sync.size,
-                                   ROOT_COPIES=dst.data_ptr() != src.data_ptr(), HINT=common.vector_hint(dst, src),
+    _pull_from_root_kernel[p.grid](dst, src, anchor, n, root, root_index, p.sync.args(ctx, fp, (table, table)),
+                                   GROUP_SIZE=p.sync.size, ROOT_COPIES=dst.data_ptr() != src.data_ptr(), HINT=common.vector_hint(dst, src),
                                    BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)
 
@@ -90,9 +90,9 @@ def broadcast(ctx, tensor, src=0, group=None, async_op=False, config=None):
     caller = "ccl.broadcast"
     common.precheck(caller, group, config, (tensor,), src)
     flat = common.flat(tensor, caller, "tensor")
-    ctx.check_symmetric(tensor, caller, "tensor")
+    table = ctx.symmetric_table(tensor, caller, "tensor")
     fp = common.fingerprint(ctx, caller, (tensor,), src)
-    return _pull(ctx, caller, flat, flat, flat.numel(), src, group, config, async_op, fp, flat)
+    return _pull(ctx, caller, flat, flat, flat.numel(), src, group, config, async_op, fp, flat, table)
 
 
 def scatter(ctx, out, inp, src=0, group=None, async_op=False, config=None):
@@ -106,20 +106,20 @@ def scatter(ctx, out, inp, src=0, group=None, async_op=False, config=None):
     common.precheck(caller, group, config, (out, inp), src)
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
-    ctx.check_symmetric(inp, caller, "inp")
+    table = ctx.symmetric_table(inp, caller, "inp")
     sync = ctx.group_sync(group, caller)
     n = common.split_rows(inp, sync.size, caller, "inp")
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {sync.size}")
     mine = inp_flat[sync.index * n:]
     fp = common.fingerprint(ctx, caller, (out, inp), src)
-    return _pull(ctx, caller, out_flat, mine, n, src, group, config, async_op, fp, inp_flat)
+    return _pull(ctx, caller, out_flat, mine, n, src, group, config, async_op, fp, inp_flat, table)
 
 
 def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
     common.precheck(caller, group, config, (out, inp), dst, op)
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
-    ctx.check_symmetric(inp, caller, "inp")
+    table = ctx.symmetric_table(inp, caller, "inp")
     n = inp.numel()
     p = common.plan(ctx, caller, n, group, config)
     root_index = _root_index(p.sync, dst, caller, "dst")
@@ -127,8 +127,8 @@ def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
     common.expect_numel(out, expected, caller, "out", "inp.numel()" if op else f"group size {p.sync.size} * "
                         f"inp.numel() {n}")
     fp = common.fingerprint(ctx, caller, (inp,), dst, op)
-    _root_pulls_kernel[p.grid](out_flat, inp_flat, n, root_index, p.sync.args(ctx, fp), GROUP_SIZE=p.sync.size,
-                               REDUCE=op is not None, OP=op or "sum", ACC_FP32=common.accumulate_in_fp32(inp.dtype),
+    _root_pulls_kernel[p.grid](out_flat, inp_flat, n, root_index, p.sync.args(ctx, fp, (table, table)),
+                               GROUP_SIZE=p.sync.size, REDUCE=op is not None, OP=op or "sum", ACC_FP32=common.accumulate_in_fp32(inp.dtype),
                                HINT=common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None,
                                BLOCK=p.block, num_warps=p.warps)
     return common.done(ctx, async_op)
@@ -176,7 +176,7 @@ def _point_to_point(ctx, caller, tensor, peer, sender, config, async_op):
     """The receiver pulls from the sender, in a group of the two ranks: its own flags, so the other ranks are
     not involved."""
     flat = common.flat(tensor, caller, "tensor")
-    ctx.check_symmetric(tensor, caller, "tensor")
+    table = ctx.symmetric_table(tensor, caller, "tensor")
     pair = _pair(ctx, caller, peer)
     fp = common.fingerprint(ctx, "ccl.send/recv", (tensor,), sender)  # alike on both ends
-    return _pull(ctx, caller, flat, flat, flat.numel(), sender, None, config, async_op, fp, flat, sync=pair)
+    return _pull(ctx, caller, flat, flat, flat.numel(), sender, None, config, async_op, fp, flat, table, sync=pair)

@@ -171,12 +171,13 @@ def record_mismatch(record, heap_bases, rank, peer, mark, apart):
 
 
 @triton.jit
-def call_mark(fingerprint, anchor, heap_bases, rank):
-    """This call's mark (24 bits): the launcher's ``fingerprint`` of the call mixed with the heap offset of
-    ``anchor``, a symmetric operand (a rank whose heap was allocated differently holds it at another offset); the
-    group's ``flags`` where the kernel holds no plain pointer to one (TMA descriptors): the same offset everywhere."""
+def call_mark(fingerprint, anchor, bases, rank):
+    """This call's mark (24 bits): the launcher's ``fingerprint`` of the call mixed with the offset of ``anchor``, a
+    symmetric operand, in its allocation (``bases``: its table, the heap's or another provider's). A rank whose heap
+    was allocated differently holds the operand at another offset. ``anchor`` is the group's ``flags`` where the
+    kernel holds no plain pointer to an operand (TMA descriptors): the same offset everywhere."""
     address = tl.cast(anchor, tl.uint64)
-    offset = (address - tl.load(heap_bases + rank).to(tl.uint64)).to(tl.int64)
+    offset = (address - tl.load(bases + rank).to(tl.uint64)).to(tl.int64)
     h = tl.cast(fingerprint >> 4, tl.int64) * 1099511628211 + tl.where(address == 0, 0, offset)  # empty tensors: 0
     h = (h ^ (h >> 29)) * 2685821657736338717
     return (h >> 32) & MARK_MASK
@@ -188,8 +189,9 @@ def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RE
     """All members' same-numbered programs meet here. Returns the epoch: the upper half of our word after our
     signal, the same number on every member (module docstring); a kernel can stamp per-call flags with it.
 
-    ``call``, ``(fingerprint, world_size, anchor)`` from the launcher's ``GroupSync.args`` and a symmetric operand,
-    matches this call with the members' (module docstring); without it the barrier carries mark 0 and compares
+    ``call``, ``(fingerprint, world_size, anchor, anchor_bases)``: the launcher's fingerprint (``GroupSync.args``)
+    and a symmetric operand with the bases table it is translated with, matches this call with the members'
+    (module docstring); without it the barrier carries mark 0 and compares
     nothing (``device_barrier``).
 
     By default the barrier releases and acquires at sys scope: what a program wrote to any heap before it is
@@ -202,8 +204,8 @@ def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RE
     them fenced (the opening one's final acquire not counted)."""
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
     if call is not None:
-        fingerprint, world_size, anchor = call
-        mark = call_mark(fingerprint, anchor, heap_bases, rank)
+        fingerprint, world_size, anchor, anchor_bases = call
+        mark = call_mark(fingerprint, anchor, anchor_bases, rank)
         signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED, mark=mark)
         own = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")
         wait_all(flags, members, rank, own, GROUP_SIZE, RELAXED, KERNEL_END, heap_bases, flags + world_size, mark)

@@ -79,11 +79,17 @@ class GroupSync:
     def size(self):
         return len(self.ranks)
 
-    def args(self, ctx, fingerprint):
+    def args(self, ctx, fingerprint, tables=None):
         """The group's kernel argument, one tuple that kernels unpack as ``flags, heap_bases, members, rank,
-        group_index, world_size, fingerprint`` (our rank and the world size are ``ctx``'s; ``fingerprint`` the
-        call's, from ``iris.ccl.common.fingerprint``, which a kernel's barriers carry to the members)."""
-        return (self.flags, ctx.heap_bases, self.members, ctx.cur_rank, self.index, ctx.num_ranks, fingerprint)
+        group_index, world_size, fingerprint, tables`` (our rank and the world size are ``ctx``'s; ``fingerprint``
+        the call's, from ``iris.ccl.common.fingerprint``, which a kernel's barriers carry to the members; ``tables``
+        the bases tables of the operands peers read and of those they write, ``ctx.symmetric_table``: the heap's
+        unless a tensor comes from another provider). The sync flags and the library's workspaces are always
+        translated with ``heap_bases``."""
+        if tables is None:
+            tables = (ctx.heap_bases, ctx.heap_bases)
+        return (self.flags, ctx.heap_bases, self.members, ctx.cur_rank, self.index, ctx.num_ranks, fingerprint,
+                tables)
 
 
 class GroupTable:

@@ -48,8 +48,8 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, stride
                               COPY_K: tl.constexpr, VEC: tl.constexpr, TMA: tl.constexpr):
     # a / gathered: descriptors (TMA) or pointers; a_rows / gathered_rows: the same as pointers, for the copies.
     # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size)
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync
-    match = (fingerprint, world_size, gathered_rows)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync
+    match = (fingerprint, world_size, gathered_rows, heap_bases)  # matched with the members' calls (iris/device/sync.py)
     M_local, N, K = shape
     BLOCK_M: tl.constexpr = TILE[0]
     stride_am = strides[0][0]
@@ -120,8 +120,8 @@ def _tiles(src, src_rows, src_stride, src_block, b, out, strides, out_block, lo,
 def _all_gather_matmul_engines_kernel(a, gathered, b, out, strides, shape, sync, arrived, go,
                                       GROUP_SIZE: tl.constexpr, TILE: tl.constexpr, TMA: tl.constexpr):
     # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size)
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync
-    match = (fingerprint, world_size, flags)  # matched with the members' calls; gathered may be a descriptor
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync
+    match = (fingerprint, world_size, flags, heap_bases)  # matched with the members' calls; gathered may be a descriptor
     M_local, N, K = shape
     if tl.program_id(0) == 0:
         # peers' previous call no longer reads their gathered A: the copy engines may write it

@@ -41,7 +41,7 @@ def _scatter_tile(acc, pid_m, pid_n, out, out_strides, M, N_local, sync, trace, 
     carry to the peers once the count is full."""
     BLOCK_M: tl.constexpr = TILE[0]
     BLOCK_N: tl.constexpr = TILE[1]
-    _, heap_bases, members, rank, group_index, _, _ = sync
+    _, heap_bases, members, rank, group_index, _, _, tables = sync
     stride_om, stride_on = out_strides
     tile_out = acc.to(out.dtype.element_ty)  # [BLOCK_M, BLOCK_N]
     rows = tl.arange(0, BLOCK_M)
@@ -54,7 +54,7 @@ def _scatter_tile(acc, pid_m, pid_n, out, out_strides, M, N_local, sync, trace, 
         tl.store(ptrs, tile_out, mask=mask)
         count_published(band_counts + band_of(pid_m, pid_n, tl.cdiv(N_local, BLOCK_N), TILE[3], band_cols), WARPS)
     else:
-        store_to_group(ptrs, tile_out, rank, heap_bases, members, group_index, GROUP_SIZE, mask=mask,
+        store_to_group(ptrs, tile_out, rank, tables[1], members, group_index, GROUP_SIZE, mask=mask,
                        hint=(1, VEC))
         if TRACE:  # (a traced call takes the SM stores unless told otherwise)
             # target -1: every rank; bytes: the tile once per rank (a masked edge tile counted whole)
@@ -125,8 +125,8 @@ def _matmul_all_gather_kernel(a, b, out, strides, shape, sync, trace, stream_k, 
                               COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     # shape: (M, N_local, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size);
     # stream_k: (partials, part_flags, full, stream); engines: (band_counts, band_cols, engine_tiles)
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync
-    match = (fingerprint, world_size, out)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync
+    match = (fingerprint, world_size, out, tables[1])  # matched with the members' calls (iris/device/sync.py)
     M, N_local, K = shape
     full = stream_k[2]
     engine_tiles = engines[2]
@@ -176,7 +176,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     if is_row_sharded(out, a, b, ctx.group_sync(group, caller).size):
         return matmul_all_gather_rows(ctx, out, a, b, bias, group, config, caller)
     common.check_operands(caller, out, a, b)
-    ctx.check_symmetric(out, caller, "out")
+    outs = ctx.symmetric_table(out, caller, "out")  # the heap's, or another provider's (the SMs store there then)
     sync = ctx.group_sync(group, caller)
     M, K = a.shape
     n_local = b.shape[1]
@@ -193,7 +193,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         return common.add_bias(out, bias, caller)
     tma = descriptors_fit(a, b)
     engines = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
-               and out.is_contiguous())
+               and out.is_contiguous() and outs is ctx.heap_bases)
     programs = min(num_programs(ctx.get_device(), tiles, spare=copy_sms(ctx, engines), sms=ctx.get_agreed_cu_count()),
                    MAX_COMM_PROGRAMS)
     full, stream = split_tail(tiles, programs, triton.cdiv(K, block_k))
@@ -218,7 +218,8 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
     with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_all_gather_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
-            (M, n_local, K), sync.args(ctx, fingerprint(ctx, caller, (a, b, out))), ctx.tracing.device_args(),
+            (M, n_local, K), sync.args(ctx, fingerprint(ctx, caller, (a, b, out)), (ctx.heap_bases, outs)),
+            ctx.tracing.device_args(),
             (partials, part_flags, full, stream),
             (band_counts, band_cols, sum(band.tiles for band in engine_bands)), GROUP_SIZE=sync.size,
             TILE=(block_m, block_n, block_k, config.group_m), VEC=common.row_vector_width(out, n_local),

@@ -82,7 +82,7 @@ def _own_unit(acc, t, pid_m, pid_n, band, out, out_strides, shape, sync, reduce,
     BLOCK_M: tl.constexpr = TILE[0]
     BLOCK_N: tl.constexpr = TILE[1]
     M_local, N, _ = shape
-    _, heap_bases, members, rank, group_index, _, _ = sync
+    _, heap_bases, members, rank, group_index, _, _, tables = sync
     staging, tile_flags, _, _ = reduce
     _, band_counts, band_flags, _, _ = engines
     stride_om, stride_on = out_strides
@@ -112,7 +112,7 @@ def _own_unit(acc, t, pid_m, pid_n, band, out, out_strides, shape, sync, reduce,
             tl.store(ptrs, acc.to(out.dtype.element_ty), mask=n_mask)
             count_published(band_counts + (GROUP_SIZE - 1) * bands + band, WARPS)
         else:  # from the SMs (with the copy engines: the walk's last wave, when the SMs have nothing else to do)
-            store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, heap_bases, members, group_index, GROUP_SIZE,
+            store_to_group(ptrs, acc.to(out.dtype.element_ty), rank, tables[1], members, group_index, GROUP_SIZE,
                            mask=n_mask, hint=(1, OUT_VEC))
     else:
         store_tile(out, acc, pid_m, pid_n, M_local, N, out_strides, TILE, False)
@@ -149,9 +149,9 @@ def _matmul_reduce_kernel(a, b, out, strides, shape, sync, reduce, engines, GROU
     # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size);
     # reduce: (staging, tile_flags, call, lag); engines: (outbox, band_counts, band_flags, band_cols, engine_tiles);
     # VEC: (STAGE_VEC, OUT_VEC), the widths of the vectors into staging and out (``common.row_vector_width``)
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync
     staging, tile_flags, call, lag = reduce
-    match = (fingerprint, world_size, staging)  # matched with the members' calls (iris/device/sync.py)
+    match = (fingerprint, world_size, staging, heap_bases)  # matched with the members' calls (iris/device/sync.py)
     outbox, band_counts, _, band_cols, engine_tiles = engines
     M_local, N, K = shape
     BLOCK_M: tl.constexpr = TILE[0]

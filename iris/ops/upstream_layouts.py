@@ -70,7 +70,7 @@ def matmul_all_gather_rows(ctx, out, a, b, bias, group, config, caller):
         ref = torch.cat([A_r @ B + bias_r[:, None] for r in group], dim=0)
     """
     common.check_operands(caller, out, a, b)
-    ctx.check_symmetric(out, caller, "out")
+    ctx.symmetric_table(out, caller, "out")  # the heap, or another provider's memory (all_gather takes either)
     sync = ctx.group_sync(group, caller)
     m_local = a.shape[0]
     _check_row_bias(bias, m_local, out.device, caller)  # before anything runs

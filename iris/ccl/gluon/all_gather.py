@@ -21,8 +21,8 @@ WARP_SIZE = 32
 @gluon.jit
 def _all_gather_gluon_kernel(out, inp, n, sync, GROUP_SIZE: gl.constexpr, HINT: gl.constexpr, BLOCK: gl.constexpr,
                              THREADS_PER_WARP: gl.constexpr, VEC: gl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, out)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, out, tables[1])  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     # the strict barrier: the relaxed one's all-members acquire builds a layout-less block, which Gluon refuses
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # no rank still uses its out
@@ -34,14 +34,14 @@ def _all_gather_gluon_kernel(out, inp, n, sync, GROUP_SIZE: gl.constexpr, HINT: 
         x = gl.load(inp + start + offs, mask=mask)  # [BLOCK] in layout
         for i in gl.static_range(GROUP_SIZE):
             peer = gl.load(members + (group_index + i) % GROUP_SIZE)
-            store(slot + start + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
+            store(slot + start + offs, x, rank, peer, tables[1], mask=mask, hint=HINT)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in our out
 
 
-def launch(ctx, out_flat, inp_flat, n, plan, hint, fingerprint):
+def launch(ctx, out_flat, inp_flat, n, plan, hint, fingerprint, tables):
     """Launch on ``plan``'s grid (``iris.ccl.common.plan``); the block must fill whole warps."""
     check_block(plan.block, plan.warps, "ccl.all_gather")
-    _all_gather_gluon_kernel[plan.grid](out_flat, inp_flat, n, plan.sync.args(ctx, fingerprint),
+    _all_gather_gluon_kernel[plan.grid](out_flat, inp_flat, n, plan.sync.args(ctx, fingerprint, tables),
                                         GROUP_SIZE=plan.sync.size,
                                         HINT=hint, BLOCK=plan.block, THREADS_PER_WARP=WARP_SIZE,
                                         VEC=vector_width(plan.block, plan.warps, inp_flat.element_size()),

@@ -75,8 +75,8 @@ def _all_gather_tma_kernel(inp, rows, sync, d0, d1, d2, d3, d4, d5, d6, d7, GROU
                            BLOCK_M: gl.constexpr, COLS: gl.constexpr, VEC: gl.constexpr, LANES_N: gl.constexpr,
                            BITS: gl.constexpr, STAGES: gl.constexpr):
     # d<i>: the tensor map over member (group_index + i) % GROUP_SIZE's out slot ``group_index``, [rows, COLS]
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, flags)  # matched with the members' calls; out is in the descriptors
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, flags, heap_bases)  # matched with the members' calls; out is in the descriptors
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # no rank still uses its out
     _proxy_fence()  # ... and the copy engine's writes into it come after that

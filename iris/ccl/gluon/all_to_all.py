@@ -20,8 +20,8 @@ def _all_to_all_gluon_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: 
                              BLOCK: gl.constexpr, THREADS_PER_WARP: gl.constexpr, VEC: gl.constexpr):
     # out / inp: [rows, GROUP_SIZE, n]; the programs form a (programs / col_programs) x col_programs grid over
     # (rows, blocks of n), as the Triton kernel's
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, out)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, out, tables[1])  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # no rank still uses its out
     layout: gl.constexpr = gl.BlockedLayout([VEC], [THREADS_PER_WARP], [gl.num_warps()], [0])
@@ -39,16 +39,16 @@ def _all_to_all_gluon_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: 
                 dest = (group_index + i) % GROUP_SIZE
                 peer = gl.load(members + dest)
                 x = gl.load(row_in + dest * n64 + start + offs, mask=mask)  # [BLOCK] in layout
-                store(my_slice + start + offs, x, rank, peer, heap_bases, mask=mask, hint=HINT)
+                store(my_slice + start + offs, x, rank, peer, tables[1], mask=mask, hint=HINT)
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slice has landed in our out
 
 
-def launch(ctx, out_flat, inp_flat, rows, n, col_programs, programs, block, plan, hint, fingerprint):
+def launch(ctx, out_flat, inp_flat, rows, n, col_programs, programs, block, plan, hint, fingerprint, tables):
     """Launch on the Triton kernel's grid and block (``iris/ccl/all_to_all.py``); the block must fill whole warps."""
     check_block(block, plan.warps, "ccl.all_to_all")
     if rows * n:
         _all_to_all_gluon_kernel[(programs,)](out_flat, inp_flat, rows, n, col_programs,
-                                              plan.sync.args(ctx, fingerprint),
+                                              plan.sync.args(ctx, fingerprint, tables),
                                               GROUP_SIZE=plan.sync.size, HINT=hint, BLOCK=block,
                                               THREADS_PER_WARP=WARP_SIZE,
                                               VEC=vector_width(block, plan.warps, inp_flat.element_size()),

@@ -67,8 +67,8 @@ def _counts_kernel(count_table, block_counts, n_blocks, n_experts, perm, segment
     position of the first expert of p's shard): ``start[e]`` = the row where our rows for e begin in its owner's
     buffer (rows of e's owner's earlier experts, then of shards before us for e); and for our experts (positions
     ``local_first .. local_first + n_local``) ``sizes[l]`` and ``offs[l]`` (``offs[n_local]``: rows received)."""
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, count_table)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, count_table, heap_bases)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     blocks = tl.arange(0, N_BLOCKS)
     for first in range(0, n_experts, BLOCK_X):
@@ -132,8 +132,8 @@ def _dispatch_rows_kernel(tokens, topk_idx, scales, n_tokens, buf, origins, star
     slots + i`` (``slots`` = max_tokens * K) and, with ``HAS_SCALES``, its ``n_scales`` scales; ``dest_row[i]`` =
     d, or -1 for no expert (combine's reduce reads it), and ``dest_shard[i]`` = the owner. Programs take tokens in
     turn; each token's row is read once per block and stored to each of its destinations."""
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, buf)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, buf, heap_bases)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     for t in range(tl.program_id(0), n_tokens, tl.num_programs(0)):
         t64 = tl.cast(t, tl.int64)  # row offsets pass 2**31 elements: 32 K rows x 7168 columns x 8 ranks
@@ -172,8 +172,8 @@ def _combine_push_kernel(expert_out, combine_buf, origins, n_received, hidden, s
                          GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
     """Received row r (``r < *n_received``) goes back to slot ``origins[r] % slots`` of ``combine_buf`` on shard
     ``origins[r] // slots``, as ``expert_out[r]``."""
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint = sync  # GroupSync.args
-    match = (fingerprint, world_size, combine_buf)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    match = (fingerprint, world_size, combine_buf, heap_bases)  # matched with the members' calls (iris/device/sync.py)
     row = program_row(flags, world_size)
     # every source has reduced the last combine out of its combine buffer: it has reached this call
     group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)

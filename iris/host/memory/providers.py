@@ -28,6 +28,7 @@ whatever the provider. Ranks index the provider's group (the world unless ``grou
 """
 
 import dataclasses
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -58,6 +59,28 @@ class SymmetricAddressMap:
         return tensor.data_ptr() - self.bases[self.local_rank] + self.bases[rank]
 
 
+_live = []  # weak references to this process's maps, for ``find``
+
+
+def find(tensor):
+    """The live map whose allocation holds all of ``tensor`` (this rank's addresses), or None: how the collectives
+    find the table of a tensor that is not on the heap (``Iris.symmetric_table``)."""
+    start = tensor.data_ptr()
+    end = start + _nbytes(tensor)
+    found = None
+    alive = []
+    for ref in _live:
+        address = ref()
+        if address is None:
+            continue
+        alive.append(ref)
+        base = address.bases[address.local_rank]
+        if found is None and base <= start and end <= base + address.nbytes:
+            found = address
+    _live[:] = alive
+    return found
+
+
 def _misaligned(bases, local_rank):
     """The ranks whose entry of ``bases`` does not lie a multiple of ``BASE_ALIGNMENT`` bytes from ours: ``translate``
     tells the compiler the distances are such multiples (it keeps accesses vectorised)."""
@@ -76,7 +99,9 @@ def address_map(bases, local_rank, nbytes, device, caller, owner=None):
                          f"translation (it keeps accesses vectorised); got {listed}. Align the allocations to "
                          f"{BASE_ALIGNMENT.value} bytes")
     table = torch.tensor(bases_table(local_rank, len(bases), bases, nbytes), dtype=torch.int64, device=device)
-    return SymmetricAddressMap(table[2:2 + len(bases)], bases, local_rank, len(bases), nbytes, owner)
+    address = SymmetricAddressMap(table[2:2 + len(bases)], bases, local_rank, len(bases), nbytes, owner)
+    _live.append(weakref.ref(address))
+    return address
 
 
 def _nbytes(tensor):
