@@ -79,7 +79,7 @@ def _device_api_body():
     return pushed, pulled, arrived, stored, len(heap_distances), maps[1].bases == tuple(dst_bases)
 
 
-@pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory; GPUs: torch's, below")
+@pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory; GPUs: scripts/gpu_symm_mem.py")
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_device_api_on_a_table_per_allocation(pools, world_size):
     for rank, (pushed, pulled, arrived, stored, distances, same_bases) in enumerate(
@@ -168,7 +168,7 @@ def _collectives_body():
     return results, heap_distances
 
 
-@pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory; GPUs: torch's")
+@pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory; GPUs: scripts/gpu_symm_mem.py")
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_collectives_and_a_fused_op_on_a_table_per_allocation(pools, world_size):
     for rank, (results, distances) in enumerate(pools(world_size).run(_collectives_body)):
