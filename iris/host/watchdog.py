@@ -160,7 +160,9 @@ class Watchdog:
         self._failed = set()
         self._waits = {}  # (group ranks, row) -> (behind, count, since when): the device waits seen
         self._polls = 0
-        self._mismatch = threading.Lock()  # one handler of calls that disagreed: the thread's poll or the call's check
+        # Held while a failure is recorded and raised in the context's thread, and while that thread withdraws the
+        # raise (``_withdraw``): a check that sees the failure recorded then never leaves a queued copy behind.
+        self._failing = threading.RLock()
         self._stop = threading.Event()
         self._thread = None
         _register_exit_hook()
@@ -264,13 +266,14 @@ class Watchdog:
         """The context's thread raises the failure itself (``GroupTable.check``): withdraw the copy this thread may
         have queued for it (``_raise_in``), which would otherwise surface a second time, later."""
         if threading.get_ident() == self.owner:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.owner), None)
+            with self._failing:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.owner), None)
 
     def _calls_disagree(self, in_thread=True):
         """A barrier recorded a member whose call differs from ours (module docstring): say which calls, on this
         rank, release every wait, and raise ``MismatchError`` here (``in_thread``: the call's own check on the cpu
         backend) or in the context's thread."""
-        with self._mismatch:
+        with self._failing:
             if self.groups.failure is not None:  # found already, by the other path
                 return
             ranks, row, other, _ = self.groups.mismatches()[0]
@@ -291,10 +294,11 @@ class Watchdog:
             for peer in self._local_ranks:
                 if peer != self.rank:
                     self.groups.poison(peer)
-        message = f"{self.groups.last_call}: {message}"
-        if in_thread:
-            raise MismatchError(message)
-        _raise_in(self.owner, message, MismatchError)
+            message = f"{self.groups.last_call}: {message}"
+            if not in_thread:
+                _raise_in(self.owner, message, MismatchError)
+                return
+        raise MismatchError(message)
 
     def _poll(self):
         slots = self._slots
@@ -328,14 +332,15 @@ class Watchdog:
         self._failed.add(peer)
         message = (f"peer rank {peer} (pid {pid}) {how}; rank {self.rank} releases its device waits for rank "
                    f"{peer} and raises iris.PeerError (every later call that talks to peers raises it too)")
-        if self.groups.failure is None:  # the first failure; later ones (often caused by it) only poison
-            self.groups.failure = message
-            with _lock:
-                announce = pid not in _announced
-                _announced.add(pid)
-            if announce:
-                logger.error(message, extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
-                _raise_in(self.owner, message)
+        with self._failing:
+            if self.groups.failure is None:  # the first failure; later ones (often caused by it) only poison
+                self.groups.failure = message
+                with _lock:
+                    announce = pid not in _announced
+                    _announced.add(pid)
+                if announce:
+                    logger.error(message, extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
+                    _raise_in(self.owner, message)
         self.groups.poison(peer)
         if node is not None and node != self._node:  # our node's ranks may wait for it in the inter-node stage
             for local_peer in self._local_ranks:
