@@ -1,81 +1,119 @@
-"""iris's device API on PyTorch's symmetric memory beside iris's heap, at world size 1 on one GPU (torch refuses two
-ranks on one GPU):
+"""iris's device API, a collective and a fused op on PyTorch's symmetric memory beside iris's heap:
 
-    torchrun --nproc_per_node=1 scripts/gpu_symm_mem.py        # or plain python: iris.run starts one rank
+    python scripts/gpu_symm_mem.py                                   # one GPU: world size 1 (torch refuses two
+                                                                     # ranks on one GPU)
+    torchrun --nproc_per_node=2 scripts/gpu_symm_mem.py              # a GPU a rank
 
 For each provider (``ctx.provider``: iris's heap; ``iris.TorchSymmMemProvider``): a tensor and its map, a kernel that
-stores through ``iris.store`` with the map's table and loads back with ``iris.load``; ``ctx.ccl.all_reduce`` (one-shot,
-bf16, 8 KiB and 1 MiB) and ``ctx.ops.matmul_all_gather`` (fused, bf16 4096 x 4096 x 4096) on the provider's tensors;
-each checked element by element (poisoned first) and timed on both (``iris.do_bench``, median of 100). Prints one
-line a measurement and ``symm_mem: PASS`` or ``FAIL`` last."""
+stores into the next rank's copy through ``iris.store`` with the map's table and loads it back with ``iris.load``;
+``ctx.ccl.all_reduce`` (one-shot, bf16, 8 KiB and 1 MiB) and ``ctx.ops.matmul_all_gather`` (fused, bf16 4096 x 4096
+x 4096, B split by columns) on the provider's tensors; on torch's memory also ``torch.ops.symm_mem.
+one_shot_all_reduce`` on the same input buffers. Each result is checked element by element against torch (outputs
+poisoned first; small integers, so every sum is exact) and timed (``iris.do_bench``, median). Rank 0 prints one line
+a measurement and ``symm_mem: PASS`` or ``FAIL`` last (FAIL when any rank's check failed)."""
 
 import os
 
 import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
 import iris
+from iris.host.distributed import all_gather_object as dist_all_gather_object
 
 N = 1 << 24  # 64 MiB of fp32
 BLOCK = 4096
+POISON = -77.0
 
 
 @triton.jit
 def _roundtrip_kernel(dst, got, bases, n, rank, peer, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    iris.store(dst + offs, offs.to(tl.float32) * 0.5, rank, peer, bases, mask=mask, hint=16)
+    values = offs.to(tl.float32) * 0.5 + rank
+    iris.store(dst + offs, values, rank, peer, bases, mask=mask, hint=16)
     tl.store(got + offs, iris.load(dst + offs, rank, peer, bases, mask=mask, hint=16), mask=mask)
+
+
+def _ints(shape, seed, device, low=-8, high=8):
+    """Small integers drawn from ``seed`` (the same on every rank that asks for ``seed``), as bf16."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randint(low, high, shape, generator=g).to(device=device, dtype=torch.bfloat16)
 
 
 def main():
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     ctx = iris.iris(heap_size=1 << 28)
-    rank = ctx.get_rank()
-    expected = torch.arange(N, device=ctx.get_device(), dtype=torch.float32) * 0.5
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    peer, sender = (rank + 1) % world, (rank - 1) % world
+    say = print if rank == 0 else (lambda *a, **k: None)
     ok = True
     for name, provider in (("iris heap", ctx.provider), ("torch symm_mem", iris.TorchSymmMemProvider())):
         dst, address = provider.allocate_symmetric_map(N, dtype=torch.float32)
-        got = torch.full((N,), -77.0, device=ctx.get_device())
-        dst.fill_(-77.0)
+        got = torch.full((N,), POISON, device=dev)
+        dst.fill_(POISON)
+        ctx.barrier()
         grid = (triton.cdiv(N, BLOCK),)
-        run = lambda: _roundtrip_kernel[grid](dst, got, address.peer_bases, N, rank, rank, BLOCK=BLOCK)  # noqa: E731
+        run = lambda: _roundtrip_kernel[grid](dst, got, address.peer_bases, N, rank, peer, BLOCK=BLOCK)  # noqa: E731
         run()
         torch.cuda.synchronize()
-        correct = torch.equal(dst, expected) and torch.equal(got, expected)
+        ctx.barrier()
+        half = torch.arange(N, device=dev, dtype=torch.float32) * 0.5
+        correct = torch.equal(dst, half + sender) and torch.equal(got, half + rank)
         ok &= correct
         ms = iris.do_bench(run, n_warmup=10, n_repeat=100, return_mode="median")
-        print(f"{name:16s} table {address.bases[rank]:#x} (tensor {dst.data_ptr():#x}) correct {correct} "
-              f"store+load 64 MiB {ms * 1e3:8.1f} us  {2 * N * 4 / ms / 1e6:7.1f} GB/s", flush=True)
+        say(f"{name:16s} table {address.bases[rank]:#x} (tensor {dst.data_ptr():#x}) correct {correct} "
+            f"store to rank {peer} + load 64 MiB {ms * 1e3:8.1f} us  {2 * N * 4 / ms / 1e6:7.1f} GB/s", flush=True)
+
         one_shot = iris.ccl.CollectiveConfig(algorithm="one_shot")
         for nbytes in (8192, 1 << 20):
-            inp, _ = provider.allocate_symmetric_map(nbytes // 2, dtype=torch.bfloat16)
-            inp.copy_(torch.randint(-8, 8, (nbytes // 2,), device=ctx.get_device()).to(torch.bfloat16))
-            out = torch.full_like(inp, -77.0)
-            call = lambda: ctx.ccl.all_reduce(out, inp, config=one_shot)  # noqa: E731
+            n = nbytes // 2
+            inp, _ = provider.allocate_symmetric_map(n, dtype=torch.bfloat16)
+            inp.copy_(_ints((n,), 100 + rank, dev))
+            expected = sum(_ints((n,), 100 + r, dev).float() for r in range(world)).to(torch.bfloat16)
+            out = torch.full_like(inp, POISON)
+            calls = [("ccl.all_reduce one_shot", lambda: ctx.ccl.all_reduce(out, inp, config=one_shot))]
+            if name == "torch symm_mem":  # torch's own one-shot kernel on the same rendezvoused buffer
+                group_name = dist.group.WORLD.group_name
+                calls.append(("torch one_shot_all_reduce",
+                              lambda: out.copy_(torch.ops.symm_mem.one_shot_all_reduce(inp, "sum", group_name))))
+            for label, call in calls:
+                out.fill_(POISON)
+                ctx.barrier()
+                call()
+                torch.cuda.synchronize()
+                correct = torch.equal(out, expected)
+                ok &= correct
+                ms = iris.do_bench(call, n_warmup=10, n_repeat=100, return_mode="median")
+                say(f"{name:16s} {label:26s} bf16 {nbytes:>8d} B correct {correct} {ms * 1e3:8.2f} us", flush=True)
+
+        M = K = cols = 4096
+        a = _ints((M, K), 7, dev, -2, 3)
+        b = _ints((K, cols // world), 200 + rank, dev, -2, 3)
+        out, _ = provider.allocate_symmetric_map(M, cols, dtype=torch.bfloat16)
+        expected = torch.cat([a.float() @ _ints((K, cols // world), 200 + r, dev, -2, 3).float()
+                              for r in range(world)], dim=1).to(torch.bfloat16)  # fp32 sums of small integers: exact
+        # The default config, and on the heap also the SMs storing every tile (what a provider's out always gets:
+        # the copy-engine walk needs the heap).
+        configs = [("default", iris.ops.OpsConfig(variant="fused"))]
+        if name == "iris heap":
+            configs.append(("SM stores", iris.ops.OpsConfig(variant="fused", copy_engine=False)))
+        for label, config in configs:
+            out.fill_(POISON)
+            ctx.barrier()
+            call = lambda: ctx.ops.matmul_all_gather(out, a, b, config=config)  # noqa: E731
             call()
             torch.cuda.synchronize()
-            correct = torch.equal(out, inp)  # world size 1: the sum of one rank
+            ctx.barrier()
+            correct = torch.equal(out, expected)
             ok &= correct
-            ms = iris.do_bench(call, n_warmup=10, n_repeat=100, return_mode="median")
-            print(f"{name:16s} ccl.all_reduce one_shot bf16 {nbytes:>8d} B correct {correct} {ms * 1e3:8.2f} us",
-                  flush=True)
-        M = K = cols = 4096
-        a = torch.randint(-2, 3, (M, K), device=ctx.get_device()).to(torch.bfloat16)
-        b = torch.randint(-2, 3, (K, cols), device=ctx.get_device()).to(torch.bfloat16)
-        out, _ = provider.allocate_symmetric_map(M, cols, dtype=torch.bfloat16)
-        out.fill_(-77.0)
-        fused = iris.ops.OpsConfig(variant="fused")
-        call = lambda: ctx.ops.matmul_all_gather(out, a, b, config=fused)  # noqa: E731
-        call()
-        torch.cuda.synchronize()
-        correct = torch.equal(out, (a.float() @ b.float()).to(torch.bfloat16))  # small integers: exact
-        ok &= correct
-        ms = iris.do_bench(call, n_warmup=5, n_repeat=50, return_mode="median")
-        print(f"{name:16s} ops.matmul_all_gather bf16 {M}x{cols}x{K} correct {correct} {ms * 1e3:8.1f} us",
-              flush=True)
-    print(f"symm_mem: {'PASS' if ok else 'FAIL'}", flush=True)
+            ms = iris.do_bench(call, n_warmup=5, n_repeat=50, return_mode="median")
+            say(f"{name:16s} ops.matmul_all_gather {label:9s} bf16 {M}x{cols}x{K} correct {correct} "
+                f"{ms * 1e3:8.1f} us", flush=True)
+    passed = all(dist_all_gather_object(ok))
+    say(f"symm_mem: {'PASS' if passed else 'FAIL'}", flush=True)
+    ctx.close()
 
 
 if __name__ == "__main__":

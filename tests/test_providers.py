@@ -15,6 +15,9 @@ from rank_utils import error_message, new_context, poison_value, rank_data
 
 N = 300
 BLOCK = 128
+# The test provider is the cpu backend's shared memory; on a GPU, scripts/gpu_symm_mem.py runs torch's.
+ON_CPU_ONLY = pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory; GPUs: "
+                                 "scripts/gpu_symm_mem.py")
 
 
 def segment_provider_tensor(ctx, n, dtype):
@@ -79,7 +82,7 @@ def _device_api_body():
     return pushed, pulled, arrived, stored, len(heap_distances), maps[1].bases == tuple(dst_bases)
 
 
-@pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory; GPUs: scripts/gpu_symm_mem.py")
+@ON_CPU_ONLY
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_device_api_on_a_table_per_allocation(pools, world_size):
     for rank, (pushed, pulled, arrived, stored, distances, same_bases) in enumerate(
@@ -168,7 +171,7 @@ def _collectives_body():
     return results, heap_distances
 
 
-@pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory; GPUs: scripts/gpu_symm_mem.py")
+@ON_CPU_ONLY
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_collectives_and_a_fused_op_on_a_table_per_allocation(pools, world_size):
     for rank, (results, distances) in enumerate(pools(world_size).run(_collectives_body)):
@@ -209,7 +212,7 @@ def _refusals_body():
     }
 
 
-@pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory")
+@ON_CPU_ONLY
 def test_wrap_symmetric_refuses_on_every_rank(pools):
     for rank, m in enumerate(pools(3).run(_refusals_body)):
         assert "ValueError: iris.wrap_symmetric: the tensor differs across the ranks (rank 0: (64,)" in m["shape"]
