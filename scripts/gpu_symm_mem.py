@@ -1,16 +1,15 @@
 """iris's device API, a collective and a fused op on PyTorch's symmetric memory beside iris's heap:
 
-    python scripts/gpu_symm_mem.py                                   # one GPU: world size 1 (torch refuses two
-                                                                     # ranks on one GPU)
-    torchrun --nproc_per_node=2 scripts/gpu_symm_mem.py              # a GPU a rank
+    python scripts/gpu_symm_mem.py                        # one GPU: world size 1 (torch refuses two ranks on one GPU)
+    torchrun --nproc_per_node=2 scripts/gpu_symm_mem.py   # a GPU a rank
 
 For each provider (``ctx.provider``: iris's heap; ``iris.TorchSymmMemProvider``): a tensor and its map, a kernel that
 stores into the next rank's copy through ``iris.store`` with the map's table and loads it back with ``iris.load``;
 ``ctx.ccl.all_reduce`` (one-shot, bf16, 8 KiB and 1 MiB) and ``ctx.ops.matmul_all_gather`` (fused, bf16 4096 x 4096
-x 4096, B split by columns) on the provider's tensors; on torch's memory also ``torch.ops.symm_mem.
-one_shot_all_reduce`` on the same input buffers. Each result is checked element by element against torch (outputs
-poisoned first; small integers, so every sum is exact) and timed (``iris.do_bench``, median). Rank 0 prints one line
-a measurement and ``symm_mem: PASS`` or ``FAIL`` last (FAIL when any rank's check failed)."""
+x 4096, B split by columns) on the provider's tensors; on torch's memory also
+``torch.ops.symm_mem.one_shot_all_reduce`` on the same input buffers. Each result is checked element by element
+against torch (outputs poisoned first; small integers, so every sum is exact) and timed (``iris.do_bench``, median).
+Rank 0 prints one line a measurement and ``symm_mem: PASS`` or ``FAIL`` last (FAIL when any rank's check failed)."""
 
 import os
 
