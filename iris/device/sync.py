@@ -165,8 +165,9 @@ def record_mismatch(record, heap_bases, rank, peer, mark, apart):
     calls before matched). Record on our heap what the peer made, and on the peer's what we made, so that each
     host raises, the peer too when it passed this barrier before seeing our word (module docstring)."""
     theirs = (tl.cast(mark, tl.int64) + apart) & MARK_MASK
-    tl.atomic_xchg(record, MISMATCH | (tl.cast(peer, tl.int64) << 32) | theirs, sem="relaxed", scope="sys")
-    ours = MISMATCH | (tl.cast(rank, tl.int64) << 32) | (tl.cast(mark, tl.int64) & MARK_MASK)
+    # The tensor first: a constexpr on the left of ``|`` makes a constexpr holding a tensor in newer Triton
+    tl.atomic_xchg(record, (tl.cast(peer, tl.int64) << 32) | theirs | MISMATCH, sem="relaxed", scope="sys")
+    ours = (tl.cast(rank, tl.int64) << 32) | (tl.cast(mark, tl.int64) & MARK_MASK) | MISMATCH
     atomic_xchg(record, ours, rank, peer, heap_bases, sem="relaxed", scope="sys")
 
 
