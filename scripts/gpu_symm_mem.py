@@ -41,6 +41,23 @@ def _ints(shape, seed, device, low=-8, high=8):
     return torch.randint(low, high, shape, generator=g).to(device=device, dtype=torch.bfloat16)
 
 
+def _warm_up(device, seconds=1.0):
+    """Busy the GPU for ``seconds`` first, so its clocks have risen before the first provider's rows are timed."""
+    if device.type != "cuda":
+        return
+    a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    while True:
+        for _ in range(20):
+            a @ a
+        end.record()
+        end.synchronize()
+        if start.elapsed_time(end) > seconds * 1e3:
+            return
+
+
 def main():
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     ctx = iris.iris(heap_size=1 << 28)
@@ -48,6 +65,7 @@ def main():
     peer, sender = (rank + 1) % world, (rank - 1) % world
     say = print if rank == 0 else (lambda *a, **k: None)
     ok = True
+    _warm_up(dev)
     for name, provider in (("iris heap", ctx.provider), ("torch symm_mem", iris.TorchSymmMemProvider())):
         dst, address = provider.allocate_symmetric_map(N, dtype=torch.float32)
         got = torch.full((N,), POISON, device=dev)

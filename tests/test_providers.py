@@ -182,6 +182,45 @@ def test_collectives_and_a_fused_op_on_a_table_per_allocation(pools, world_size)
         assert distances > 1, "the provider's tensors sat at one offset from the heap: not a test"
 
 
+def _remembered_body():
+    """A collective's launch is remembered on provider memory as on the heap: the same tensors again are a hit, a
+    tensor of the same shape in another allocation (another table) or on the heap is not, and every result is right."""
+    ctx = new_context(heap_size=1 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    n = 48
+    kept = []
+
+    def provider(salt):
+        tensor, bases, memory = segment_provider_tensor(ctx, n, torch.float32)
+        kept.append((memory, iris.wrap_symmetric(tensor, bases)))
+        tensor.copy_(rank_data(rank, n, torch.float32, "cpu", salt=salt))
+        return tensor
+
+    first, second = provider(1), provider(2)
+    on_heap = ctx.zeros(n, dtype=torch.float32)
+    on_heap.copy_(rank_data(rank, n, torch.float32, "cpu", salt=3))
+    ctx.barrier()
+    config = iris.ccl.CollectiveConfig(algorithm="one_shot")
+    rounds = []
+    for inp, salt in ((first, 1), (first, 1), (second, 2), (second, 2), (on_heap, 3), (first, 1)):
+        out = torch.full((n,), poison_value(torch.float32), dtype=torch.float32)
+        hits = ctx.launches.hits
+        ctx.ccl.all_reduce(out, inp, config=config)
+        ctx.barrier()
+        expected = sum(rank_data(q, n, torch.float32, "cpu", salt=salt) for q in range(world))
+        rounds.append((ctx.launches.hits - hits, torch.equal(out, expected)))
+    del kept
+    return rounds
+
+
+@ON_CPU_ONLY
+def test_launches_are_remembered_on_provider_memory(pools):
+    for rank, rounds in enumerate(pools(2).run(_remembered_body)):
+        assert all(right for _, right in rounds), f"rank {rank}: wrong sums {rounds}"
+        # hit, not hit: first again; second (another table); second again; the heap; first (the entry is second's)
+        assert [hit for hit, _ in rounds] == [0, 1, 0, 1, 0, 0], f"rank {rank}: {rounds}"
+
+
 def _heap_map_body():
     ctx = new_context(heap_size=1 << 20)
     tensor, peer_bases = ctx.allocate_symmetric(40, dtype=torch.float32)

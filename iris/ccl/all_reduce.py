@@ -96,7 +96,7 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
     nbytes = n * inp.element_size()
     if algorithm == "one_shot":
         launch = launches.Launch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx, fp, (ins, ins))), meta)
-        ctx.launches.put(common.heap_only(key, ctx, ins), group, config, launch, on_heap=((1, nbytes),))(
+        ctx.launches.put(key, group, config, launch, symmetric=((1, nbytes, ins),))(
             out_flat, inp_flat)
     else:
         outs = ctx.symmetric_table(out, caller, "out")
@@ -104,5 +104,5 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
         shard = triton.cdiv(triton.cdiv(n, p.sync.size), 16) * 16
         launch = launches.Launch(_all_reduce_two_shot_kernel, p.grid, (n, shard, p.sync.args(ctx, fp, (ins, outs))),
                                  meta)
-        ctx.launches.put(common.heap_only(key, ctx, ins, outs), group, config, launch, on_heap=((0, nbytes), (1, nbytes)))(out_flat, inp_flat)
+        ctx.launches.put(key, group, config, launch, symmetric=((0, nbytes, outs), (1, nbytes, ins)))(out_flat, inp_flat)
     return common.done(ctx, async_op)

@@ -112,6 +112,6 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
         launch = launches.Launch(_all_reduce_rmsnorm_kernel, (programs,), (rows, hidden, float(eps),
                                                                           sync.args(ctx, fp, (ins, ins))),
                                  dict(GROUP_SIZE=sync.size, HINT=hint, BLOCK_H=block_h, num_warps=warps))
-        ctx.launches.put(common.heap_only(key, ctx, ins), group, config, launch, on_heap=((2, inp.numel() * inp.element_size()),))(
+        ctx.launches.put(key, group, config, launch, symmetric=((2, inp.numel() * inp.element_size(), ins),))(
             out, residual_out, inp, residual, weight)
     return out, residual_out

@@ -167,12 +167,6 @@ def fingerprint(ctx, caller, tensors, *extra):
     return (zlib.crc32(text.encode()) & 0x7FFFFFF) << 4 | 5
 
 
-def heap_only(key, ctx, *tables):
-    """``key`` when every table is the heap's, else None: a launch that bakes in another provider's table is not
-    remembered (a later call's tensors of the same shape may sit in another allocation)."""
-    return key if all(table is ctx.heap_bases for table in tables) else None
-
-
 def vector_hint(*tensors):
     """16 when every tensor starts on a 16-byte boundary (then translated accesses can be 16-byte vectors),
     else None: a hint the data does not honour would make the compiler read the wrong bytes."""

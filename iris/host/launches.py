@@ -13,8 +13,8 @@ the same key does only what must be done per call:
         return
     ... general path ...; ctx.launches.put(key, group, config, Launch(kernel, grid, static, meta))(out, inp)
 
-What a hit still does: the per-call checks whose answer is not in the key (a tensor on the heap: one address
-compare), the peer-failure check, the current stream, and the launch. Triton's CUDA launcher is called directly
+What a hit still does: the per-call checks whose answer is not in the key (a tensor in the allocation whose table
+the launch bakes in: one address compare on the heap, a look through the live maps for another provider's memory), the peer-failure check, the current stream, and the launch. Triton's CUDA launcher is called directly
 with the tuple of arguments ``JITFunction.run`` would pass (``private.compiled_launcher``); with a launch hook set
 (a profiler such as proton), a kernel needing a scratch allocation, another current device, or on the cpu backend
 (the Triton interpreter, which compiles nothing), the launch goes through ``kernel[grid](...)`` with the same
@@ -32,6 +32,7 @@ import weakref
 
 import torch
 
+from iris.host.memory import providers
 from iris.platform import private
 
 # Keys before the cache starts afresh: each entry is a few hundred bytes; a model's distinct (op, shape) pairs
@@ -161,31 +162,29 @@ class LaunchCache:
         self._entries = {}  # key -> (launch, group weakref or _none, config, on_heap, text)
         self.hits = self.misses = 0
 
-    def get(self, key, group, config):
-        """The entry ``(launch, group reference, config, on_heap, text)`` stored under ``key`` for these ``group`` and
-        ``config`` objects, or None."""
+    def _entry(self, key, group, config):
+        """The entry ``(launch, group reference, config, symmetric, text)`` stored under ``key`` for these ``group``
+        and ``config`` objects, or None."""
         entry = self._entries.get(key)
         if entry is None or entry[1]() is not group or entry[2] is not config:
-            self.misses += 1
             return None
-        self.hits += 1
         return entry
 
     def stored(self, key, group, config):
         """The launch stored under ``key`` for these ``group`` and ``config`` objects, or None; counts nothing (for a
         caller that remembers a route of its own around a launch)."""
-        entry = self._entries.get(key)
-        if entry is None or entry[1]() is not group or entry[2] is not config:
-            return None
-        return entry[0]
+        entry = self._entry(key, group, config)
+        return None if entry is None else entry[0]
 
-    def put(self, key, group, config, launch, on_heap=()):
-        """Store ``launch`` under ``key`` (nothing when the key is None) and return it. ``on_heap``: (index, bytes)
-        of each tensor a hit must find on the symmetric heap."""
+    def put(self, key, group, config, launch, symmetric=()):
+        """Store ``launch`` under ``key`` (nothing when the key is None) and return it. ``symmetric``: (index, bytes,
+        table) of each tensor peers reach, where ``table`` is the bases table the launch translates it with
+        (``ctx.symmetric_table``): a hit must find the tensor in that table's allocation again (the heap, or the
+        same live map of another provider; a tensor elsewhere takes the general path, which stores its own)."""
         if key is not None:
             if len(self._entries) >= self.limit:
                 self._entries.clear()
-            self._entries[key] = (launch, _none if group is None else weakref.ref(group), config, tuple(on_heap),
+            self._entries[key] = (launch, _none if group is None else weakref.ref(group), config, tuple(symmetric),
                                   self.groups.last_text)
         return launch
 
@@ -194,15 +193,24 @@ class LaunchCache:
         then runs, and raises where a check fails). Raises ``PeerError`` once a peer has failed."""
         if key is None:
             return False
-        entry = self.get(key, group, config)
+        entry = self._entry(key, group, config)
         if entry is None:
+            self.misses += 1
             return False
-        launch, _, _, on_heap, text = entry
+        launch, _, _, symmetric, text = entry
         ctx.groups.check(key[0])
         ctx.groups.last_text = text
-        heap = ctx.heap
-        for index, nbytes in on_heap:
-            if not heap.holds(tensors[index].data_ptr(), nbytes):
-                return False
+        for index, nbytes, table in symmetric:
+            tensor = tensors[index]
+            if table is ctx.heap_bases:
+                if not ctx.heap.holds(tensor.data_ptr(), nbytes):
+                    self.misses += 1
+                    return False
+            else:  # another provider's allocation: the one whose table the launch bakes in, still live
+                address = providers.find(tensor)
+                if address is None or address.peer_bases is not table:
+                    self.misses += 1
+                    return False
+        self.hits += 1
         launch(*tensors)
         return True
