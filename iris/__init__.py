@@ -33,6 +33,7 @@ from iris.host.memory.providers import (HeapProvider, SymmetricAddressMap, Torch
 from iris.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
 from iris import tensor_creation, hip, mem  # noqa: E402  upstream's module paths (iris/upstream.py)
 from iris.platform import private as _private  # noqa: E402
+from iris.platform.device_info import get_device_id_for_rank  # noqa: E402
 from iris import upstream as _upstream  # noqa: E402
 
 _upstream.install()  # upstream's spellings of the public methods' arguments
@@ -48,5 +49,5 @@ __all__ = [
     "set_logger_level",
     "logger", "DEBUG", "INFO", "WARNING", "ERROR", "TraceEvent", "tensor_creation", "quiet", "put_signal",
     "put_signal_rect", "wait_then_put_rect", "wait_then_put_signal_rect", "hip", "mem", "wait_until",
-    "SymmetricAddressMap", "HeapProvider", "TorchSymmMemProvider", "wrap_symmetric",
+    "SymmetricAddressMap", "HeapProvider", "TorchSymmMemProvider", "wrap_symmetric", "get_device_id_for_rank",
 ]

@@ -16,7 +16,8 @@ refuses two ranks on one device); on the cpu backend upstream code stops at its 
 ``--cuda-shim`` lets those calls land on the CPU (``scripts/upstream_cuda_shim.py``). The compile tests run
 without either stand-in (a global TorchFunctionMode and dynamo do not mix; their tensors are heap tensors).
 ``--small`` gives the GPU-sized examples the small problem sizes of ``SMALL`` (their own options; the examples are
-unchanged), which the interpreter runs in seconds to a minute.
+unchanged), which the interpreter runs in seconds to a minute. On a GPU at their own sizes, the options of
+``GPU_SIZED`` size what an example sizes for AMD's MI300X to the GPU's multiprocessors.
 
 Prints one row per run (ran / passed / failed with the reason) and a count table last.
 """
@@ -67,6 +68,14 @@ SMALL = {
     "examples/18_gemm_all_scatter_tracing/example.py": _GEMM + " --trace_tiles",
     "examples/19_flash_decode/example_run.py": "--kv_len_per_rank 256 --num_heads 16 --head_dim 64 --num_seqs 2",
     "examples/21_all_reduce_ring_based/example.py": "-m 128 -n 128 --BLK_M 64 --BLK_N 64 --num_sms 2",
+}
+
+# On a GPU at the examples' own sizes: options an example sizes for AMD's MI300X (304 compute units), given here
+# sized to the GPU's multiprocessors ({pow2}: the largest power of two below their count). 17 gives the GEMM the first
+# --gemm_sms (default 256) of its one-program-per-multiprocessor grid and communication the rest: on an H200's 132
+# SMs no program would communicate and tiles past the 132nd would never be computed.
+GPU_SIZED = {
+    "examples/17_gemm_one_shot_reduce_scatter_wg_specialization/example.py": "--gemm_sms {pow2}",
 }
 
 FAILED_CHECK = re.compile(r"validation failed|mismatch|\bFAILED\b|\bfailed\b|assert(ion)?error", re.I)
@@ -230,6 +239,8 @@ def main():
         env.update(IRIS_BACKEND="cpu", TRITON_INTERPRET="1")  # before the examples import triton
         shim = args.cuda_shim
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    sized = {} if on_cpu or args.small else {name: options.format(pow2=_below_pow2(_gpu_sms())).split()
+                                             for name, options in GPU_SIZED.items()}
 
     jobs = []
     for path in example_entries(root):
@@ -238,7 +249,8 @@ def main():
         extra = ["--validate"] if "--validate" in source else []
         ranks = world_size_of(source, args.world_size)
         name = os.path.relpath(path, root)
-        small = SMALL.get(name.replace(os.sep, "/"), "").split() if args.small else []
+        key = name.replace(os.sep, "/")
+        small = SMALL.get(key, "").split() if args.small else sized.get(key, [])
         small_env = [word for word in small if re.match(r"[A-Z_]+=", word)]
         jobs.append(("example", name, torchrun + [f"--nproc_per_node={ranks}", path] + extra + small[len(small_env):],
                      (dict(word.split("=", 1) for word in small_env), small)))
@@ -318,6 +330,17 @@ def print_table(rows, backend):
     for r in rows:
         if r["kind"] == "test":
             print(f"  {r['name']}: {r.get('counts')}")
+
+
+def _gpu_sms():
+    import torch
+
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def _below_pow2(count):
+    """The largest power of two below ``count`` (at least 1): 128 for 132."""
+    return max(1, 1 << ((count - 1).bit_length() - 1))
 
 
 def _gpu_visible():

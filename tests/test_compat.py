@@ -269,6 +269,13 @@ def test_upstream_names(pools):
     assert iris.hip.get_num_xcc() == 1 and iris.hip.get_wall_clock_rate(0) == 1_000_000
     assert Context is iris.DeviceContext and iris.mem.triton.load is iris.load
     assert iris.mem.utils.read_realtime is iris.device.utils.read_realtime
+    from iris.device_utils import get_se_id, read_realtime  # the older flat path upstream keeps as a shim
+
+    assert read_realtime is iris.device.utils.read_realtime and get_se_id is iris.device.utils.get_se_id
+    gpus = iris.hip.count_devices()
+    assert [iris.get_device_id_for_rank(r) for r in range(3)] == [r % gpus if gpus else 0 for r in range(3)]
+    with pytest.raises(ValueError, match=r"iris.get_device_id_for_rank: local_rank=-1 must be an int >= 0"):
+        iris.get_device_id_for_rank(-1)
     from iris.host.tracing import Tracing  # the host tracing room keeps its path as a package
     from iris.host.tracing.events import TraceEvent  # upstream's path of the event table
 

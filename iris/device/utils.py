@@ -1,4 +1,4 @@
-"""Upstream Iris's ``iris.device.utils`` (and ``iris.mem.utils``): timers and topology a kernel can read.
+"""Upstream Iris's ``iris.device.utils`` (and ``iris.mem.utils``, ``iris.device_utils``): timers and topology a kernel can read.
 
 ``read_realtime()`` returns an int64 timestamp from the GPU's global timer: ``%globaltimer`` on NVIDIA, which
 counts nanoseconds (``iris.hip.get_wall_clock_rate()`` reports its 1e6 kHz, so upstream's
@@ -51,4 +51,10 @@ def get_xcc_id():
     return tl.full((), 0, tl.int32)
 
 
-__all__ = ["read_realtime", "get_wall_clock", "get_cu_id", "get_xcc_id"]
+@triton.jit
+def get_se_id():
+    """The shader engine this program runs on: 0 (AMD's SE id upstream; NVIDIA exposes no such register)."""
+    return tl.full((), 0, tl.int32)
+
+
+__all__ = ["read_realtime", "get_wall_clock", "get_cu_id", "get_xcc_id", "get_se_id"]

@@ -23,6 +23,17 @@ def set_device(device_id):
         torch.cuda.set_device(device_id)
 
 
+def get_device_id_for_rank(local_rank):
+    """The GPU the rank of ``local_rank`` on this node uses, as the backends assign it: the local rank modulo the
+    GPUs visible (so ranks sharing one GPU under ``IRIS_BACKEND=simulation`` all get it); 0 without GPUs. Upstream
+    Iris's name: ``torch.cuda.set_device(iris.get_device_id_for_rank(local_rank))``."""
+    if not isinstance(local_rank, int) or local_rank < 0:
+        raise ValueError(f"iris.get_device_id_for_rank: local_rank={local_rank!r} must be an int >= 0 (torchrun's "
+                         "LOCAL_RANK)")
+    count = count_devices()
+    return local_rank % count if count else 0
+
+
 def get_cu_count(device_id=None):
     """Streaming multiprocessors of the GPU (the CPU count without GPUs)."""
     if torch.cuda.is_available():
@@ -49,4 +60,4 @@ def get_arch(device_id=None):
     return "cpu"
 
 
-__all__ = ["count_devices", "set_device", "get_cu_count", "get_num_xcc", "get_wall_clock_rate", "get_arch"]
+__all__ = ["count_devices", "set_device", "get_device_id_for_rank", "get_cu_count", "get_num_xcc", "get_wall_clock_rate", "get_arch"]
