@@ -7,7 +7,7 @@
 #   PART=tier bash scripts/gpu_upstream.sh                            # 3 and 4 below
 # 1. scripts/gpu_compat.sh: tests/test_compat.py, the dropped-contexts check at 2 ranks and at world size 1, and
 #    upstream's examples and tests unchanged (scripts/run_upstream.py), 2 ranks sharing the GPU;
-# 2. upstream's racy examples 16 and 30, RACE_RUNS times each unchanged and RACE_RUNS times with the wait they lack
+# 2. upstream's racy examples 16, 29 and 30, RACE_RUNS times each unchanged and RACE_RUNS times with the wait they lack
 #    (scripts/upstream_race_tree.py writes those copies under $UPSTREAM/race; docs/upstream.md): the race is the
 #    only cause when the copy passes every time;
 # 3. the device-code test files (rma, atomics, sync, ccl, gluon, tracing, x, the copy engine's, misuse) at 2 ranks
@@ -44,7 +44,7 @@ if [ "$PART" = upstream ] || [ "$PART" = race ] || [ "$PART" = all ]; then
     done
     echo "$passed/$RACE_RUNS"
   }
-  for example in 16_gemm_one_shot_all_reduce_independent 30_x_all_gather; do
+  for example in 16_gemm_one_shot_all_reduce_independent 29_x_all_reduce 30_x_all_gather; do
     races+=("example ${example%%_*} unchanged" "$(race "$UPSTREAM" "$example") passed"
             "example ${example%%_*} with the wait it lacks" "$(race "$UPSTREAM/race" "$example") passed")
   done

@@ -1,11 +1,12 @@
 """Copies of upstream's racy examples with the wait they lack, to tell their race from a fault of ours:
 
-    python scripts/upstream_race_tree.py UPSTREAM      # writes UPSTREAM/race/examples/{16_...,30_...}
+    python scripts/upstream_race_tree.py UPSTREAM      # writes UPSTREAM/race/examples/{16_...,29_...,30_...}
 
 - 16_gemm_one_shot_all_reduce_independent: its all-reduce kernel reads the peers' partial sums right after this
   rank's own GEMM; the copy waits for every rank's GEMM first (``torch.cuda.synchronize()`` and ``ctx.barrier()``).
-- 30_x_all_gather: it checks the rows the peers store into its output right after its own kernel; the copy calls
-  ``ctx.barrier()`` before the check.
+- 29_x_all_reduce and 30_x_all_gather: each checks what the peers' kernels add or store into its output right after
+  its own kernel (``torch.cuda.synchronize()`` waits for this rank's work only); the copy calls ``ctx.barrier()``
+  before the check.
 
 Each copy differs from upstream's file by that one line; everything else in the directory is copied as it is, and
 so is ``examples/common`` (the kernels import its helpers). If a copy passes every time where the file as upstream
@@ -20,6 +21,7 @@ import sys
 WAITS = {
     "16_gemm_one_shot_all_reduce_independent": ("            if not only_gemm:\n",
                                                 "            torch.cuda.synchronize()\n            ctx.barrier()\n"),
+    "29_x_all_reduce": ('    if args["validate"]:\n', "    ctx.barrier()\n"),
     "30_x_all_gather": ('    if args["validate"]:\n', "    ctx.barrier()\n"),
 }
 
