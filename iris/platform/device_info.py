@@ -60,4 +60,5 @@ def get_arch(device_id=None):
     return "cpu"
 
 
-__all__ = ["count_devices", "set_device", "get_device_id_for_rank", "get_cu_count", "get_num_xcc", "get_wall_clock_rate", "get_arch"]
+__all__ = ["count_devices", "set_device", "get_device_id_for_rank", "get_cu_count", "get_num_xcc",
+           "get_wall_clock_rate", "get_arch"]
