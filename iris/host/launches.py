@@ -15,8 +15,9 @@ the same key does only what must be done per call:
 
 What a hit still does: the per-call checks whose answer is not in the key (a tensor in the allocation whose table
 the launch bakes in: one address compare on the heap, a look through the live maps for another provider's memory),
-the peer-failure check, the current stream, and the launch. Triton's CUDA launcher is called directly with the tuple of arguments ``JITFunction.run`` would pass (``private.compiled_launcher``); with a launch hook set
-(a profiler such as proton), a kernel needing a scratch allocation, another current device, or on the cpu backend
+the peer-failure check, the current stream, and the launch. Triton's CUDA launcher is called directly with the tuple
+of arguments ``JITFunction.run`` would pass (``private.compiled_launcher``); with a launch hook set (a profiler such
+as proton), a kernel needing a scratch allocation, another current device, or on the cpu backend
 (the Triton interpreter, which compiles nothing), the launch goes through ``kernel[grid](...)`` with the same
 arguments: the key is honoured either way, and only the last step differs.
 
