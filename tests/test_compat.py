@@ -225,11 +225,15 @@ def _dropped_body(compiled):
         step = torch.compile(lambda t: torch.ops.iris.all_reduce(t) + 1, backend="aot_eager")
         step(x)
         torch.ops.iris.all_gather(x)
-    refs = (weakref.ref(ctx), weakref.ref(ctx.heap))
+    # the heap's memory, and the group table whose sync flags lie on it (its hooks and the watchdog were a cycle the
+    # collector freed only a pass later, keeping the whole heap mapped until then)
+    parts = {"context": ctx, "heap": ctx.heap, "heap memory": ctx.heap.memory, "group table": ctx.groups,
+             "watchdog": ctx.watchdog}
+    refs = {name: weakref.ref(part) for name, part in parts.items()}
     ctx.barrier()
-    del ctx, x, out
-    gc.collect()
-    alive = [name for name, ref in zip(("context", "heap"), refs) if ref() is not None]
+    del ctx, x, out, parts
+    gc.collect()  # one pass
+    alive = [name for name, ref in refs.items() if ref() is not None]
     if compiled:
         alive += [f"get_context: {error_message(iris.compile.get_context)}"]
     return alive

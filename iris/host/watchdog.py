@@ -201,6 +201,10 @@ class Watchdog:
         with _lock:
             _live.discard(self)
         self._slots = None  # the last reference to the page's buffer: unmapped here
+        # The group table's hooks are bound methods of this watchdog, which holds the table: a cycle the collector
+        # frees only at a later pass when the context was dropped (its finalizer ran this in the pass that found
+        # it), keeping the table's sync flags, and so the whole heap, mapped until then.
+        self.groups.on_mismatch = self.groups.on_raise = None
 
     def _run(self):
         # the mismatch records at every poll where they are host memory (the cpu backend), else with the waits
