@@ -8,8 +8,9 @@
 #    context freed, upstream's names, AMD-only launch options through the CUDA launcher), 2 and 3 ranks sharing;
 # 2. twelve 8 GiB contexts made and dropped (scripts/compat_dropped_contexts.py), 2 ranks sharing and 1 rank;
 # 3. with UPSTREAM set: upstream's examples and its test_functional.py / test_process_group.py, unchanged
-#    (scripts/run_upstream.py), 2 ranks sharing the GPU, six runs at once, each under its own timeout (60 s an
-#    example, 140 s a test file; the compile test makes 24 contexts of 8 GiB and compiles 24 graphs).
+#    (scripts/run_upstream.py), 2 ranks sharing the GPU, UPSTREAM_JOBS (4) runs at once, each under its own timeout
+#    (60 s an example, 140 s a test file; the compile test makes 24 contexts of 8 GiB and compiles 24 graphs; at 6
+#    runs at once example 12 once ran out of memory beside it: 8 GiB heaps a rank).
 # Writes under $OUT (tests.log, dropped.log, upstream.log, upstream.json); prints a short table last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +37,7 @@ t_one=$?
 t_up="skipped (UPSTREAM unset)"
 if [ -n "${UPSTREAM:-}" ]; then
   IRIS_BACKEND=simulation timeout "${UPSTREAM_TIMEOUT_S:-150}" python3 scripts/run_upstream.py "$UPSTREAM" \
-    --world-size 2 --jobs 6 --timeout 60 --test-timeout 140 --json "$OUT_DIR/upstream.json" \
+    --world-size 2 --jobs "${UPSTREAM_JOBS:-4}" --timeout 60 --test-timeout 140 --json "$OUT_DIR/upstream.json" \
     > "$OUT_DIR/upstream.log" 2>&1
   t_up="exit $?"
 fi
