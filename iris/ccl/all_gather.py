@@ -65,5 +65,6 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
         return common.done(ctx, async_op)
     launch = launches.Launch(_all_gather_kernel, p.grid, (n, p.sync.args(ctx, fp, (ctx.heap_bases, outs))),
                              dict(GROUP_SIZE=p.sync.size, HINT=hint, BLOCK=p.block, num_warps=p.warps))
-    ctx.launches.put(key, group, config, launch, symmetric=((0, out.numel() * out.element_size(), outs),))(out_flat, inp_flat)
+    ctx.launches.put(key, group, config, launch, symmetric=((0, out.numel() * out.element_size(), outs),))(
+        out_flat, inp_flat)
     return common.done(ctx, async_op)

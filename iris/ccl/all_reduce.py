@@ -104,5 +104,6 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
         shard = triton.cdiv(triton.cdiv(n, p.sync.size), 16) * 16
         launch = launches.Launch(_all_reduce_two_shot_kernel, p.grid, (n, shard, p.sync.args(ctx, fp, (ins, outs))),
                                  meta)
-        ctx.launches.put(key, group, config, launch, symmetric=((0, nbytes, outs), (1, nbytes, ins)))(out_flat, inp_flat)
+        ctx.launches.put(key, group, config, launch, symmetric=((0, nbytes, outs), (1, nbytes, ins)))(
+            out_flat, inp_flat)
     return common.done(ctx, async_op)

@@ -191,5 +191,6 @@ def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, ke
     launch = launches.SlicedLaunch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx, fp, (ins, ins))),
                                    dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=acc_fp32, HINT=hint, BLOCK=p.block,
                                         SLICED=True, num_warps=p.warps), start, start + n)
-    ctx.launches.put(key, group, config, launch, symmetric=((1, inp.numel() * inp.element_size(), ins),))(out_flat, inp_flat)
+    ctx.launches.put(key, group, config, launch, symmetric=((1, inp.numel() * inp.element_size(), ins),))(
+        out_flat, inp_flat)
     return common.done(ctx, async_op)

@@ -1,4 +1,5 @@
-"""Upstream Iris's ``iris.device.utils`` (and ``iris.mem.utils``, ``iris.device_utils``): timers and topology a kernel can read.
+"""Upstream Iris's ``iris.device.utils`` (and ``iris.mem.utils``, ``iris.device_utils``): timers and topology a
+kernel can read.
 
 ``read_realtime()`` returns an int64 timestamp from the GPU's global timer: ``%globaltimer`` on NVIDIA, which
 counts nanoseconds (``iris.hip.get_wall_clock_rate()`` reports its 1e6 kHz, so upstream's

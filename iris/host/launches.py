@@ -160,7 +160,7 @@ class LaunchCache:
         names it) each entry keeps from its general path and each hit puts back."""
         self.groups = groups
         self.limit = limit
-        self._entries = {}  # key -> (launch, group weakref or _none, config, on_heap, text)
+        self._entries = {}  # key -> (launch, group weakref or _none, config, symmetric, text)
         self.hits = self.misses = 0
 
     def _entry(self, key, group, config):
