@@ -26,6 +26,7 @@ from iris.host.distributed import all_gather_object, ensure_process_group
 from iris.host.memory.allocator import align_up
 from iris.host.memory.backing import CudaIpcMemory, SharedMemory
 from iris.host.memory.vmem import GrowableMemory
+from iris.platform.device_info import get_device_id_for_rank
 
 ALLOCATORS = ("torch", "vmem")
 _serials = itertools.count(1)
@@ -70,7 +71,7 @@ def bind_device(backend):
                            "cpu backend")
     local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
     rank = int(os.environ.get("RANK", local_rank)) if backend == "simulation" else local_rank
-    device = torch.device("cuda", rank % torch.cuda.device_count())
+    device = torch.device("cuda", get_device_id_for_rank(rank))
     torch.cuda.set_device(device)
     ensure_process_group(backend)
     return device

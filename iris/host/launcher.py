@@ -100,7 +100,9 @@ def _worker(rank, world_size, port, conn, nodes=1):
     if _backend.BACKEND != "cpu":
         import torch
 
-        torch.cuda.set_device(torch.device("cuda", rank % torch.cuda.device_count()))
+        from iris.platform.device_info import get_device_id_for_rank
+
+        torch.cuda.set_device(torch.device("cuda", get_device_id_for_rank(rank)))
     ensure_process_group(_backend.BACKEND)
     conn.send(("ready", None))
     while True:
