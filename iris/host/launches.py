@@ -82,6 +82,15 @@ def key_of(name, group, config, tensors, *extra):
     return tuple(key)
 
 
+def _in_allocation(ctx, tensor, nbytes, table):
+    """``tensor`` (``nbytes`` from its start) lies in the allocation ``table`` translates: the heap (one address
+    compare), or the still-live map of another provider whose table it is."""
+    if table is ctx.heap_bases:
+        return ctx.heap.holds(tensor.data_ptr(), nbytes)
+    address = providers.find(tensor)
+    return address is not None and address.peer_bases is table
+
+
 class Launch:
     """One kernel launch of fixed grid and arguments but for the leading tensors: ``launch(*tensors)`` launches
     ``kernel[grid](*tensors, *static, **meta)``."""
@@ -202,16 +211,9 @@ class LaunchCache:
         ctx.groups.check(key[0])
         ctx.groups.last_text = text
         for index, nbytes, table in symmetric:
-            tensor = tensors[index]
-            if table is ctx.heap_bases:
-                if not ctx.heap.holds(tensor.data_ptr(), nbytes):
-                    self.misses += 1
-                    return False
-            else:  # another provider's allocation: the one whose table the launch bakes in, still live
-                address = providers.find(tensor)
-                if address is None or address.peer_bases is not table:
-                    self.misses += 1
-                    return False
+            if not _in_allocation(ctx, tensors[index], nbytes, table):
+                self.misses += 1
+                return False
         self.hits += 1
         launch(*tensors)
         return True
