@@ -354,6 +354,55 @@ def test_blocking_put_raises_peer_error_when_the_peer_dies():
     assert elapsed < 15, f"the blocked put failed after {elapsed:.1f} s"
 
 
+def _failure_found_by_the_lane_body():
+    """The watchdog records a failure while a blocking put's wait is on the lane thread; the lane's check raises it
+    first and the put hands it to this thread (a fresh rank process, told to leave the checks to the lane); only then does the watchdog's own copy for this thread get queued
+    (the order the lock ``_failing`` allows, held open here). One PeerError must surface, not a second one later."""
+    import threading
+    import time
+
+    from iris.host.copy_engine import api
+    from iris.host.watchdog import _raise_in
+
+    api.SPIN_S = 5.0  # the put's caller spins without checking for failures: only the lane's check finds it
+    ctx = _context(engines=("sdma",))
+    src, dst = ctx.zeros(8), ctx.zeros(8)
+    gate = _host_gate(ctx.get_device())
+    watchdog, owner, message = ctx.watchdog, threading.get_ident(), "peer rank 1 (pid 1) stood in for by this test"
+
+    def record_then_raise():
+        time.sleep(0.5)  # the put is waiting on the lane by now
+        with watchdog._failing:  # as Watchdog._fail: record, then queue the raise for the context's thread
+            ctx.groups.failure = message
+            time.sleep(0.5)  # the lane sees the failure meanwhile, and the put hands it to its caller
+            _raise_in(owner, message)
+
+    watching = threading.Thread(target=record_then_raise)
+    watching.start()
+    try:
+        ctx.put(src, 0, dst, wait_flag=gate.data_ptr(), wait_value=1)
+        first = "put returned"
+    except iris.PeerError as e:
+        first = f"{type(e).__name__}: {e}"
+    try:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # Python running: where a queued copy would land
+            pass
+        second = None
+    except iris.PeerError as e:
+        second = f"{type(e).__name__}: {e}"
+    watching.join()
+    gate.fill_(1)
+    return first, second
+
+
+def test_a_failure_the_lane_finds_surfaces_once():
+    with iris.RankPool(1) as pool:
+        [(first, second)] = pool.run(_failure_found_by_the_lane_body, timeout_s=RUN_S)
+    assert first.startswith("PeerError") and "stood in for" in first, first
+    assert second is None, second
+
+
 def _ready():
     return True
 

@@ -135,6 +135,43 @@ def test_later_calls_raise_peer_error_at_once():
         assert took < 5.0, (name, took)  # at once: no wait for a peer (a loaded 2-core CI machine can stall ~1 s)
 
 
+def _failing_as_a_peer_fails_body():
+    """This rank fails (``mark_failed``, as RankPool does when a call raises) just as the watchdog raises a peer's
+    failure in this thread: the raise is held until ``mark_failed`` waits on the watchdogs' lock, so it lands inside
+    it. ``mark_failed`` must absorb it (this rank is failing already), and leave none queued to land later."""
+    from iris.host import watchdog
+
+    ctx = new_context(heap_size=1 << 16)
+    owner, holding = threading.get_ident(), threading.Event()
+
+    def raise_while_held():
+        with watchdog._lock:
+            holding.set()
+            time.sleep(0.3)  # mark_failed waits for the lock by now
+            watchdog._raise_in(owner, "a peer failing as this rank does")
+
+    helper = threading.Thread(target=raise_while_held)
+    helper.start()
+    holding.wait()
+    try:
+        watchdog.mark_failed(ValueError("this rank's own failure"))
+        landed = None
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:  # Python running: where a queued copy would land
+            pass
+    except iris.PeerError as e:
+        landed = str(e)
+    helper.join()
+    return landed, ctx.watchdog._thread.is_alive()
+
+
+def test_failing_rank_absorbs_a_peer_failure_raised_meanwhile():
+    with iris.RankPool(1) as pool:
+        [(landed, watching)] = pool.run(_failing_as_a_peer_fails_body, timeout_s=POOL_TIMEOUT_S)
+    assert landed is None, landed
+    assert not watching  # mark_failed finished: the watchdog stopped
+
+
 def _clean_close_body(linger_s):
     ctx = new_context(heap_size=1 << 16)
     if ctx.get_rank() == 1:

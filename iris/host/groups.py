@@ -144,6 +144,14 @@ class GroupTable:
         if self.closed:
             raise ClosedError(caller)
 
+    def reraise(self, error):
+        """Raise ``error`` in this thread, raised first in another (a copy lane's, handed over when the call
+        collects it). This table's failure withdraws the copy the watchdog may have queued for this thread
+        (``on_raise``), as ``check`` does, so it surfaces once."""
+        if isinstance(error, PeerError) and self.on_raise is not None:
+            self.on_raise()
+        raise error
+
     def get(self, ranks, caller):
         """The sync state of the group of ``ranks`` (ascending; this rank must be one of them). Collective over
         ``ranks`` at a group's first use, which agrees on its slot and allocates a small device tensor: call

@@ -355,8 +355,15 @@ class Watchdog:
 def mark_failed(error):
     """This process is failing with ``error``: publish FAILED for every open context and stop watching, so
     its peers fail fast and this rank, already failing, gets no PeerError on top. ``RankPool`` calls it
-    when a call raises."""
-    _finish(_failed_state(error))
+    when a call raises. A watchdog may raise a peer's failure in this thread just before it stops (the peer
+    failing as this rank does); that copy is absorbed, landed or queued: this rank is failing already."""
+    while True:
+        try:
+            _finish(_failed_state(error))
+            break
+        except PeerError:  # landed while stopping (stopping again is harmless): finish
+            continue
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)  # queued, not landed
 
 
 def _failed_state(error):

@@ -358,7 +358,7 @@ class HostLane(Lane):
     def _collect(self):
         error, self._error = self._error, None
         if error is not None:
-            raise error
+            self.ctx.groups.reraise(error)
 
     def _finish(self):
         """Block until everything queued has run (each wait in it is bounded by the context's timeout), then raise
