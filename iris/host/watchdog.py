@@ -11,7 +11,8 @@ published CLOSED. On the first failure the thread
 2. logs one line naming both ranks, the peer's pid and how it failed;
 3. raises ``PeerError`` in the thread that created the context (``PyThreadState_SetAsyncExc``: delivered at
    that thread's next bytecode, so a thread blocked in ``torch.cuda.synchronize`` gets it once step 4
-   lets the kernel finish);
+   lets the kernel finish). A call that raises the failure itself in that thread (``GroupTable.check``, or a
+   copy lane's check handed over by ``GroupTable.reraise``) withdraws this copy, so the failure surfaces once;
 4. poisons this rank's sync flags of the failed peer, and of each peer failing later (``GroupTable.poison``),
    so every device wait for them completes (the data a kernel then reads from them is garbage, but the
    rank is raising anyway).
