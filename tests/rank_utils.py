@@ -30,6 +30,23 @@ def rank_data(rank, n, dtype, device, salt=0):
     return values.to(device)
 
 
+def wait_until_in(thread_id, function, timeout_s=30.0):
+    """Until the thread ``thread_id`` is inside ``function`` (a name; e.g. blocked on a lock there), at most
+    ``timeout_s``; True if it got there. Orders a test's threads by where they are, not by sleeps."""
+    import sys
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread_id)
+        while frame is not None:
+            if frame.f_code.co_name == function:
+                return True
+            frame = frame.f_back
+        time.sleep(0.01)
+    return False
+
+
 def poison_value(dtype):
     return -77 if dtype.is_floating_point or dtype.is_signed else 77
 

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from conftest import world_sizes  # noqa: E402
-from rank_utils import GPU_SCALE, error_message, poison_value, rank_data  # noqa: E402
+from rank_utils import GPU_SCALE, error_message, poison_value, rank_data, wait_until_in  # noqa: E402
 
 N = 1 << 20 if GPU_SCALE else 96  # elements per put
 WORLD = min(world_sizes())  # 2 ranks by default (IRIS_TEST_WORLD_SIZES=1: a rank putting to itself)
@@ -356,8 +356,9 @@ def test_blocking_put_raises_peer_error_when_the_peer_dies():
 
 def _failure_found_by_the_lane_body():
     """The watchdog records a failure while a blocking put's wait is on the lane thread; the lane's check raises it
-    first and the put hands it to this thread (a fresh rank process, told to leave the checks to the lane); only then does the watchdog's own copy for this thread get queued
-    (the order the lock ``_failing`` allows, held open here). One PeerError must surface, not a second one later."""
+    first and the put hands it to this thread (a fresh rank process, its put told to leave the checks to the lane);
+    only then is the watchdog's own copy queued for this thread (an order its lock ``_failing`` allows, held open
+    here). One PeerError must surface, not a second one later."""
     import threading
     import time
 
@@ -371,10 +372,12 @@ def _failure_found_by_the_lane_body():
     watchdog, owner, message = ctx.watchdog, threading.get_ident(), "peer rank 1 (pid 1) stood in for by this test"
 
     def record_then_raise():
-        time.sleep(0.5)  # the put is waiting on the lane by now
+        wait_until_in(owner, "_drain")  # the put's wait is on the lane
         with watchdog._failing:  # as Watchdog._fail: record, then queue the raise for the context's thread
             ctx.groups.failure = message
-            time.sleep(0.5)  # the lane sees the failure meanwhile, and the put hands it to its caller
+            # The lane's check finds the failure and the put hands it over: a caller that withdraws the queued
+            # copy waits for this lock in _withdraw; one that does not is past it (then this waits 10 s in vain).
+            wait_until_in(owner, "_withdraw", timeout_s=10.0)
             _raise_in(owner, message)
 
     watching = threading.Thread(target=record_then_raise)
@@ -385,13 +388,12 @@ def _failure_found_by_the_lane_body():
     except iris.PeerError as e:
         first = f"{type(e).__name__}: {e}"
     try:
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:  # Python running: where a queued copy would land
+        deadline = time.monotonic() + 0.5
+        while watching.is_alive() or time.monotonic() < deadline:  # Python running: where a queued copy lands
             pass
         second = None
     except iris.PeerError as e:
         second = f"{type(e).__name__}: {e}"
-    watching.join()
     gate.fill_(1)
     return first, second
 

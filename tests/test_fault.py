@@ -16,7 +16,7 @@ import triton
 import iris
 from conftest import on_gpu
 from iris.device.sync import wait_until
-from rank_utils import error_message, int64, new_context, preset_sync_words
+from rank_utils import error_message, int64, new_context, preset_sync_words, wait_until_in
 
 # Far above what the failing call takes with the watchdog (1 to 3 s: context, warm-up compile on GPUs, a 0.2 s
 # poll), below the pool's FAILURE_GRACE_S (15 s), after which a rank spinning without it would be stopped anyway.
@@ -147,7 +147,7 @@ def _failing_as_a_peer_fails_body():
     def raise_while_held():
         with watchdog._lock:
             holding.set()
-            time.sleep(0.3)  # mark_failed waits for the lock by now
+            wait_until_in(owner, "_finish")  # mark_failed waits for the lock there
             watchdog._raise_in(owner, "a peer failing as this rank does")
 
     helper = threading.Thread(target=raise_while_held)
