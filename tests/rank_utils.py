@@ -2,6 +2,8 @@
 
 import contextlib
 import os
+import sys
+import time
 
 import torch
 
@@ -33,9 +35,6 @@ def rank_data(rank, n, dtype, device, salt=0):
 def wait_until_in(thread_id, function, timeout_s=30.0):
     """Until the thread ``thread_id`` is inside ``function`` (a name; e.g. blocked on a lock there), at most
     ``timeout_s``; True if it got there. Orders a test's threads by where they are, not by sleeps."""
-    import sys
-    import time
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         frame = sys._current_frames().get(thread_id)

@@ -110,7 +110,7 @@ class GroupTable:
         # Set by the watchdog: called by ``check`` on the cpu backend when a record shows calls that disagreed
         # (there kernels run in the calling thread, so the call that disagreed raises, not a later one)
         self.on_mismatch = None
-        self.on_raise = None  # set by the watchdog: called before ``check`` raises the failure (``_withdraw``)
+        self.on_raise = None  # set by the watchdog: called before ``reraise`` raises the failure (``_withdraw``)
         self._groups = {}
         self._slots = {}  # group ranks -> slot, for the groups other than the world
         self._used = {0}  # slots of the groups this rank belongs to
@@ -138,16 +138,14 @@ class GroupTable:
                 and self.mismatches():
             self.on_mismatch()
         if self.failure is not None:
-            if self.on_raise is not None:
-                self.on_raise()
-            raise self.failure_type(f"{caller}: {self.failure}")
+            self.reraise(self.failure_type(f"{caller}: {self.failure}"))
         if self.closed:
             raise ClosedError(caller)
 
     def reraise(self, error):
-        """Raise ``error`` in this thread, raised first in another (a copy lane's, handed over when the call
-        collects it). This table's failure withdraws the copy the watchdog may have queued for this thread
-        (``on_raise``), as ``check`` does, so it surfaces once."""
+        """Raise ``error`` in this thread: ``check``'s, or one raised first in another thread (a copy lane's, handed
+        over when the call collects it). This table's failure withdraws the copy the watchdog may have queued for
+        this thread (``on_raise``), so it surfaces once."""
         if isinstance(error, PeerError) and self.on_raise is not None:
             self.on_raise()
         raise error
