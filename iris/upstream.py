@@ -88,6 +88,10 @@ PATHS = {
     "iris.host.logging.logging": ("the log formatter", _each("iris.logging", ("IrisFormatter", "RankFormatter",
                                                                               "logger"))),
     "iris.host.tracing.events": ("the trace event table", {"TraceEvent": "iris.device.trace_events:TraceEvent"}),
+    "iris.ccl.moe_utils": ("the MoE expert assignment and routing metadata",
+                           _each("iris.ccl.moe.routing", ("ExptAssignment", "RaggedTensorMetadata",
+                                                          "make_expt_dict_uniform", "make_expt_assignment",
+                                                          "make_ragged_tensor_metadata", "topk"))),
 }
 
 LAZY = {("iris.context", "GluonContext"), *(("iris.mem.triton", name) for name in _TILE)}

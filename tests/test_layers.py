@@ -196,3 +196,43 @@ def test_folders_stay_small_and_unambiguous():
         stems = {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.iterdir() if p.is_dir()}
         twins = sorted(s for s in stems if s + "s" in stems)
         assert not twins, f"{folder.relative_to(ROOT)}: {[(s, s + 's') for s in twins]} differ by a trailing 's'"
+
+
+def _dotted_names_in_docs():
+    """Every ``iris.a.b`` the README and ``docs/`` name, with its file, except on lines that say it is not here."""
+    import re
+
+    for file in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for line in file.read_text().splitlines():
+            if "not here" in line.lower():
+                continue
+            for match in re.finditer(r"(?<![\w./-])iris(?:\.[A-Za-z_]\w*)+", line):
+                yield match.group(0), file.relative_to(ROOT)
+
+
+def test_every_path_the_docs_and_upstream_name_resolves():
+    """A module path a reader meets (README, docs/, upstream's table) imports, and a name under it exists:
+    ``import iris.ccl.moe_utils`` once raised ModuleNotFoundError after its module moved."""
+    import importlib
+
+    def resolve(name):
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+                break
+            except ModuleNotFoundError:
+                continue
+        for part in parts[i:]:
+            obj = getattr(obj, part)
+        return obj
+
+    named = set(_dotted_names_in_docs()) | {(path, "iris/upstream.py") for path in upstream.PATHS}
+    missing = []
+    for name, where in sorted(named, key=str):
+        try:
+            resolve(name)
+        except (ImportError, AttributeError) as e:
+            missing.append(f"{where}: {name} ({type(e).__name__}: {e})")
+    assert not missing, "\n".join(missing)
+    assert importlib.import_module("iris.ccl.moe_utils").make_expt_assignment is not None

@@ -8,7 +8,6 @@ from iris.ccl.all_gather import all_gather
 from iris.ccl.all_reduce import all_reduce
 from iris.ccl.all_reduce_rmsnorm import all_reduce_rmsnorm
 from iris.ccl.all_to_all import all_to_all, all_to_all_single
-from iris.ccl.moe import routing as moe_utils
 from iris.ccl.config import CollectiveConfig, Config
 from iris.ccl.moe.dispatch import DispatchHandle, MoEDispatchConfig, MoEDispatcher
 from iris.ccl.reduce_scatter import reduce_scatter, reduce_scatter_tensor
@@ -62,4 +61,4 @@ def _bind(fn, ctx, across=None):
 
 __all__ = ["CCL", "CollectiveConfig", "Config", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
            "reduce", "scatter", "gather", "send", "recv", "all_reduce_rmsnorm", "all_to_all_single",
-           "reduce_scatter_tensor", "MoEDispatcher", "MoEDispatchConfig", "DispatchHandle", "moe_utils"]
+           "reduce_scatter_tensor", "MoEDispatcher", "MoEDispatchConfig", "DispatchHandle"]
