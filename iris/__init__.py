@@ -17,7 +17,7 @@ else:  # kernels written for upstream Iris pass AMD-only launch options, which T
 
     _amd_options.install()
 
-from iris.errors import ClosedError, MismatchError, PeerError, RankError, RankTimeoutError  # noqa: E402
+from iris.errors import ClosedError, MismatchError, PeerError, RaceError, RankError, RankTimeoutError  # noqa: E402
 from iris.host.timing import do_bench  # noqa: E402
 from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min,  # noqa: E402
                          atomic_or, atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate,
@@ -45,7 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "iris", "Iris", "DeviceContext", "translate", "load", "store", "get", "put", "copy", "atomic_add", "atomic_sub",
     "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "atomic_min", "atomic_max", "atomic_cas", "do_bench",
-    "launch", "run", "RankPool", "RankError", "RankTimeoutError", "PeerError", "MismatchError", "ClosedError",
+    "launch", "run", "RankPool", "RankError", "RankTimeoutError", "PeerError", "MismatchError", "ClosedError", "RaceError",
     "set_logger_level",
     "logger", "DEBUG", "INFO", "WARNING", "ERROR", "TraceEvent", "tensor_creation", "quiet", "put_signal",
     "put_signal_rect", "wait_then_put_rect", "wait_then_put_signal_rect", "hip", "mem", "wait_until",

@@ -50,3 +50,9 @@ class ClosedError(RuntimeError):
 
     def __reduce__(self):
         return ClosedError, (self.caller,)
+
+
+class RaceError(RuntimeError):
+    """The race detector (``IRIS_SANITIZE=race``, cpu backend) reported data races while the context was open:
+    raised by ``ctx.close()``; the message counts them and repeats the first report (each was printed as it
+    happened)."""

@@ -30,7 +30,7 @@ from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atom
 from iris.device.context import CONTEXT_HEADER
 from iris.host.memory.factories import TensorFactory
 from iris.host.memory.providers import HeapProvider, bases_table
-from iris.host import bootstrap, topology as _topology
+from iris.host import bootstrap, sanitize as _sanitize, topology as _topology
 from iris.host.watchdog import StoreReports, Watchdog
 
 ALLOCATORS = bootstrap.ALLOCATORS
@@ -44,7 +44,7 @@ class Iris(TensorFactory, RankLogger):
     """
 
     def __init__(self, heap_size=1 << 30, allocator_type="torch", engines=(), timeout_s=None, debug=None,
-                 workspace_size=None, copy_engine=None, enable_copy_engine=None):
+                 workspace_size=None, copy_engine=None, enable_copy_engine=None, sanitize=None):
         if debug:
             enable_debug()
         heap_size, self.allocator_type, workspace_size = bootstrap.check_options(heap_size, allocator_type,
@@ -57,6 +57,8 @@ class Iris(TensorFactory, RankLogger):
                 raise ImportError("iris.iris: the copy engine was asked for but iris.device.sdma_utils.sdma_ep is None "
                                   "(upstream: the iris[sdma] extra); leave sdma_utils.sdma_ep as iris sets it")
         self.backend = _backend.BACKEND
+        sanitize = _sanitize.mode(sanitize, self.backend)
+        self.sanitizer = None  # the race detector (iris/host/sanitize.py), made once the heap is mapped
         self.timeout_s = timeout_s
         self._closed = False
         self._device = bootstrap.bind_device(self.backend)
@@ -104,6 +106,9 @@ class Iris(TensorFactory, RankLogger):
         self.heap.on_grow(lambda capacity: self._device_context[-1].fill_(capacity))
         # upstream's host copy-engine methods (iris/host/copy_engine/api.py); None when off
         self.copy_engines = CopyEngines(self) if self.enable_copy_engine else None
+        if sanitize == "race":
+            self.sanitizer = _sanitize.RaceSanitizer(self.heap, self.cur_rank, self.num_ranks, all_gather_object,
+                                                     self._host_barrier)
         self.barrier()
         self.watchdog.start()
         if self.copy_engines is not None:
@@ -392,8 +397,12 @@ class Iris(TensorFactory, RankLogger):
         if barrier is None:
             name = f"{self._serial}/{'-'.join(map(str, ranks))}"
             barrier = self._barriers[tuple(ranks)] = StoreBarrier(self._store, self.cur_rank, ranks, name)
-        barrier.wait(self.timeout_s if timeout_s is None else timeout_s, what="Iris.barrier",
-                     check=self._check_peers)
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        if self.sanitizer is None:
+            barrier.wait(timeout_s, what="Iris.barrier", check=self._check_peers)
+            return
+        with self.sanitizer.host_barrier(ranks, barrier.generation):
+            barrier.wait(timeout_s, what="Iris.barrier", check=self._check_peers)
 
     def _check_peers(self, caller="Iris.barrier"):
         """Raise ``PeerError`` once the watchdog has seen a peer fail: host waits call it between short waits."""
@@ -483,6 +492,8 @@ class Iris(TensorFactory, RankLogger):
                 self.copy_engines.proxy.close()
             self.watchdog.close()
             self.heap.memory.close()
+            if self.sanitizer is not None:
+                self.sanitizer.close()  # raises iris.RaceError if races were reported
 
     def __del__(self):
         try:
@@ -523,7 +534,8 @@ def iris(heap_size=1 << 30, allocator_type="torch", engines=(), **kwargs):
     peer that raised or died into ``iris.PeerError`` on this rank (``iris/host/watchdog.py``; off with
     ``IRIS_WATCHDOG=0``). ``engines=("sdma",)`` (also ``"sdma"``, ``("ce",)``, ``copy_engine="sdma"``,
     ``enable_copy_engine=True`` or ``IRIS_ENABLE_COPY_ENGINE=1``) sets up this platform's copy engines for
-    ``ctx.put / put_tile / put_tiles / quiet`` (``iris/host/copy_engine/api.py``)."""
+    ``ctx.put / put_tile / put_tiles / quiet`` (``iris/host/copy_engine/api.py``). ``sanitize="race"`` (or
+    ``IRIS_SANITIZE=race``) turns on the cpu backend's race detector (``iris/host/sanitize.py``)."""
     return Iris(heap_size=heap_size, allocator_type=allocator_type, engines=engines, **kwargs)
 
 

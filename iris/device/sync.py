@@ -67,11 +67,10 @@ def signal_all(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RELEA
 @triton.jit
 def fence_release_sys():
     """``fence.acq_rel.sys``: this thread's earlier writes, and those it observed (through ``bar.sync``, the
-    other warps' of the program), are ordered before its later writes, for every observer in the system. No-op
-    when interpreted: there every access is a plain CPU access, seen by the other processes in program order."""
-    if not INTERPRETED:
-        tl.inline_asm_elementwise("fence.acq_rel.sys; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
-                                  pack=1)
+    other warps' of the program), are ordered before its later writes, for every observer in the system. The
+    interpreter runs it as nothing but the race detector's fence (``iris/interpreter/triton.py``): there every
+    access is a plain CPU access, seen by the other processes in program order."""
+    tl.inline_asm_elementwise("fence.acq_rel.sys; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit

@@ -38,6 +38,9 @@ def fix_interpreter():
       constants and does bf16 arithmetic on the raw bits (computed in float32 and rounded back instead);
     - ``libdevice``'s functions are stubs that return None there: its float functions get numpy's meaning, the
       rest raise naming themselves (``_fix_interpreter_libdevice``);
+    - it refuses inline assembly: a fence (``fence.acq_rel.sys``, ``iris.device.sync.fence_release_sys``) runs
+      as nothing (every access there is a plain CPU access, seen by the other processes in program order), and
+      the race detector counts it (``_fix_interpreter_fences``);
     - it wraps whatever a kernel raises in ``InterpreterError(repr(e))``, once per nested device function:
       let ``iris.PeerError`` (raised into a spinning kernel by the watchdog) out as itself, so that
       ``except iris.PeerError`` works as on GPUs."""
@@ -76,6 +79,7 @@ def fix_interpreter():
 
     builder = interpreter.InterpreterBuilder
     _fix_interpreter_atomics(builder, interpreter)
+    _fix_interpreter_fences(builder, interpreter)
     _fix_interpreter_libdevice(interpreter)
     create_dot = builder.create_dot
     if getattr(create_dot, "_iris_fixed", False):
@@ -249,6 +253,38 @@ def _fix_interpreter_atomics(builder, interpreter):
     builder.binary_op = bf16_binary_op
     builder.get_bf16 = lambda self, value: interpreter.TensorHandle(_fp32_to_bf16(np.array([value], np.float32)),
                                                                     tl.bfloat16)
+
+
+on_fence = None  # called at a kernel's fence.acq_rel: the race detector's, once installed (iris/interpreter/race)
+
+
+def _fix_interpreter_fences(builder, interpreter):
+    """Inline assembly that is only fences, with no operands (the library's ``fence.acq_rel.sys``), returns zeros
+    instead of raising; under ``IRIS_SANITIZE=race`` an ``acq_rel`` fence orders what the race detector sees
+    (``iris/interpreter/race/clocks.py``). Any other assembly still raises: it has no meaning on a CPU."""
+    import numpy as np
+
+    create_inline_asm = builder.create_inline_asm
+    if getattr(create_inline_asm, "_iris_fixed", False):
+        return
+
+    class Results:
+        def __init__(self, handles):
+            self.handles = handles
+
+        def get_result(self, i):
+            return self.handles[i]
+
+    def inline_asm(self, asm, constraints, values, types, is_pure, pack):
+        statements = [part.strip() for part in asm.split(";") if part.strip()]
+        if values or not all(st.startswith(("fence.", "mov.u32 $")) for st in statements):
+            return create_inline_asm(self, asm, constraints, values, types, is_pure, pack)
+        if on_fence is not None and any(st.startswith("fence.acq_rel") for st in statements):
+            on_fence()
+        return Results([interpreter.TensorHandle(np.zeros(1, dtype=np.int32), ty) for ty in types])
+
+    inline_asm._iris_fixed = True
+    builder.create_inline_asm = inline_asm
 
 
 def patch_interpreter_asserts():

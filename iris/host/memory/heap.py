@@ -102,6 +102,7 @@ class SymmetricHeap:
         self._owners = {}  # offset -> _Owner of every live allocation (a weak reference must be held to call back)
         self._templates = {}  # dtype -> empty tensor on the device
         self._on_grow = []
+        self._on_release = []
         self._riders = {}  # name -> (local() -> picklable, apply(every rank's local())): more to agree on
         self.stats = {"num_allocs": 0, "num_frees": 0, "num_agreements": 0, "num_grows": 0,
                       "allocated_bytes.peak": 0, "reserved_bytes.peak": memory.size}
@@ -237,6 +238,10 @@ class SymmetricHeap:
         agreed, extras = self._frees.agree(self._exchange, {name: local() for name, (local, _) in riders.items()})
         for name, (_, apply) in riders.items():
             apply([extra.get(name) for extra in extras])
+        if self._on_release:
+            blocks = [(offset, self._allocator.used[offset]) for offset in agreed]
+            for callback in self._on_release:
+                callback(blocks)
         self._allocator.release_many(agreed)  # ascending
         self.stats["num_frees"] += len(agreed)
         self.stats["num_agreements"] += 1
@@ -275,6 +280,18 @@ class SymmetricHeap:
     def on_grow(self, callback):
         """Call ``callback(capacity)`` after each growth (the context updates the extent its kernels see)."""
         self._on_grow.append(callback)
+
+    def on_release(self, callback):
+        """Call ``callback([(offset, size), ...])`` with the blocks an agreement returns to the free list, before
+        they can be handed out again (the race detector forgets their history)."""
+        self._on_release.append(callback)
+
+    def allocation_at(self, offset):
+        """(start, size) of the live allocation holding byte ``offset``, or None."""
+        for start, size in self._allocator.used.items():
+            if start <= offset < start + size:
+                return start, size
+        return None
 
     def memory_stats(self):
         """Counters in the spirit of ``torch.cuda.memory_stats`` (bytes of this rank's heap, the same on every

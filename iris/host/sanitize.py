@@ -1,0 +1,79 @@
+"""``IRIS_SANITIZE=race`` (or ``iris.iris(..., sanitize="race")``): the cpu backend's happens-before race detector
+(``iris/interpreter/race/``) over this context's heap, entered through the context (``ctx.sanitizer``).
+
+The detector hears the kernels through the interpreter and the host's torch operations; the context tells it
+what only the context knows: its host barriers, the heap bytes that allocation hands out again, and which
+allocation a racing byte belongs to."""
+
+import os
+
+from iris.errors import RaceError
+
+MODES = ("race",)
+
+
+def mode(sanitize, backend, caller="iris.iris"):
+    """The sanitizer asked for by ``sanitize`` or, when it is None, ``IRIS_SANITIZE``: "race" or None."""
+    asked = os.environ.get("IRIS_SANITIZE", "") if sanitize is None else sanitize
+    asked = (asked or "").strip().lower() or None
+    if asked is None:
+        return None
+    if asked not in MODES:
+        raise ValueError(f"{caller}: sanitize={asked!r} is not a sanitizer; use 'race' (IRIS_SANITIZE=race) or "
+                         "leave it unset")
+    if backend != "cpu":
+        raise ValueError(f"{caller}: sanitize='race' runs on the cpu backend (IRIS_BACKEND=cpu), where every access "
+                         f"passes through the interpreter; this context is on the {backend} backend")
+    return asked
+
+
+class RaceSanitizer:
+    """The race detector of one context: collective to make (every rank maps every rank's shadow)."""
+
+    def __init__(self, heap, rank, world_size, exchange, barrier):
+        from iris.interpreter.race import detector
+
+        self._heap = heap
+        self._detector = detector.start(rank, world_size, heap.bases, heap.capacity, exchange, barrier,
+                                        self.describe)
+        heap.on_release(self._forget)
+
+    @property
+    def races(self):
+        """The reports so far, in order (each also printed to stderr as it happened)."""
+        return list(self._detector.races)
+
+    def host_barrier(self, ranks, generation):
+        """A context manager around call ``generation`` of the host barrier of ``ranks``: what each member did
+        before it happens before what every member does after it."""
+        return self._detector.host_barrier((tuple(ranks), generation % 2))
+
+    def describe(self, heap_rank, byte):
+        """Where byte ``byte`` of a heap lies: an allocation (allocations agree across ranks) or the library's
+        areas."""
+        heap = self._heap
+        if byte < heap.workspace_range[0]:
+            return f"byte {byte} (the group sync flags)"
+        if byte < heap.user_start:
+            return f"byte {byte} (the library's workspaces)"
+        used = heap.allocation_at(byte)
+        if used is None:
+            return f"byte {byte} (no live allocation)"
+        start, size = used
+        return f"byte {byte - start} of the {size}-byte allocation at heap offset {start}"
+
+    def _forget(self, blocks):
+        shared = self._detector.shared
+        shadow = shared.heaps[self._detector.rank]
+        with shared:
+            for start, size in blocks:
+                shared.forget(shadow, start, start + size)
+
+    def close(self):
+        """Stop hearing; raise ``iris.RaceError`` if races were reported while the context was open."""
+        from iris.interpreter.race import detector
+
+        races = detector.stop(self._detector)
+        if races:
+            raise RaceError(f"Iris.close: {len(races)} data race(s) reported on rank {self._detector.rank} "
+                            f"(IRIS_SANITIZE=race); the first:\n{races[0]}")

@@ -1,0 +1,300 @@
+"""The happens-before race detector of the cpu backend (``IRIS_SANITIZE=race``): one per rank process.
+
+It sees every access to symmetric memory (kernels' loads, stores and atomics through the interpreter's builder,
+``kernels.py``; the host's torch reads and writes of heap tensors, ``host.py``), keeps the clocks of this rank's
+threads (``clocks.py``) and checks each access against the shadow of the bytes it touches (``shadow.py``): a
+conflicting earlier access (one of the two a write, not both atomic) that does not happen before it is a data
+race. Reported once per pair of sites, as it happens, on the rank that sees it; ``ctx.close()`` then raises
+``iris.RaceError``.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+from iris.interpreter.race import clocks
+from iris.interpreter.race.clocks import SLOTS, Thread, split
+from iris.interpreter.race.shadow import Shared
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../iris
+_HIDDEN = (_PACKAGE + os.sep, os.path.dirname(os.path.abspath(np.__file__)) + os.sep)
+KINDS = {(False, False): "read", (True, False): "write", (False, True): "atomic read", (True, True): "atomic write"}
+
+
+def _hidden_prefixes():
+    import torch
+    import triton
+
+    return _HIDDEN + tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (triton, torch))
+
+
+class Detector:
+    """This rank's view: its host thread, the program running now, the shared shadow. ``describe(heap_rank,
+    offset)`` names the allocation holding a byte (the heap's, given by the context)."""
+
+    def __init__(self, rank, world_size, bases, size, exchange, barrier, describe):
+        self.rank, self.world_size = rank, world_size
+        self.components = world_size * SLOTS
+        self.shared = Shared(rank, world_size, bases, size, self.components, exchange, barrier)
+        self.host = Thread(rank * SLOTS, rank, self.components)
+        self.current = self.host
+        self.kernel = None  # (name, programs joined so far) while a kernel runs
+        self.races = []
+        self._reported = set()
+        self._sites = {}
+        self._describe = describe
+        self._hidden = _hidden_prefixes()
+        self.paused = 0  # > 0 while the library's own host copies run (a kernel launch's argument copies)
+
+    # ------------------------------------------------------------------ threads
+    def begin_kernel(self, name):
+        self.kernel = name
+        self._joined = Thread(self.host.tid, self.rank, self.components)
+        self._joined.C[:] = self.host.C
+        self._joined.L[:] = self.host.L
+        self._slot_clocks = {}
+        self.current = None
+
+    def begin_program(self, program):
+        self._end_program()
+        tid = self.rank * SLOTS + 1 + program % (SLOTS - 1)
+        self.current = self.host.fork(tid, program, self._slot_clocks.get(tid, 0))
+
+    def _end_program(self):
+        if self.current is not None and self.current is not self.host:
+            self._joined.join(self.current)
+            # the next program in the same slot continues after this one (and so looks ordered after it)
+            self._slot_clocks[self.current.tid] = self.current.C[self.current.tid]
+
+    def end_kernel(self):
+        self._end_program()
+        self.host.join(self._joined)
+        self.host.tick()
+        self.current = self.host
+        self.kernel = None
+
+    def fence(self):
+        if self.current is not None:
+            self.current.fence()
+
+    def host_barrier(self, key):
+        """A context manager around a host barrier: each member releases its host's clock to the barrier's object
+        (``key``: the members and the call's parity, so that a member already in the next call cannot release
+        into the object this call's last member still acquires from), and acquires everyone's after."""
+        return _HostBarrier(self, key)
+
+    # ------------------------------------------------------------------ accesses
+    def site(self, kind):
+        """The id of the current access's site: the innermost frame outside iris, Triton, torch and numpy (the
+        user's kernel line, or the line that called the library), with the program and kernel."""
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(self._hidden):
+            frame = frame.f_back
+        where = f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
+        thread = self.current
+        key = (where, kind, thread.program, self.kernel)
+        site = self._sites.get(key)
+        if site is None:
+            who = (f"program {thread.program} of {self.kernel}" if thread.program >= 0 else "the host")
+            site = self._sites[key] = self.shared.add_site(f"{kind} by rank {self.rank}, {who}, at {where}")
+        return site
+
+    def access(self, addresses, nbytes, mask, write, atomic, sem=None, scope=None, perform=None):
+        """Check and record an access of ``nbytes`` bytes at each of ``addresses`` (local addresses, a numpy array)
+        where ``mask`` (None: every lane). An atomic (``sem``, ``scope``) is recorded, releases (a write), is
+        performed (``perform()``, under the lock: nothing comes between an atomic and its clocks) and acquires.
+        Returns ``perform()``'s result."""
+        thread = self.current
+        addresses = np.asarray(addresses).astype(np.uint64, copy=False).reshape(-1)
+        if mask is not None:
+            addresses = addresses[np.broadcast_to(np.asarray(mask, bool), addresses.shape).reshape(-1)]
+        shared = self.shared
+        if thread is None or self.paused or not len(addresses) or not (
+                (addresses >= shared.low) & (addresses < shared.high)).any():
+            return perform() if perform is not None else None
+        site = self.site(KINDS[(write, atomic)])
+        relaxed_release = sem not in ("release", "acq_rel")
+        relaxed_acquire = sem not in ("acquire", "acq_rel")
+        with shared:
+            touched = []
+            for heap in shared.heaps:
+                inside = addresses[(addresses >= np.uint64(heap.base)) & (addresses < np.uint64(heap.base + heap.size))]
+                if len(inside):
+                    offsets = (inside - np.uint64(heap.base)).astype(np.int64)
+                    self._check(heap, (offsets[:, None] + np.arange(nbytes)).reshape(-1), thread, write, atomic, site)
+                    if atomic:
+                        touched.append(shared.sync_objects(heap, offsets))
+            if atomic and write:
+                self._release(touched, thread, scope, relaxed_release)
+            result = perform() if perform is not None else None
+            if atomic:
+                self._acquire(touched, thread, scope, relaxed_acquire)
+        return result
+
+    def host_range(self, start, stop, write):
+        """The host reads or writes bytes [start, stop) (local addresses) of heap memory."""
+        if self.paused or self.current is not self.host:
+            return
+        heap = self.shared.heap_of(start)
+        if heap is None:
+            return
+        lo, hi = start - heap.base, min(stop, heap.base + heap.size) - heap.base
+        if hi > lo:
+            site = self.site("write" if write else "read")
+            with self.shared:
+                self._check(heap, slice(lo, hi), self.host, write, False, site)
+
+    def host_bytes(self, offsets_of, write):
+        """The host reads or writes the bytes at local addresses ``offsets_of`` (a numpy uint64 array, strided)."""
+        if self.paused or self.current is not self.host:
+            return
+        for heap in self.shared.heaps:
+            inside = offsets_of[(offsets_of >= np.uint64(heap.base)) & (offsets_of < np.uint64(heap.base + heap.size))]
+            if len(inside):
+                site = self.site("write" if write else "read")
+                with self.shared:
+                    self._check(heap, (inside - np.uint64(heap.base)).astype(np.int64), self.host, write, False, site)
+
+    def _release(self, touched, thread, scope, relaxed):
+        shared = self.shared
+        for objects in touched:
+            for index in np.unique(objects):
+                clocks.release(shared.pool_clocks[index], shared.pool_owners[index:index + 1], thread, scope, relaxed)
+        if scope != "cta":
+            thread.tick()
+
+    def _acquire(self, touched, thread, scope, relaxed):
+        shared = self.shared
+        for objects in touched:
+            for index in np.unique(objects):
+                clocks.acquire(shared.pool_clocks[index], shared.pool_owners[index:index + 1], thread, scope, relaxed)
+
+    def _check(self, heap, where, thread, write, atomic, site):
+        """Compare an access of bytes ``where`` (an index array or a slice) of ``heap`` with the last write and
+        (for a write) the last reads there, report what is unordered, then record it. Under the lock."""
+        epoch = thread.epoch(atomic)
+        self._against(heap, where, heap.writes[where], heap.write_sites[where], thread.C, thread, atomic, site)
+        if write:
+            for reader in range(self.world_size):
+                self._against(heap, where, heap.reads[reader][where], heap.read_sites[reader][where], thread.L,
+                              thread, atomic, site)
+            heap.writes[where] = epoch
+            heap.write_sites[where] = site
+            heap.reads[:, where] = 0
+        else:
+            heap.reads[thread.rank][where] = epoch
+            heap.read_sites[thread.rank][where] = site
+
+    def _against(self, heap, where, epochs, sites, known, thread, atomic, site):
+        """Report the first of the earlier accesses ``epochs`` (with their ``sites``) that is not ordered before
+        ``thread``'s access at ``site`` (``known``: the clock that orders them), once per pair of sites."""
+        tid, clock, was_atomic = split(epochs)
+        unordered = (epochs != 0) & (tid != thread.tid) & (clock > known[tid])
+        if atomic:
+            unordered &= ~was_atomic
+        if not unordered.any():
+            return
+        first = int(np.flatnonzero(unordered)[0])
+        earlier = int(sites[first])
+        if (earlier, site) in self._reported:
+            return
+        self._reported.add((earlier, site))
+        byte = int((np.arange(where.start, where.stop) if isinstance(where, slice) else where)[first])
+        self._report(heap, byte, site, earlier, int(tid[first]), int(unordered.sum()))
+
+    def _report(self, heap, byte, site, earlier_site, earlier_tid, count):
+        shared = self.shared
+        if earlier_tid // SLOTS == self.rank and earlier_tid % SLOTS and self.current.program >= 0:
+            advice = ("the programs of one kernel run in no order: order them with a flag (a release atomic, then an "
+                      "acquire wait, at gpu scope or wider), or split the work into kernels")
+        else:
+            advice = ("nothing orders them: a release/acquire pair at sys scope (iris.atomic_add(flag, 1, ..., "
+                      "sem='release', scope='sys') after the first, a wait with sem='acquire' before the second), a "
+                      "barrier between them (ctx.barrier() on the host, ctx.device_barrier() or ctx.ccl.barrier() on "
+                      "the stream), or a kernel boundary on the same rank")
+        text = (f"iris: data race (IRIS_SANITIZE=race) on rank {heap.rank}'s heap, {self._describe(heap.rank, byte)}, "
+                f"{count} byte(s) of this access unordered:\n  {shared.site_text(site)}\n"
+                f"  {shared.site_text(earlier_site)} (earlier)\n  {advice}")
+        self.races.append(text)
+        print(text, file=sys.stderr, flush=True)
+
+
+class _HostBarrier:
+    def __init__(self, detector, key):
+        self.detector, self.key = detector, key
+
+    def __enter__(self):
+        d = self.detector
+        with d.shared:
+            index = self._object()
+            clocks.release(d.shared.pool_clocks[index], d.shared.pool_owners[index:index + 1], d.host, "sys", False)
+        d.host.tick()
+
+    def __exit__(self, *exc):
+        d = self.detector
+        if exc[0] is None:
+            with d.shared:
+                index = self._object()
+                clocks.acquire(d.shared.pool_clocks[index], d.shared.pool_owners[index:index + 1], d.host, "sys",
+                               False)
+
+    def _object(self):
+        """The pool entry of this group's barrier: entries 1.. of the pool's tail are kept for host barriers."""
+        from iris.interpreter.race.shadow import POOL_ENTRIES
+
+        return POOL_ENTRIES - 1 - (hash(self.key) % 1024)
+
+
+active = None  # the detector of this process's open sanitized context (``kernels.py`` and ``host.py`` ask it)
+
+
+def start(rank, world_size, bases, size, exchange, barrier, describe):
+    """Collective: a detector over the heaps at ``bases`` (``size`` bytes each), made this process's active one, with
+    the interpreter's and torch's hooks installed."""
+    global active
+    from iris.interpreter.race import host, kernels
+
+    kernels.install()
+    detector = Detector(rank, world_size, bases, size, exchange, barrier, describe)
+    detector.mode = host.HeapAccesses()
+    detector.mode.__enter__()
+    active = detector
+    _exit_nonzero_if_unraised()
+    return detector
+
+
+def stop(detector):
+    """``detector`` hears nothing more; returns the races it reported."""
+    global active
+    if active is detector:
+        active = None
+    try:
+        detector.mode.__exit__(None, None, None)
+    except (AssertionError, RuntimeError):  # another mode entered after ours is still open: ours now passes through
+        pass
+    detector.raised = True
+    return detector.races
+
+
+_unraised = []
+
+
+def _exit_nonzero_if_unraised():
+    """A program that ends with races reported and never closed its context exits with status 1."""
+    if _unraised:
+        _unraised[0] = active
+        return
+    import atexit
+
+    _unraised.append(active)
+
+    def check():
+        detector = _unraised[0]
+        if detector is not None and detector.races and not getattr(detector, "raised", False):
+            print(f"iris: {len(detector.races)} data race(s) reported on rank {detector.rank} (IRIS_SANITIZE=race); "
+                  "exiting with status 1", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(1)
+
+    atexit.register(check)
