@@ -55,4 +55,11 @@ class ClosedError(RuntimeError):
 class RaceError(RuntimeError):
     """The race detector (``IRIS_SANITIZE=race``, cpu backend) reported data races while the context was open:
     raised by ``ctx.close()``; the message counts them and repeats the first report (each was printed as it
-    happened)."""
+    happened). ``races``: the reports it raises."""
+
+    def __init__(self, message, races=()):
+        super().__init__(message)
+        self.races = list(races)
+
+    def __reduce__(self):
+        return RaceError, (str(self), self.races)

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from iris.errors import RankError
 from iris.logging import logger
 from iris.platform.backend import choose_backend
+from iris.host import sanitize
 from iris.host.watchdog import mark_failed
 
 # Multicast (NVLS) stays off in every process we start.
@@ -83,7 +84,9 @@ def _set_rank_environment(rank, world_size, port, nodes=1):
 def _call(payload):
     fn, args, kwargs = pickle.loads(payload)
     try:
-        return "ok", fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+        sanitize.raise_undelivered(getattr(fn, "__name__", "the rank's function"))  # IRIS_SANITIZE=race
+        return "ok", result
     except BaseException as e:
         mark_failed(e)  # first: peers waiting for this rank fail now, not at their timeout
         text = traceback.format_exc()

@@ -10,6 +10,9 @@ import os
 from iris.errors import RaceError
 
 MODES = ("race",)
+# The reports of every sanitized context this process made, until they reach the program: ``ctx.close()`` raising
+# them, or ``raise_undelivered`` (the launcher, after a rank's function returns; the process's exit otherwise).
+_reports = []
 
 
 def mode(sanitize, backend, caller="iris.iris"):
@@ -31,12 +34,18 @@ class RaceSanitizer:
     """The race detector of one context: collective to make (every rank maps every rank's shadow)."""
 
     def __init__(self, heap, rank, world_size, exchange, barrier):
-        from iris.interpreter.race import detector
+        from iris.interpreter.race import session
 
         self._heap = heap
-        self._detector = detector.start(rank, world_size, heap.bases, heap.capacity, exchange, barrier,
+        self._detector = session.start(rank, world_size, heap.bases, heap.capacity, exchange, barrier,
                                         self.describe)
         heap.on_release(self._forget)
+        self.reports = _Reports(rank, self._detector.races)
+        if not _reports:
+            import atexit
+
+            atexit.register(_exit_nonzero_if_undelivered)
+        _reports.append(self.reports)
 
     @property
     def races(self):
@@ -71,9 +80,42 @@ class RaceSanitizer:
 
     def close(self):
         """Stop hearing; raise ``iris.RaceError`` if races were reported while the context was open."""
-        from iris.interpreter.race import detector
+        from iris.interpreter.race import session
 
-        races = detector.stop(self._detector)
-        if races:
-            raise RaceError(f"Iris.close: {len(races)} data race(s) reported on rank {self._detector.rank} "
-                            f"(IRIS_SANITIZE=race); the first:\n{races[0]}")
+        session.stop(self._detector)
+        self.reports.raise_if_any("Iris.close")
+
+
+class _Reports:
+    """One context's race reports (the detector's list) and how many of them have been raised."""
+
+    def __init__(self, rank, races):
+        self.rank, self.races, self.delivered = rank, races, 0
+
+    def raise_if_any(self, caller):
+        new = self.races[self.delivered:]
+        self.delivered = len(self.races)
+        if new:
+            raise RaceError(f"{caller}: {len(new)} data race(s) reported on rank {self.rank} (IRIS_SANITIZE=race); "
+                            f"the first:\n{new[0]}", new)
+
+    def undeliver(self, count):
+        """A raise of ``count`` reports that never reached the program (``Iris.__del__`` swallows exceptions)."""
+        self.delivered -= count
+
+
+def raise_undelivered(caller):
+    """Raise ``iris.RaceError`` for reports that no ``ctx.close()`` raised (contexts dropped or still open)."""
+    for reports in _reports:
+        reports.raise_if_any(caller)
+
+
+def _exit_nonzero_if_undelivered():
+    undelivered = sum(len(r.races) - r.delivered for r in _reports)
+    if undelivered:
+        import sys
+
+        print(f"iris: {undelivered} data race(s) reported (IRIS_SANITIZE=race) and never raised; exiting with "
+              "status 1", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from iris.interpreter.race import detector as race
+from iris.interpreter.race import current
 
 _ATEN = torch.ops.aten
 # operations whose tensor arguments give a shape, a dtype or a storage, never their bytes
@@ -61,7 +61,7 @@ def _tensors(value):
 class HeapAccesses(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        detector = race.active
+        detector = current.detector
         if (detector is not None and detector.current is detector.host and not detector.paused
                 and func not in _NO_BYTES and not _is_view(func)):
             self._record(detector, func, args, kwargs)

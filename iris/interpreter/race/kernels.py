@@ -2,11 +2,11 @@
 load, store and atomic the builder performs (plain ``tl.load``/``tl.store``, block pointers and tensor descriptors
 come down to the same two builder methods; ``iris.load/store/get/put/copy`` and the atomics are made of them).
 
-Installed once, when the first sanitized context is made (``install``); each mend asks ``detector.active`` and
+Installed once, when the first sanitized context is made (``install``); each mend asks ``current.detector`` and
 does nothing more when no sanitized context is open.
 """
 
-from iris.interpreter.race import detector as race
+from iris.interpreter.race import current
 
 _SEM = {"ACQUIRE": "acquire", "RELEASE": "release", "RELAXED": "relaxed", "ACQUIRE_RELEASE": "acq_rel"}
 _SCOPE = {"GPU": "gpu", "CTA": "cta", "SYSTEM": "sys"}
@@ -44,7 +44,7 @@ def _hear_kernels(interpreter):
     run_grid = interpreter.GridExecutor.__call__
 
     def run_grid_heard(self, *args, **kwargs):
-        detector = race.active
+        detector = current.detector
         if detector is None:
             return run_grid(self, *args, **kwargs)
         detector.begin_kernel(getattr(self.fn, "__name__", "kernel"))
@@ -61,7 +61,7 @@ def _hear_programs(builder):
 
     def set_grid_idx_heard(self, x, y, z):
         set_grid_idx(self, x, y, z)
-        detector = race.active
+        detector = current.detector
         if detector is not None and detector.kernel is not None:
             gx, gy, _ = self.grid_dim
             detector.begin_program(x + gx * (y + gy * z))
@@ -73,7 +73,7 @@ def _hear_memory(builder):
     masked_load, masked_store = builder.create_masked_load, builder.create_masked_store
 
     def load_heard(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
-        detector = race.active
+        detector = current.detector
         if detector is None or detector.current is None:
             return masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
         # a volatile load is a relaxed atomic read: it never races with atomics, and orders nothing by itself
@@ -83,7 +83,7 @@ def _hear_memory(builder):
                                                            is_volatile))
 
     def store_heard(self, ptrs, value, mask, cache_modifier, eviction_policy):
-        detector = race.active
+        detector = current.detector
         if detector is not None and detector.current is not None:
             detector.access(ptrs.data, _bytes(ptrs), mask.data, write=True, atomic=False)
         return masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy)
@@ -95,7 +95,7 @@ def _hear_atomics(builder):
     atomic_rmw, atomic_cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
     def rmw_heard(self, rmwOp, ptr, val, mask, sem, scope):
-        detector = race.active
+        detector = current.detector
         if detector is None or detector.current is None:
             return atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope)
         return detector.access(ptr.data, _bytes(ptr), mask.data, write=True, atomic=True, sem=_name(sem, _SEM),
@@ -103,7 +103,7 @@ def _hear_atomics(builder):
                                perform=lambda: atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope))
 
     def cas_heard(self, ptr, cmp, val, sem, scope):
-        detector = race.active
+        detector = current.detector
         if detector is None or detector.current is None:
             return atomic_cas(self, ptr, cmp, val, sem, scope)
         return detector.access(ptr.data, _bytes(ptr), None, write=True, atomic=True, sem=_name(sem, _SEM),
@@ -114,7 +114,7 @@ def _hear_atomics(builder):
 
 def fence():
     """A kernel's ``fence.acq_rel`` (``iris/interpreter/triton.py`` runs the inline assembly as this)."""
-    detector = race.active
+    detector = current.detector
     if detector is not None:
         detector.fence()
 
