@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-import iris  # before triton: on the cpu backend this switches Triton to its interpreter
+import iris  # noqa: F401  (before triton: on the cpu backend it switches Triton to its interpreter)
 import triton
 import triton.language as tl
 
@@ -55,7 +55,7 @@ def convert(src, dtype, rtz=False):
 
 def round_exact(value, dtype, toward_zero=False):
     """``value`` (a Python float or int) rounded once into float ``dtype``: to nearest even, or toward zero."""
-    if value != value or value in (math.inf, -math.inf):
+    if isinstance(value, float) and not math.isfinite(value):
         return float(value)
     if value == 0:
         return math.copysign(0.0, value)
@@ -94,9 +94,9 @@ def float_to_int_exact(value, dtype):
     """``cvt.rzi``: toward zero, NaN as 0, clamped to the cvt's range (16 bits for an 8-bit result), then wrapped."""
     width = max(16, int_bits(dtype))
     low, high = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if dtype.is_signed else (0, (1 << width) - 1)
-    if value != value:
+    if math.isnan(value):
         return 0
-    if value in (math.inf, -math.inf):
+    if math.isinf(value):
         return wrap(high if value > 0 else low, dtype)
     return wrap(min(max(math.trunc(value), low), high), dtype)
 

@@ -43,13 +43,12 @@ def round_float(values, dtype, toward_zero=False):
     with np.errstate(over="ignore", invalid="ignore"):
         if dtype.is_bf16():
             out = fp32_to_bf16(_round_to_odd_fp32(values) if values.dtype == np.float64 else values)
-            wider = bf16_to_fp32(out)
         else:
             out = values.astype(_FLOATS[dtype.primitive_bitwidth])
-            wider = out
         if toward_zero:
             # a nearest value further from zero than the value is one step too far: one less in magnitude is the
             # next value toward zero (magnitude and bits grow together; inf's predecessor is the largest finite)
+            wider = bf16_to_fp32(out) if dtype.is_bf16() else out
             over = np.abs(wider.astype(values.dtype)) > np.abs(values)
             bits = out.view(np.uint16 if dtype.is_bf16() else np.dtype(f"uint{dtype.primitive_bitwidth}"))
             out = np.where(over, bits - 1, bits).astype(bits.dtype).view(out.dtype)

@@ -39,9 +39,9 @@ def fix_interpreter():
       same bits as int32/int64) and ``atomic_add`` on bf16 (a compare-and-swap loop per lane on the 16-bit
       word, the sum rounded to nearest even as the GPU's ``atom.add.noftz.bf16`` does); and it has no bf16
       constants and does bf16 arithmetic on the raw bits (computed in float32 and rounded back instead);
-    - its conversions are not the GPU's (``_fix_interpreter_conversions``): ``.to(tl.bfloat16)`` truncates where
-      the GPU rounds to nearest even, integers and float64 reach bfloat16 as raw bits, float -> integer wraps where
-      the GPU clamps; each ``.to`` and ``tl.cast`` now gives the GPU's bits (``conversions.py``);
+    - its conversions are not the GPU's: ``.to(tl.bfloat16)`` truncates where the GPU rounds to nearest even,
+      integers and float64 reach bfloat16 as raw bits, float -> integer wraps where the GPU clamps; every ``.to``
+      and ``tl.cast`` converts as the GPU's ``cvt`` instead (``_fix_interpreter_conversions``, ``conversions.py``);
     - ``libdevice``'s functions are stubs that return None there: its float functions get numpy's meaning, the
       rest raise naming themselves (``_fix_interpreter_libdevice``);
     - it wraps whatever a kernel raises in ``InterpreterError(repr(e))``, once per nested device function:
@@ -243,12 +243,12 @@ def _fix_interpreter_atomics(builder, interpreter):
 
 def _fix_interpreter_conversions(builder, interpreter):
     """Triton 3.6's interpreter converts numbers unlike the GPU, which rounds every narrowing once, to nearest even
-    (``cvt.rn``; ``iris/interpreter/conversions.py`` lists what Triton emits): float32 -> bfloat16 truncated (729 of
-    2145 sums of a bf16 all_reduce came out one unit low), float64 and integers -> bfloat16 wrote the number itself
-    into the 16 bits (47 became 4.3e-39), bfloat16 -> integer converted the raw bits, bfloat16 subnormals widened
-    wrong, float -> integer wrapped where ``cvt.rzi`` clamps (NaN gave int min, not 0), and rounding toward zero
-    (``fp_downcast_rounding="rtz"``) gave NaN for a float16 overflow. Each cast method below converts as the GPU
-    does; float8 conversions stay Triton's."""
+    (``cvt.rn``; ``iris/interpreter/conversions.py`` lists what Triton emits): float32 -> bfloat16 truncated (1154 of
+    2145 sums of a 2-rank bf16 all_reduce of randn data came out one unit off), float64 and integers -> bfloat16 wrote
+    the number itself into the 16 bits (47 became 4.3e-39), bfloat16 -> integer converted the raw bits, bfloat16
+    subnormals widened wrong, float -> integer wrapped where ``cvt.rzi`` clamps (NaN gave int min, not 0), and
+    rounding toward zero (``fp_downcast_rounding="rtz"``) gave NaN for a float16 overflow. Each cast method below
+    converts as the GPU does; float8 conversions stay Triton's."""
     import numpy as np
 
     from iris.interpreter import conversions
@@ -271,7 +271,7 @@ def _fix_interpreter_conversions(builder, interpreter):
             return handle(values(src).astype(np.float64 if scalar.is_fp64() else np.float32), scalar)
 
     def int_to_float(self, src, dst_type):
-        """``ints.to(float)``: once, to nearest even (the interpreter stored integers as bfloat16's raw bits)."""
+        """``ints.to(float)``: once, to nearest even (the interpreter wrote integers into bfloat16's bits as is)."""
         return handle(conversions.int_to_float(src.data, dst_type.scalar), dst_type.scalar)
 
     def float_to_int(self, src, dst_type):
