@@ -12,7 +12,6 @@ import triton.language as tl
 import iris
 import iris.x
 from iris.x import reference as ref_ops
-from conftest import on_gpu
 from rank_utils import GPU_SCALE, SEED, new_context, poison_value
 
 M, N = (1031, 517) if GPU_SCALE else (21, 19)  # neither a multiple of the tile nor of the ranks
@@ -97,14 +96,6 @@ def _data(rank, shape, dtype, salt):
     return torch.randn(shape, generator=gen).to(dtype)
 
 
-def _round(acc, dtype):
-    """fp32 ``acc`` in ``dtype`` as the kernels round it: to nearest even when compiled, but Triton 3.6's interpreter
-    converts fp32 to bf16 by dropping the low 16 bits."""
-    if dtype == torch.bfloat16 and not on_gpu():
-        return (acc.view(torch.int32) & ~0xFFFF).view(torch.float32).to(dtype)
-    return acc.to(dtype)
-
-
 def _rank_order_sum(inputs, base=None, round_each=False):
     """The deterministic schedules' sum: ranks in order 0..W-1 in fp32 (the inputs' dtype for fp32), rounded once to
     the inputs' dtype, or after every add (``round_each``: the spinlock keeps its sums in dst)."""
@@ -113,8 +104,8 @@ def _rank_order_sum(inputs, base=None, round_each=False):
     for x in inputs:
         acc = x.float() if acc is None else acc + x.float()
         if round_each:
-            acc = _round(acc, dtype).float()
-    return _round(acc, dtype)
+            acc = acc.to(dtype).float()
+    return acc.to(dtype)
 
 
 def _reduce_body(variant, dtype):

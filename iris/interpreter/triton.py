@@ -9,6 +9,9 @@ mode makes device asserts fire.
 
 import os
 
+from iris.interpreter.conversions import bf16_to_fp32 as _bf16_to_fp32
+from iris.interpreter.conversions import fp32_to_bf16 as _fp32_to_bf16
+
 
 def install(debug=False):
     """Everything the cpu backend changes in Triton and Gluon; once per process, before kernels are decorated."""
@@ -36,6 +39,9 @@ def fix_interpreter():
       same bits as int32/int64) and ``atomic_add`` on bf16 (a compare-and-swap loop per lane on the 16-bit
       word, the sum rounded to nearest even as the GPU's ``atom.add.noftz.bf16`` does); and it has no bf16
       constants and does bf16 arithmetic on the raw bits (computed in float32 and rounded back instead);
+    - its conversions are not the GPU's: ``.to(tl.bfloat16)`` truncates where the GPU rounds to nearest even,
+      integers and float64 reach bfloat16 as raw bits, float -> integer wraps where the GPU clamps; every ``.to``
+      and ``tl.cast`` converts as the GPU's ``cvt`` instead (``_fix_interpreter_conversions``, ``conversions.py``);
     - ``libdevice``'s functions are stubs that return None there: its float functions get numpy's meaning, the
       rest raise naming themselves (``_fix_interpreter_libdevice``);
     - it refuses inline assembly: a fence (``fence.acq_rel.sys``, ``iris.device.sync.fence_release_sys``) runs
@@ -80,6 +86,7 @@ def fix_interpreter():
     builder = interpreter.InterpreterBuilder
     _fix_interpreter_atomics(builder, interpreter)
     _fix_interpreter_fences(builder, interpreter)
+    _fix_interpreter_conversions(builder, interpreter)
     _fix_interpreter_libdevice(interpreter)
     create_dot = builder.create_dot
     if getattr(create_dot, "_iris_fixed", False):
@@ -171,23 +178,6 @@ def _fix_interpreter_libdevice(interpreter):
             setattr(libdevice, name, elementwise(name, numpy_versions[name]) if name in numpy_versions
                     else missing(name))
     libdevice._iris_interpreted = True
-
-
-def _bf16_to_fp32(bits):
-    import numpy as np
-
-    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
-
-
-def _fp32_to_bf16(values):
-    """bfloat16 bits of float32 ``values``, rounded to nearest even as the GPU converts (NaN stays NaN)."""
-    import numpy as np
-
-    values = np.asarray(values, dtype=np.float32)
-    bits = values.view(np.uint32)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    rounded[np.isnan(values)] = 0x7FC0
-    return rounded
 
 
 def _bf16_add(native, ptrs, vals, mask, sem):
@@ -285,6 +275,68 @@ def _fix_interpreter_fences(builder, interpreter):
 
     inline_asm._iris_fixed = True
     builder.create_inline_asm = inline_asm
+
+
+def _fix_interpreter_conversions(builder, interpreter):
+    """Triton 3.6's interpreter converts numbers unlike the GPU, which rounds every narrowing once, to nearest even
+    (``cvt.rn``; ``iris/interpreter/conversions.py`` lists what Triton emits): float32 -> bfloat16 truncated (1154 of
+    2145 sums of a 2-rank bf16 all_reduce of randn data came out one unit off), float64 and integers -> bfloat16 wrote
+    the number itself into the 16 bits (47 became 4.3e-39), bfloat16 -> integer converted the raw bits, bfloat16
+    subnormals widened wrong, float -> integer wrapped where ``cvt.rzi`` clamps (NaN gave int min, not 0), and
+    rounding toward zero (``fp_downcast_rounding="rtz"``) gave NaN for a float16 overflow. Each cast method below
+    converts as the GPU does; float8 conversions stay Triton's."""
+    import numpy as np
+
+    from iris.interpreter import conversions
+
+    if getattr(builder.create_fp_trunc, "_iris_fixed", False):
+        return
+    handle = interpreter.TensorHandle
+
+    def values(src):
+        return conversions.values_of(src.data, src.dtype.scalar)
+
+    def round_float(self, src, dst_type):
+        """``x.to(narrower float)``: once, to nearest even (the interpreter truncated to bfloat16)."""
+        return handle(conversions.round_float(values(src), dst_type.scalar), dst_type.scalar)
+
+    def widen_float(self, src, dst_type):
+        """``x.to(wider float)``: exact (the interpreter widened bfloat16 subnormals wrong)."""
+        scalar = dst_type.scalar  # float32 or float64: Triton casts 16-bit floats to each other through float32
+        with np.errstate(invalid="ignore"):  # numpy warns of NaN payloads it quiets; the GPU quiets them too
+            return handle(values(src).astype(np.float64 if scalar.is_fp64() else np.float32), scalar)
+
+    def int_to_float(self, src, dst_type):
+        """``ints.to(float)``: once, to nearest even (the interpreter wrote integers into bfloat16's bits as is)."""
+        return handle(conversions.int_to_float(src.data, dst_type.scalar), dst_type.scalar)
+
+    def float_to_int(self, src, dst_type):
+        """``x.to(int)``: toward zero, clamped, NaN as 0 (the interpreter wrapped, and read bfloat16's raw bits)."""
+        scalar = dst_type.scalar
+        np_int = np.dtype(f"{'int' if scalar.is_int_signed() else 'uint'}{scalar.int_bitwidth}")
+        return handle(conversions.float_to_int(values(src), np_int), scalar)
+
+    create_fp_to_fp = builder.create_fp_to_fp
+
+    def fp_to_fp(self, src, dst_type, rounding_mode):
+        """``tl.cast(x, dtype, fp_downcast_rounding=...)`` between the standard float types: rounded to nearest
+        even, or toward zero (``"rtz"``) as ``cvt.rz`` does, from float32 only, as Triton compiles it for NVIDIA
+        GPUs (the interpreter gave NaN for a float16 overflow and wrong bfloat16 subnormals)."""
+        source, scalar = src.dtype.scalar, dst_type.scalar
+        if source.is_fp8() or scalar.is_fp8():
+            return create_fp_to_fp(self, src, dst_type, rounding_mode)
+        toward_zero = getattr(rounding_mode, "name", None) == "RTZ"
+        if toward_zero and not source.is_fp32():
+            raise NotImplementedError(
+                f"tl.cast(x, {scalar}, fp_downcast_rounding='rtz') from {source}: Triton compiles rounding toward "
+                "zero from float32 only (to float16 or bfloat16) for NVIDIA GPUs; cast to float32 first")
+        return handle(conversions.round_float(values(src), scalar, toward_zero), scalar)
+
+    for function in (round_float, widen_float, int_to_float, float_to_int, fp_to_fp):
+        function._iris_fixed = True
+    builder.create_fp_trunc, builder.create_fp_ext, builder.create_fp_to_fp = round_float, widen_float, fp_to_fp
+    builder.create_si_to_fp = builder.create_ui_to_fp = int_to_float
+    builder.create_fp_to_si = builder.create_fp_to_ui = float_to_int
 
 
 def patch_interpreter_asserts():

@@ -33,7 +33,6 @@ import triton.language as tl
 from iris.device.group import program_row, store_to_group
 from iris.device.rma import store
 from iris.device.sync import group_barrier
-from iris.device.translate import INTERPRETED
 
 
 @triton.jit(do_not_specialize=["n_entries"])
@@ -203,18 +202,6 @@ def _combine_reduce_kernel(out, weights, combine_buf, dest_row, hidden, K: tl.co
         if WEIGHTED:
             x = x * tl.load(weights + t * K + j).to(tl.float32)
         acc += tl.where(valid, x, 0.0)  # a slot with no expert adds +0 even when its weight is not finite
-    tl.store(out + t * hidden + offs, _round(acc, out.dtype.element_ty), mask=mask)
+    tl.store(out + t * hidden + offs, acc.to(out.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _round(acc, DTYPE: tl.constexpr):
-    """fp32 ``acc`` rounded to nearest even in ``DTYPE``, as torch rounds. Compiled, ``.to`` is one cvt.rn; the
-    interpreter's fp32 -> bf16 conversion does not round to nearest (it differs from torch in about half of random
-    values), so there the rounding is done on the bits: add 0x7fff plus the kept lowest bit, keep the top half."""
-    if INTERPRETED and DTYPE == tl.bfloat16:
-        bits = acc.to(tl.uint32, bitcast=True)
-        rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
-        rounded = tl.where(acc != acc, 0x7FC0, rounded)  # NaN stays NaN (the add could carry it to infinity)
-        return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    else:
-        return acc.to(DTYPE)
