@@ -35,10 +35,12 @@ def _reduce_kernel(x, staged, out, locks, context, M, N, stride_m, stride_n, epo
         ptrs, mask = iris.x.tile_ptr(x, M, N, stride_m, stride_n, pid_m, pid_n, BLOCK_M, BLOCK_N)
         values = tl.load(ptrs, mask=mask, other=0)  # [BLOCK_M, BLOCK_N]
         tile = iris.x.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, values)
-        # ---- publish our tile where peers read it: staged, then its lock stamped with the call number
-        staged_ptrs, _ = src_view.tile_ptr(tile)
-        tl.store(staged_ptrs, values, mask=mask)
-        ctx.atomic_xchg(locks + t, epoch, RANK, sem="release", scope="sys")
+        # ---- publish our tile where peers read it: staged, then its lock stamped with the call number (ring reads
+        # what the host staged before the kernel, with no lock: a store here would race with the peers' reads)
+        if variant != 1:
+            staged_ptrs, _ = src_view.tile_ptr(tile)
+            tl.store(staged_ptrs, values, mask=mask)
+            ctx.atomic_xchg(locks + t, epoch, RANK, sem="release", scope="sys")
         if variant == 0:
             iris.x.all_reduce_atomic(tile, dst_view, ctx)
         elif variant == 1:

@@ -2,6 +2,7 @@
 names the ranks that never arrived."""
 
 import atexit
+import contextlib
 import datetime
 import os
 import pickle
@@ -60,9 +61,21 @@ def _destroy_process_group():
         dist.destroy_process_group()
 
 
+# IRIS_SANITIZE=race: ``on_exchange(ranks)`` gives a context manager that orders what every member of ``ranks`` did
+# before an exchange of values before what each does after it, as the exchange itself does (iris/host/sanitize.py
+# sets it while a sanitized context is open).
+on_exchange = None
+
+
+def _exchanging(ranks):
+    return contextlib.nullcontext() if on_exchange is None else on_exchange(tuple(ranks))
+
+
 def all_gather_object(obj, group=None):
     out = [None] * dist.get_world_size(group)
-    dist.all_gather_object(out, obj, group=group)
+    ranks = range(len(out)) if group is None else dist.get_process_group_ranks(group)
+    with _exchanging(ranks):
+        dist.all_gather_object(out, obj, group=group)
     return out
 
 
@@ -107,7 +120,8 @@ class StoreExchange:
 
     def __call__(self, ranks, value, check=None, round=None):
         key = f"{self.prefix}/{'-'.join(map(str, ranks))}" + ("" if round is None else f"/{round}")
-        return store_exchange(self.store, key, self.rank, ranks, value, self.timeout_s, check)
+        with _exchanging(ranks):
+            return store_exchange(self.store, key, self.rank, ranks, value, self.timeout_s, check)
 
 
 class StoreBarrier:

@@ -8,6 +8,7 @@ allocation a racing byte belongs to."""
 import os
 
 from iris.errors import RaceError
+from iris.host import distributed
 
 MODES = ("race",)
 # The reports of every sanitized context this process made, until they reach the program: ``ctx.close()`` raising
@@ -37,9 +38,11 @@ class RaceSanitizer:
         from iris.interpreter.race import session
 
         self._heap = heap
-        self._detector = session.start(rank, world_size, heap.bases, heap.capacity, exchange, barrier,
+        self.detector = self._detector = session.start(rank, world_size, heap.bases, heap.capacity, exchange, barrier,
                                         self.describe)
         heap.on_release(self._forget)
+        self._exchanges = {}
+        distributed.on_exchange = self._exchange
         self.reports = _Reports(rank, self._detector.races)
         if not _reports:
             import atexit
@@ -56,6 +59,12 @@ class RaceSanitizer:
         """A context manager around call ``generation`` of the host barrier of ``ranks``: what each member did
         before it happens before what every member does after it."""
         return self._detector.host_barrier((tuple(ranks), generation % 2))
+
+    def _exchange(self, ranks):
+        """An exchange of values among ``ranks`` (an all-gather, the group table's slot agreement): a host barrier
+        to the detector. Each member makes the same exchanges in the same order, so the counts agree."""
+        count = self._exchanges[ranks] = self._exchanges.get(ranks, 0) + 1
+        return self._detector.host_barrier(("exchange", ranks, count % 2))
 
     def describe(self, heap_rank, byte):
         """Where byte ``byte`` of a heap lies: an allocation (allocations agree across ranks) or the library's
@@ -82,6 +91,8 @@ class RaceSanitizer:
         """Stop hearing; raise ``iris.RaceError`` if races were reported while the context was open."""
         from iris.interpreter.race import session
 
+        if distributed.on_exchange == self._exchange:
+            distributed.on_exchange = None
         session.stop(self._detector)
         self.reports.raise_if_any("Iris.close")
 

@@ -14,6 +14,8 @@ tensors, so that one call means the same on both.
 """
 
 import abc
+import contextlib
+import functools
 import queue
 import threading
 import time
@@ -260,6 +262,10 @@ class HostLane(Lane):
         self._tasks, self._error, self._pending = queue.Queue(), None, 0
         self._idle = threading.Condition()
         self._thread = None
+        # IRIS_SANITIZE=race: the race detector follows this lane's operations as a thread of their own
+        sanitizer = getattr(ctx, "sanitizer", None)
+        self._race = sanitizer.detector if sanitizer is not None else None
+        self._race_lane = self._race.new_lane() if self._race is not None else None
 
     @staticmethod
     def capabilities(ctx):
@@ -286,10 +292,10 @@ class HostLane(Lane):
         self._put(lambda: self._copy(copy))
 
     def write(self, flag, value):
-        self._put(lambda: flag.fill_(value))
+        self._put(lambda: self._release(flag.data_ptr(), flag.element_size(), lambda: flag.fill_(value)))
 
     def add(self, signal):
-        self._put(lambda: _atomic_add(signal))
+        self._put(lambda: self._signal(signal))
 
     def transfer(self, transfer, caller):
         self._put(lambda: self._transfer(transfer, caller))
@@ -297,15 +303,17 @@ class HostLane(Lane):
     def join_current(self, flags, caller):
         self._finish()
         for flag in flags:
-            wait_until(self.ctx, lambda: int(flag.item()), 1, caller=caller)
+            with self._polling(flag):
+                wait_until(self.ctx, lambda: int(flag.item()), 1, caller=caller)
             flag.fill_(0)
 
     def join_and_wait(self, flags, caller, *, check):
         self._finish()
         for flag in flags:
-            while int(flag.item()) < 1:
-                check()
-                time.sleep(1e-4)
+            with self._polling(flag):
+                while int(flag.item()) < 1:
+                    check()
+                    time.sleep(1e-4)
             flag.zero_()
 
     def drained(self):
@@ -322,20 +330,45 @@ class HostLane(Lane):
         for copy in transfer.copies:
             self._copy(copy)
         if transfer.signal is not None:
-            _atomic_add(transfer.signal)
+            self._signal(transfer.signal)
 
     def _wait(self, wait, caller):
         flag = _raw(wait.address, wait.bits // 8, self.device).view(torch.int32 if wait.bits == 32 else torch.int64)
-        wait_until(self.ctx, lambda: int(flag.item()), wait.value, caller=caller)
+        with self._polling(flag):
+            wait_until(self.ctx, lambda: int(flag.item()), wait.value, caller=caller)
 
     def _copy(self, copy):
         out = _raw(copy.dst, (copy.height - 1) * copy.dst_pitch + copy.width, self.device)
         inp = _raw(copy.src, (copy.height - 1) * copy.src_pitch + copy.width, self.device)
-        out.as_strided((copy.height, copy.width), (copy.dst_pitch, 1)).copy_(
-            inp.as_strided((copy.height, copy.width), (copy.src_pitch, 1)))
+        out = out.as_strided((copy.height, copy.width), (copy.dst_pitch, 1))
+        inp = inp.as_strided((copy.height, copy.width), (copy.src_pitch, 1))
+        if self._race is not None:  # the lane's thread is not the one torch's dispatch mode hears
+            from iris.interpreter.race.host import byte_addresses
+
+            self._race.host_bytes(byte_addresses(inp), write=False)
+            self._race.host_bytes(byte_addresses(out), write=True)
+        out.copy_(inp)
+
+    # ------------------------------------------------------------------ flags, as the race detector sees them
+    def _signal(self, signal):
+        """``*signal.address += signal.value``: a release at sys scope, as a copy engine's semaphore release."""
+        self._release(signal.address, signal.bits // 8, lambda: _atomic_add(signal))
+
+    def _release(self, address, nbytes, perform):
+        if self._race is None:
+            return perform()
+        return self._race.atomic_word(address, nbytes, write=True, sem="release", perform=perform)
+
+    def _polling(self, flag):
+        """Around plain polls of ``flag`` until it reaches a value: the wait that ends is an acquire."""
+        if self._race is None:
+            return contextlib.nullcontext()
+        return self._race.polling(flag.data_ptr(), flag.element_size())
 
     # ------------------------------------------------------------------ the thread
     def _put(self, operation):
+        if self._race is not None:  # the operation runs after what the host did before queuing it
+            operation = functools.partial(self._as_lane, self._race.lane_enqueue(), operation)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="iris-copy-queue", daemon=True)
             self._thread.start()
@@ -355,6 +388,10 @@ class HostLane(Lane):
                 self._pending -= 1
                 self._idle.notify_all()
 
+    def _as_lane(self, queued, operation):
+        with self._race.on_lane(self._race_lane, queued):
+            operation()
+
     def _collect(self):
         error, self._error = self._error, None
         if error is not None:
@@ -365,6 +402,8 @@ class HostLane(Lane):
         the first failure."""
         with self._idle:
             self._idle.wait_for(lambda: self._pending == 0)
+        if self._race is not None:
+            self._race.lane_drained(self._race_lane)
         self._collect()
 
 

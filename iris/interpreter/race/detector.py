@@ -8,8 +8,11 @@ race. Reported once per pair of sites, as it happens, on the rank that sees it; 
 ``iris.RaceError``.
 """
 
+import contextlib
 import os
 import sys
+import threading
+import zlib
 
 import numpy as np
 
@@ -30,53 +33,109 @@ def _hidden_prefixes():
 
 
 class Detector:
-    """This rank's view: its host thread, the program running now, the shared shadow. ``describe(heap_rank,
-    offset)`` names the allocation holding a byte (the heap's, given by the context)."""
+    """This rank's view: its threads (the host, the programs of the kernel running now, the copy lane), the shared
+    shadow and the reports. ``describe(heap_rank, offset)`` names the allocation holding a byte (the context's
+    heap knows). The thread an access belongs to is the one the calling Python thread runs now (``current``):
+    kernels and the host on the context's thread, copy-lane operations on the lane's."""
 
     def __init__(self, rank, world_size, bases, size, exchange, barrier, describe):
         self.rank, self.world_size = rank, world_size
         self.components = world_size * SLOTS
         self.shared = Shared(rank, world_size, bases, size, self.components, exchange, barrier)
         self.host = Thread(rank * SLOTS, rank, self.components)
-        self.current = self.host
-        self.kernel = None  # (name, programs joined so far) while a kernel runs
+        self._local = threading.local()
+        self._local.thread = self.host
+        self.kernel = None  # the kernel's name while one runs
         self.races = []
         self._reported = set()
         self._sites = {}
         self._describe = describe
         self._hidden = _hidden_prefixes()
-        self.paused = 0  # > 0 while the library's own host copies run (a kernel launch's argument copies)
+        self.paused = 0  # > 0 while the library polls a flag on the host (``polling``)
 
-    # ------------------------------------------------------------------ threads
+    @property
+    def current(self):
+        """The detector's thread of the calling Python thread, or None (a thread it does not follow)."""
+        return getattr(self._local, "thread", None)
+
+    # ------------------------------------------------------------------ kernels
     def begin_kernel(self, name):
         self.kernel = name
         self._joined = Thread(self.host.tid, self.rank, self.components)
         self._joined.C[:] = self.host.C
         self._joined.L[:] = self.host.L
         self._slot_clocks = {}
-        self.current = None
+        self._local.thread = None  # the interpreter's argument copies are not the host's accesses
 
     def begin_program(self, program):
         self._end_program()
-        tid = self.rank * SLOTS + 1 + program % (SLOTS - 1)
-        self.current = self.host.fork(tid, program, self._slot_clocks.get(tid, 0))
+        tid = self.rank * SLOTS + 1 + program % (SLOTS - 2)
+        self._local.thread = self.host.fork(tid, program, self._slot_clocks.get(tid, 0))
 
     def _end_program(self):
-        if self.current is not None and self.current is not self.host:
-            self._joined.join(self.current)
+        thread = self.current
+        if thread is not None and thread is not self.host:
+            self._joined.join(thread)
             # the next program in the same slot continues after this one (and so looks ordered after it)
-            self._slot_clocks[self.current.tid] = self.current.C[self.current.tid]
+            self._slot_clocks[thread.tid] = thread.C[thread.tid]
 
     def end_kernel(self):
         self._end_program()
         self.host.join(self._joined)
         self.host.tick()
-        self.current = self.host
+        self._local.thread = self.host
         self.kernel = None
 
     def fence(self):
         if self.current is not None:
             self.current.fence()
+
+    # ------------------------------------------------------------------ copy lanes
+    def new_lane(self):
+        """A copy lane's thread: its operations, queued from the host, run in order on a Python thread of their own.
+        Every lane of a rank shares the last slot (two lanes' accesses look ordered to each other)."""
+        return Thread(self.rank * SLOTS + SLOTS - 1, self.rank, self.components, program=-2)
+
+    def lane_enqueue(self):
+        """On the host, as an operation is queued on a copy lane: the host's clocks, which the operation runs
+        after (a copy stream waits for the current stream's work queued before)."""
+        self.host.tick()
+        return self.host.C.copy(), self.host.L.copy()
+
+    @contextlib.contextmanager
+    def on_lane(self, lane, queued):
+        """Run a lane operation (on the lane's thread) as ``lane``, after what the host did before queuing it."""
+        np.maximum(lane.C, queued[0], out=lane.C)
+        np.maximum(lane.L, queued[1], out=lane.L)
+        lane.F = lane.C.copy()
+        lane.tick()
+        self._local.thread = lane
+        try:
+            yield
+        finally:
+            self._local.thread = None
+
+    def lane_drained(self, lane):
+        """On the host, once every queued operation of ``lane`` has run: the host continues after them."""
+        self.host.join(lane)
+        self.host.tick()
+
+    @contextlib.contextmanager
+    def polling(self, address, nbytes):
+        """The library polls the flag at ``address`` on this thread with plain reads until it reaches a value: the
+        polls are not accesses of their own; the wait that ends is an acquire at sys scope."""
+        self.paused += 1
+        try:
+            yield
+        finally:
+            self.paused -= 1
+        self.atomic_word(address, nbytes, write=False, sem="acquire")
+
+    def atomic_word(self, address, nbytes, write, sem, perform=None):
+        """An atomic access of the word at ``address`` at sys scope by the calling thread (a lane's signal, a
+        polled flag): recorded, released and acquired as ``sem`` says."""
+        return self.access(np.array([address], np.uint64), nbytes, None, write=write, atomic=True, sem=sem,
+                           scope="sys", perform=perform)
 
     def host_barrier(self, key):
         """A context manager around a host barrier: each member releases its host's clock to the barrier's object
@@ -96,7 +155,8 @@ class Detector:
         key = (where, kind, thread.program, self.kernel)
         site = self._sites.get(key)
         if site is None:
-            who = (f"program {thread.program} of {self.kernel}" if thread.program >= 0 else "the host")
+            who = (f"program {thread.program} of {self.kernel}" if thread.program >= 0 else
+                   "the host" if thread.program == -1 else "a copy lane")
             site = self._sites[key] = self.shared.add_site(f"{kind} by rank {self.rank}, {who}, at {where}")
         return site
 
@@ -106,9 +166,10 @@ class Detector:
         performed (``perform()``, under the lock: nothing comes between an atomic and its clocks) and acquires.
         Returns ``perform()``'s result."""
         thread = self.current
-        addresses = np.asarray(addresses).astype(np.uint64, copy=False).reshape(-1)
+        addresses = np.asarray(addresses).astype(np.uint64, copy=False)
         if mask is not None:
-            addresses = addresses[np.broadcast_to(np.asarray(mask, bool), addresses.shape).reshape(-1)]
+            addresses = addresses[np.broadcast_to(np.asarray(mask, bool), addresses.shape)]
+        addresses = addresses.reshape(-1)
         shared = self.shared
         if thread is None or self.paused or not len(addresses) or not (
                 (addresses >= shared.low) & (addresses < shared.high)).any():
@@ -133,8 +194,9 @@ class Detector:
         return result
 
     def host_range(self, start, stop, write):
-        """The host reads or writes bytes [start, stop) (local addresses) of heap memory."""
-        if self.paused or self.current is not self.host:
+        """The calling thread (the host, or a lane) reads or writes bytes [start, stop) (local addresses)."""
+        thread = self.current
+        if self.paused or thread is None or thread.program >= 0:
             return
         heap = self.shared.heap_of(start)
         if heap is None:
@@ -143,18 +205,19 @@ class Detector:
         if hi > lo:
             site = self.site("write" if write else "read")
             with self.shared:
-                self._check(heap, slice(lo, hi), self.host, write, False, site)
+                self._check(heap, slice(lo, hi), thread, write, False, site)
 
-    def host_bytes(self, offsets_of, write):
-        """The host reads or writes the bytes at local addresses ``offsets_of`` (a numpy uint64 array, strided)."""
-        if self.paused or self.current is not self.host:
+    def host_bytes(self, addresses, write):
+        """The calling thread (the host, or a lane) reads or writes the bytes at ``addresses`` (numpy uint64)."""
+        thread = self.current
+        if self.paused or thread is None or thread.program >= 0:
             return
         for heap in self.shared.heaps:
-            inside = offsets_of[(offsets_of >= np.uint64(heap.base)) & (offsets_of < np.uint64(heap.base + heap.size))]
+            inside = addresses[(addresses >= np.uint64(heap.base)) & (addresses < np.uint64(heap.base + heap.size))]
             if len(inside):
                 site = self.site("write" if write else "read")
                 with self.shared:
-                    self._check(heap, (inside - np.uint64(heap.base)).astype(np.int64), self.host, write, False, site)
+                    self._check(heap, (inside - np.uint64(heap.base)).astype(np.int64), thread, write, False, site)
 
     def _release(self, touched, thread, scope, relaxed):
         shared = self.shared
@@ -243,5 +306,5 @@ class _HostBarrier:
         """The pool entry of this group's barrier: entries 1.. of the pool's tail are kept for host barriers."""
         from iris.interpreter.race.shadow import POOL_ENTRIES
 
-        return POOL_ENTRIES - 1 - (hash(self.key) % 1024)
+        return POOL_ENTRIES - 1 - (zlib.crc32(repr(self.key).encode()) % 1024)  # the same in every process
 

@@ -27,7 +27,7 @@ def _is_view(func):
     return view
 
 
-def _byte_addresses(t):
+def byte_addresses(t):
     """The local addresses of the bytes ``t`` views, for a tensor that is not contiguous."""
     size = t.element_size()
     offsets = np.zeros(1, np.int64)
@@ -46,7 +46,7 @@ def _touch(detector, t, write):
     if t.is_contiguous():
         detector.host_range(start, start + t.numel() * t.element_size(), write)
     else:
-        detector.host_bytes(_byte_addresses(t), write)
+        detector.host_bytes(byte_addresses(t), write)
 
 
 def _tensors(value):
@@ -62,7 +62,7 @@ class HeapAccesses(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         detector = current.detector
-        if (detector is not None and detector.current is detector.host and not detector.paused
+        if (detector is not None and detector.current is not None and not detector.paused
                 and func not in _NO_BYTES and not _is_view(func)):
             self._record(detector, func, args, kwargs)
         return func(*args, **kwargs)
