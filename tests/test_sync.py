@@ -451,3 +451,23 @@ def _disagreeing_gpus_body():
 def test_ranks_on_different_gpus_agree_on_grids(pools):
     results = pools(2).run(_disagreeing_gpus_body)
     assert results == [(100, True, 99)] * 2, results
+
+
+def test_a_group_made_again_agrees_in_a_round_of_its_own():
+    """A group dropped (``release``) and made again agrees on a slot again, under store keys of its own: reusing
+    the first agreement's keys returned the peers' old lists at once, without waiting for them, so a member could
+    signal a slot a peer had yet to zero (the race detector found it)."""
+    from iris.host.groups import GroupTable, region_bytes
+
+    rounds = []
+
+    def agree(ranks, used, check, round=None):
+        rounds.append((tuple(ranks), round))
+        return [used for _ in ranks]
+
+    table = GroupTable(torch.zeros(region_bytes(4), dtype=torch.uint8), 4, 0, torch.device("cpu"), agree)
+    for _ in range(3):
+        table.get([0, 2], "test")
+        table.release([0, 2])
+    table.get([0, 1, 3], "test")
+    assert rounds == [((0, 2), None), ((0, 2), 2), ((0, 2), 3), ((0, 1, 3), None)]

@@ -114,6 +114,7 @@ class GroupTable:
         self._groups = {}
         self._slots = {}  # group ranks -> slot, for the groups other than the world
         self._used = {0}  # slots of the groups this rank belongs to
+        self._agreements = {}  # group ranks -> slot agreements made so far (each a round of its own in the store)
         self._on_agreed = []  # callbacks(ranks) after a group's slot is agreed (workspaces watch its lifetime)
         self._peer_flags = []  # (int32 tensor [group size, n], group ranks): kernels' own per-peer flag rows
         self._poisoned = set()  # peers whose waits ``poison`` has released
@@ -173,7 +174,12 @@ class GroupTable:
         """The lowest slot that no member of ``ranks`` uses yet: every member computes it from the same lists."""
         if self.agree is None:
             raise ValueError(f"{caller}: this table has no exchange, so it only serves the whole world, not {ranks}")
-        used = set().union(*self.agree(ranks, sorted(self._used), lambda: self.check(caller)))
+        # A group dropped and made again agrees again, in a round of its own: the first round's keys are still in
+        # the store, and reading them would skip the wait (a member could signal a slot a peer has yet to zero).
+        key = tuple(ranks)
+        agreement = self._agreements[key] = self._agreements.get(key, 0) + 1
+        used = set().union(*self.agree(ranks, sorted(self._used), lambda: self.check(caller),
+                                       round=None if agreement == 1 else agreement))
         slot = next((s for s in range(1, self.slots) if s not in used), None)
         if slot is None:
             raise ValueError(f"{caller}: the group {ranks} needs sync flags, but a member already belongs to "
