@@ -83,7 +83,7 @@ def test_a_push_without_a_flag_is_a_race(pool):
     write_line, read_line = _line(_push_kernel, "# racy write"), _line(_push_kernel, "# racy read")
     assert f"read by rank 1, program 0 of _push_kernel, at tests/test_race.py:{read_line}" in report, report
     assert f"write by rank 0, program 0 of _push_kernel, at tests/test_race.py:{write_line}" in report, report
-    assert "rank 1's heap, byte 0 of the 512-byte allocation" in report and "nothing orders them" in report, report
+    assert "rank 1's heap, element 0 (4-byte elements) of the 512-byte allocation" in report and "nothing orders them" in report, report
 
 
 def test_a_release_flag_and_an_acquire_wait_order_the_push(pool):

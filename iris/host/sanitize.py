@@ -66,9 +66,9 @@ class RaceSanitizer:
         count = self._exchanges[ranks] = self._exchanges.get(ranks, 0) + 1
         return self._detector.host_barrier(("exchange", ranks, count % 2))
 
-    def describe(self, heap_rank, byte):
-        """Where byte ``byte`` of a heap lies: an allocation (allocations agree across ranks) or the library's
-        areas."""
+    def describe(self, heap_rank, byte, element_bytes=1):
+        """Where byte ``byte`` of a heap lies: an element of an allocation (allocations agree across ranks), or the
+        library's areas."""
         heap = self._heap
         if byte < heap.workspace_range[0]:
             return f"byte {byte} (the group sync flags)"
@@ -78,7 +78,9 @@ class RaceSanitizer:
         if used is None:
             return f"byte {byte} (no live allocation)"
         start, size = used
-        return f"byte {byte - start} of the {size}-byte allocation at heap offset {start}"
+        element = f"element {(byte - start) // element_bytes} ({element_bytes}-byte elements)" if element_bytes > 1 \
+            else f"byte {byte - start}"
+        return f"{element} of the {size}-byte allocation at heap offset {start}"
 
     def _forget(self, blocks):
         shared = self._detector.shared

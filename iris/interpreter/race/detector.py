@@ -52,6 +52,7 @@ class Detector:
         self._describe = describe
         self._hidden = _hidden_prefixes()
         self.paused = 0  # > 0 while the library polls a flag on the host (``polling``)
+        self._element_bytes = 1  # of the access being checked, for its report
 
     @property
     def current(self):
@@ -175,6 +176,7 @@ class Detector:
                 (addresses >= shared.low) & (addresses < shared.high)).any():
             return perform() if perform is not None else None
         site = self.site(KINDS[(write, atomic)])
+        self._element_bytes = nbytes
         relaxed_release = sem not in ("release", "acq_rel")
         relaxed_acquire = sem not in ("acquire", "acq_rel")
         with shared:
@@ -193,8 +195,9 @@ class Detector:
                 self._acquire(touched, thread, scope, relaxed_acquire)
         return result
 
-    def host_range(self, start, stop, write):
-        """The calling thread (the host, or a lane) reads or writes bytes [start, stop) (local addresses)."""
+    def host_range(self, start, stop, write, element_bytes=1):
+        """The calling thread (the host, or a lane) reads or writes bytes [start, stop) (local addresses) of
+        elements of ``element_bytes``."""
         thread = self.current
         if self.paused or thread is None or thread.program >= 0:
             return
@@ -204,11 +207,13 @@ class Detector:
         lo, hi = start - heap.base, min(stop, heap.base + heap.size) - heap.base
         if hi > lo:
             site = self.site("write" if write else "read")
+            self._element_bytes = element_bytes
             with self.shared:
                 self._check(heap, slice(lo, hi), thread, write, False, site)
 
-    def host_bytes(self, addresses, write):
-        """The calling thread (the host, or a lane) reads or writes the bytes at ``addresses`` (numpy uint64)."""
+    def host_bytes(self, addresses, write, element_bytes=1):
+        """The calling thread (the host, or a lane) reads or writes the bytes at ``addresses`` (numpy uint64) of
+        elements of ``element_bytes``."""
         thread = self.current
         if self.paused or thread is None or thread.program >= 0:
             return
@@ -216,6 +221,7 @@ class Detector:
             inside = addresses[(addresses >= np.uint64(heap.base)) & (addresses < np.uint64(heap.base + heap.size))]
             if len(inside):
                 site = self.site("write" if write else "read")
+                self._element_bytes = element_bytes
                 with self.shared:
                     self._check(heap, (inside - np.uint64(heap.base)).astype(np.int64), thread, write, False, site)
 
@@ -276,7 +282,7 @@ class Detector:
                       "sem='release', scope='sys') after the first, a wait with sem='acquire' before the second), a "
                       "barrier between them (ctx.barrier() on the host, ctx.device_barrier() or ctx.ccl.barrier() on "
                       "the stream), or a kernel boundary on the same rank")
-        text = (f"iris: data race (IRIS_SANITIZE=race) on rank {heap.rank}'s heap, {self._describe(heap.rank, byte)}, "
+        text = (f"iris: data race (IRIS_SANITIZE=race) on rank {heap.rank}'s heap, {self._describe(heap.rank, byte, self._element_bytes)}, "
                 f"{count} byte(s) of this access unordered:\n  {shared.site_text(site)}\n"
                 f"  {shared.site_text(earlier_site)} (earlier)\n  {advice}")
         self.races.append(text)

@@ -44,9 +44,9 @@ def _touch(detector, t, write):
     if not int(shared.low) <= start < int(shared.high):
         return
     if t.is_contiguous():
-        detector.host_range(start, start + t.numel() * t.element_size(), write)
+        detector.host_range(start, start + t.numel() * t.element_size(), write, t.element_size())
     else:
-        detector.host_bytes(byte_addresses(t), write)
+        detector.host_bytes(byte_addresses(t), write, t.element_size())
 
 
 def _tensors(value):
