@@ -87,6 +87,9 @@ class Iris(TensorFactory, RankLogger):
         self.heap = SymmetricHeap(memory, heap_size, group_bytes, workspace_bytes, self.cur_rank, self.num_ranks,
                                   all_gather_object)
         self.heap.bases = self.topology.world_bases(memory.bases)
+        if sanitize == "race":  # before the rooms below: the copy lanes ask for it
+            self.sanitizer = _sanitize.RaceSanitizer(self.heap, self.cur_rank, self.num_ranks, all_gather_object,
+                                                     self._host_barrier)
         self.groups = GroupTable(self.heap.reserved, self.num_ranks, self.cur_rank, self._device,
                                  StoreExchange(self._store, self.cur_rank, self._serial, timeout_s))
         # A subgroup's slot comes back when its ProcessGroups go. Through a weak reference: the watchdog thread
@@ -107,9 +110,6 @@ class Iris(TensorFactory, RankLogger):
         self.heap.on_grow(lambda capacity: self._device_context[-1].fill_(capacity))
         # upstream's host copy-engine methods (iris/host/copy_engine/api.py); None when off
         self.copy_engines = CopyEngines(self) if self.enable_copy_engine else None
-        if sanitize == "race":
-            self.sanitizer = _sanitize.RaceSanitizer(self.heap, self.cur_rank, self.num_ranks, all_gather_object,
-                                                     self._host_barrier)
         self.barrier()
         self.watchdog.start()
         if self.copy_engines is not None:

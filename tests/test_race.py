@@ -234,3 +234,34 @@ def test_sanitize_names_the_choices():
         iris.host.sanitize.mode("thread", "cpu")
     with pytest.raises(ValueError, match="runs on the cpu backend"):
         iris.host.sanitize.mode("race", "cuda")
+
+
+def _copy_engine_put(barrier):
+    """Rank 0 puts a block into rank 1's buffer through the copy engine (a lane of its own, asynchronous); rank 1's
+    host reads the buffer. ``ctx.barrier()`` waits for this rank's device work, the copy engine's included: with
+    one between them, the read comes after the lane's write; without, nothing orders them."""
+    import time
+
+    ctx = iris.iris(heap_size=1 << 20, engines=("ce",), sanitize="race")
+    rank = ctx.get_rank()
+    src = ctx.full((N,), 5.0, dtype=torch.float32)
+    dst = ctx.zeros(N, dtype=torch.float32)
+    ctx.barrier()
+    if rank == 0:
+        ctx.put(src, 1, dst, async_op=True)  # the copy engine writes rank 1's dst
+    if barrier:
+        ctx.barrier()
+    else:
+        time.sleep(0.5)  # the lane has most likely written by now: a race all the same
+    if rank == 1:
+        total = float(dst.sum())  # rank 1 reads what the copy engine wrote
+        assert not barrier or total == 5.0 * N
+    ctx.barrier()
+    return _close(ctx)
+
+
+def test_a_copy_engine_put_needs_a_barrier_before_the_peer_reads(pool):
+    report = _one_report(pool.run(_copy_engine_put, False))
+    line = _line(_copy_engine_put, "rank 1 reads what")
+    assert "by rank 0, a copy lane" in report and f"read by rank 1, the host, at tests/test_race.py:{line}" in report
+    assert pool.run(_copy_engine_put, True) == [None, None]

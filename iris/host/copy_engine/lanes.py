@@ -320,6 +320,8 @@ class HostLane(Lane):
         with self._idle:
             if self._pending:
                 return False
+        if self._race is not None:
+            self._race.lane_drained(self._race_lane)
         self._collect()
         return True
 

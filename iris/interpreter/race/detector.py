@@ -99,9 +99,10 @@ class Detector:
 
     def lane_enqueue(self):
         """On the host, as an operation is queued on a copy lane: the host's clocks, which the operation runs
-        after (a copy stream waits for the current stream's work queued before)."""
+        after (a copy stream waits for the current stream's work queued before), and the line that queued it (the
+        site of the operation's accesses)."""
         self.host.tick()
-        return self.host.C.copy(), self.host.L.copy()
+        return self.host.C.copy(), self.host.L.copy(), self._where(sys._getframe(1))
 
     @contextlib.contextmanager
     def on_lane(self, lane, queued):
@@ -110,11 +111,11 @@ class Detector:
         np.maximum(lane.L, queued[1], out=lane.L)
         lane.F = lane.C.copy()
         lane.tick()
-        self._local.thread = lane
+        self._local.thread, self._local.where = lane, queued[2]
         try:
             yield
         finally:
-            self._local.thread = None
+            self._local.thread = self._local.where = None
 
     def lane_drained(self, lane):
         """On the host, once every queued operation of ``lane`` has run: the host continues after them."""
@@ -147,11 +148,9 @@ class Detector:
     # ------------------------------------------------------------------ accesses
     def site(self, kind):
         """The id of the current access's site: the innermost frame outside iris, Triton, torch and numpy (the
-        user's kernel line, or the line that called the library), with the program and kernel."""
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename.startswith(self._hidden):
-            frame = frame.f_back
-        where = f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
+        user's kernel line, or the line that called the library; for a copy lane, the line that queued the
+        operation), with the program and kernel."""
+        where = getattr(self._local, "where", None) or self._where(sys._getframe(1))
         thread = self.current
         key = (where, kind, thread.program, self.kernel)
         site = self._sites.get(key)
@@ -160,6 +159,12 @@ class Detector:
                    "the host" if thread.program == -1 else "a copy lane")
             site = self._sites[key] = self.shared.add_site(f"{kind} by rank {self.rank}, {who}, at {where}")
         return site
+
+    def _where(self, frame):
+        """``file:line`` of the innermost frame from ``frame`` out that is outside iris, Triton, torch and numpy."""
+        while frame is not None and frame.f_code.co_filename.startswith(self._hidden):
+            frame = frame.f_back
+        return f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
 
     def access(self, addresses, nbytes, mask, write, atomic, sem=None, scope=None, perform=None):
         """Check and record an access of ``nbytes`` bytes at each of ``addresses`` (local addresses, a numpy array)
