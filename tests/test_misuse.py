@@ -194,3 +194,135 @@ def test_a_rank_missing_from_a_collective_is_named_while_the_others_wait():
                 r"rank\(s\) \[2\], which have not arrived")
         assert re.search(line, stderr), stderr[-3000:]
     assert "[Iris] [2/3]" not in stderr, stderr[-3000:]  # the late rank itself waits for no one
+
+
+# ---------------------------------------------------------------------------------------------- the host's refusals
+# Provider maps, closed contexts, shapes, ranks that have gone and calls in other groups: each case asserts the error
+# on every rank, that the tensors it names are untouched, and how long the error took.
+
+
+def _stale_map_body():
+    """Rank 0 leaves a map of its tensor alive whose table points at another allocation's peers (every rank 100 +
+    rank there), then every rank maps the tensor with the right table."""
+    from test_providers import segment_provider_tensor
+
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    tensor, bases, memory = segment_provider_tensor(ctx, 64, torch.float32)
+    other, other_bases, other_memory = segment_provider_tensor(ctx, 64, torch.float32)
+    tensor.fill_(rank + 1.0)
+    other.fill_(100.0 + rank)
+    stale = [b if r == rank else other_bases[r] for r, b in enumerate(bases)] if rank == 0 else bases
+    first = iris.wrap_symmetric(tensor, stale)
+    ctx.barrier()
+    start = time.monotonic()
+    refused = error_message(iris.wrap_symmetric, tensor, bases)
+    seconds = time.monotonic() - start
+    untouched = torch.equal(tensor, torch.full((64,), rank + 1.0)) and torch.equal(other, torch.full((64,), 100.0 + rank))
+    del first
+    right = iris.wrap_symmetric(tensor, bases)
+    reused = iris.wrap_symmetric(tensor, bases) is right
+    out = torch.full((64,), -7.0)
+    ctx.ccl.all_reduce(out, tensor)
+    ctx.barrier()
+    total = torch.equal(out, torch.full((64,), sum(r + 1.0 for r in range(world))))
+    del right, memory, other_memory
+    return refused, seconds, untouched, reused, total
+
+
+def test_a_second_map_with_another_table_is_refused(pools):
+    for rank, (refused, seconds, untouched, reused, total) in enumerate(pools(3).run(_stale_map_body)):
+        # every rank refuses, naming rank 0's first map: its maker, shape and table
+        assert refused.startswith("ValueError: iris.wrap_symmetric: rank 0: bytes ["), (rank, refused)
+        assert "already have a live map, made by iris.wrap_symmetric for a tensor of shape (64,)" in refused, refused
+        assert "with the table [0x" in refused and "drop the first map" in refused, refused
+        assert "rank 1:" not in refused and "rank 2:" not in refused, refused  # their first maps had the right table
+        assert untouched, f"rank {rank}: the refusal wrote a tensor"
+        assert seconds < 5, f"rank {rank}: the refusal took {seconds:.1f} s"
+        assert reused, f"rank {rank}: the same table again made a second map"
+        assert total, f"rank {rank}: all_reduce on the right map gave a wrong sum"
+
+
+# What still answers after close(): facts about the process that read no memory (Iris.close's docstring).
+ANSWERS_AFTER_CLOSE = {
+    "ctx": {"get_rank", "get_num_ranks", "get_device", "get_device_id", "get_cu_count", "get_agreed_cu_count",
+            "check_rank", "group_ranks", "spans_nodes", "check_direct", "init_random", "debug", "info", "warning",
+            "error", "close"},
+    "heap": {"holds"},
+}
+
+
+def _closed_rooms_body():
+    """Every public method of a closed context and of its rooms, with arguments that work on an open one."""
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    ranks, peer = list(range(world)), (rank + 1) % world
+    n, rows, hidden, m, k = 8 * world, 4, 32, 8 * world, 16 * world
+    t, out, piece = ctx.ones(n), ctx.zeros(n), ctx.zeros(n // world)
+    square, square_out = ctx.ones(rows, 4 * world), ctx.zeros(rows, 4 * world)
+    x, residual, weight = ctx.ones(rows, hidden), ctx.ones(rows, hidden), torch.ones(hidden)
+    normed, residual_out = ctx.zeros(rows, hidden), ctx.zeros(rows, hidden)
+    a_cols, b_rows = torch.ones(m, k // world), torch.ones(k // world, hidden)
+    a_rows, b = torch.ones(m // world, k), torch.ones(k, hidden)
+    full_out, slice_out = ctx.zeros(m, hidden), ctx.zeros(m // world, hidden)
+    ctx.tracing.enable(64)
+    rooms = {"ctx": ctx, "ccl": ctx.ccl, "ops": ctx.ops, "provider": ctx.provider, "tracing": ctx.tracing,
+             "workspaces": ctx.workspaces, "heap": ctx.heap}
+    arguments = {
+        "ctx": {"allocate_symmetric": (8,), "arange": (8,), "as_symmetric": (torch.ones(8),), "barrier": (),
+                "broadcast": (1,), "check_symmetric": (t, "caller"), "device_barrier": (), "empty": (8,),
+                "empty_cache": (), "full": ((8,), 1.0), "get_copy_engine_ctx": (), "get_device_context": (),
+                "get_heap_bases": (), "group_sync": (None, "caller"), "is_symmetric": (t,), "linspace": (0, 1, 8),
+                "memory_stats": (), "ones": (8,), "put": (t, peer), "put_tile": (None, peer, 0, 0),
+                "put_tiles": ([], peer, [], []), "quiet": (), "rand": (8,), "randint": (5, (8,)), "randn": (8,),
+                "symmetric_table": (t, "caller"), "uniform": ((8,),), "zeros": (8,), "zeros_like": (t,),
+                "get_rank": (), "get_num_ranks": (), "get_device": (), "get_device_id": (), "get_cu_count": (),
+                "get_agreed_cu_count": (), "check_rank": (0, "caller"), "group_ranks": (None, "caller"),
+                "spans_nodes": (None, "caller"), "check_direct": (peer, "caller"), "init_random": (1,),
+                "debug": ("closed",), "info": ("closed",), "warning": ("closed",), "error": ("closed",),
+                "close": (), "check_open": ("caller",)},
+        "ccl": {"all_reduce": (out, t), "all_gather": (out, piece), "all_gather_into_tensor": (out, piece),
+                "reduce_scatter": (piece, t), "reduce_scatter_tensor": (piece, t), "all_to_all": (square_out, square),
+                "all_to_all_single": (out, t), "broadcast": (t, 0), "reduce": (out, t, 0), "scatter": (piece, t, 0),
+                "gather": (out, piece, 0), "send": (t, peer), "recv": (t, peer), "barrier": (),
+                "all_reduce_rmsnorm": (normed, residual_out, x, residual, weight),
+                "moe_dispatcher": (hidden, 2 * world, 2, 8)},
+        "ops": {"matmul_all_reduce": (full_out, a_cols, b_rows), "matmul_reduce_scatter": (slice_out, a_cols, b_rows),
+                "all_gather_matmul": (full_out, a_rows, b), "matmul_all_gather": (full_out, a_rows, b)},
+        "provider": {"symmetric_address_map": (t,), "allocate_symmetric": (8,), "allocate_symmetric_map": (8,)},
+        "tracing": {"enable": (64,), "reset": (), "device_args": (), "events": (), "device_events": (),
+                    "export": ("/dev/null",)},
+        "workspaces": {"get": ("closed", ranks, (4,), torch.float32), "peer_flags": ("closed", ranks, 4),
+                       "views": ("closed",), "release": (None,), "bytes": (), "watch": (tuple(ranks),)},
+        "heap": {"allocate": (8, torch.float32), "allocate_tensor": ((8,), torch.float32, "caller"),
+                 "contains": (t,), "hold": (t, None), "holds": (t.data_ptr(), 4), "offset_of": (t,),
+                 "on_grow": (print,), "reclaim": (), "ride": ("closed", list, print), "view": (0, 64),
+                 "memory_stats": ()},
+    }
+    ctx.barrier()
+    ctx.close()
+    found, start = {}, time.monotonic()
+    for room_name, room in rooms.items():
+        for name in (name for name in dir(room) if not name.startswith("_")):
+            method = getattr(room, name)
+            if not callable(method) or isinstance(method, type):
+                continue
+            if name not in arguments[room_name]:
+                found[f"{room_name}.{name}"] = "missing from the test's arguments"
+                continue
+            found[f"{room_name}.{name}"] = error_message(method, *arguments[room_name][name])
+    return found, time.monotonic() - start, torch.equal(out, torch.zeros(n)), torch.equal(t, torch.ones(n))
+
+
+def test_a_closed_context_refuses_every_method(pools):
+    for rank, (found, seconds, out_zero, inp_one) in enumerate(pools(3).run(_closed_rooms_body)):
+        for call, message in found.items():
+            room, name = call.split(".")
+            if name in ANSWERS_AFTER_CLOSE.get(room, ()):
+                assert message == "no error", (rank, call, message)
+            else:
+                assert message.startswith("ClosedError: ") and "this iris context is closed" in message, (rank, call,
+                                                                                                        message)
+        assert len(found) > 90, sorted(found)
+        assert out_zero and inp_one, f"rank {rank}: a refused call wrote a tensor"
+        assert seconds < 5, f"rank {rank}: the refusals took {seconds:.1f} s"
