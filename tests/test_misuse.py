@@ -326,3 +326,31 @@ def test_a_closed_context_refuses_every_method(pools):
         assert len(found) > 90, sorted(found)
         assert out_zero and inp_one, f"rank {rank}: a refused call wrote a tensor"
         assert seconds < 5, f"rank {rank}: the refusals took {seconds:.1f} s"
+
+
+def _shape_body():
+    """Every rank all_reduces 1024 elements of rank + 1; rank 0 shapes them [32, 32], the others [1024]."""
+    ctx = new_context()
+    rank = ctx.get_rank()
+    shape = (32, 32) if rank == 0 else (1024,)
+    inp = ctx.full(shape, rank + 1.0)
+    out = ctx.full(shape, -7.0)  # poisoned: a returned result would show
+    ctx.barrier()
+    start = time.monotonic()
+    message = error_message(_all_reduce_and_settle, ctx, out, inp)
+    seconds = time.monotonic() - start
+    later = error_message(ctx.ccl.all_reduce, out, inp)  # the context refuses what follows
+    ctx.close()
+    return message, seconds, later
+
+
+def test_the_same_element_count_in_another_shape_is_a_mismatch(pools):
+    # shapes are compared, not element counts: [32, 32] where the others pass [1024] is a mistake in the program
+    results = pools(3).run(_shape_body)
+    for rank, (message, seconds, later) in enumerate(results):
+        assert message.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree: rank "), (rank, message)
+        assert "same op, dtypes, shapes and root" in message, message
+        assert later.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree"), (rank, later)
+        assert seconds < 30, f"rank {rank}: the error took {seconds:.1f} s"
+    assert "ccl.all_reduce(float32[32, 32], float32[32, 32], 'sum'" in results[0][0], results[0][0]
+    assert "ccl.all_reduce(float32[1024], float32[1024], 'sum'" in results[1][0], results[1][0]

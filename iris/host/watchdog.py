@@ -290,7 +290,7 @@ class Watchdog:
                      "having been allocated differently before them)") if theirs == ours else ""
             message = (f"the ranks' calls disagree: rank {self.rank} called {ours}, but rank {other} called {theirs}"
                        f"{alike} (found at {where} of the group {list(ranks)}). Every rank of a group must make the "
-                       "same calls in the same order, with the same op, dtypes, element counts and root, on tensors at "
+                       "same calls in the same order, with the same op, dtypes, shapes and root, on tensors at "
                        "the same heap offsets (allocate symmetric tensors in the same order and sizes on every "
                        "rank); this context refuses further calls")
             self.groups.failure_type = MismatchError
