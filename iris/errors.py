@@ -3,7 +3,8 @@ here, at the bottom, so that any layer can raise or catch them without importing
 
 
 class PeerError(RuntimeError):
-    """A peer rank raised or died while this rank's context was open; the message names it. Raised
+    """A peer rank raised or died while this rank's context was open, or left (closed its context, or returned from
+    the function the launcher ran on it) while this rank waited for it; the message names it and how. Raised
     asynchronously in the thread that created the context, then by every later call that talks to peers."""
 
     message = "a peer rank failed (see the iris watchdog's log line)"

@@ -403,8 +403,9 @@ class Iris(TensorFactory, RankLogger):
         if barrier is None:
             name = f"{self._serial}/{'-'.join(map(str, ranks))}"
             barrier = self._barriers[tuple(ranks)] = StoreBarrier(self._store, self.cur_rank, ranks, name)
+        watchdog = getattr(self, "watchdog", None)  # None during context creation
         barrier.wait(self.timeout_s if timeout_s is None else timeout_s, what="Iris.barrier",
-                     check=self._check_peers)
+                     check=self._check_peers, gone=None if watchdog is None else watchdog.gone)
 
     def _check_peers(self, caller="Iris.barrier"):
         """Raise ``PeerError`` once the watchdog has seen a peer fail: host waits call it between short waits."""

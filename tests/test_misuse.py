@@ -218,7 +218,8 @@ def _stale_map_body():
     start = time.monotonic()
     refused = error_message(iris.wrap_symmetric, tensor, bases)
     seconds = time.monotonic() - start
-    untouched = torch.equal(tensor, torch.full((64,), rank + 1.0)) and torch.equal(other, torch.full((64,), 100.0 + rank))
+    untouched = torch.equal(tensor, torch.full((64,), rank + 1.0)) and torch.equal(other,
+                                                                                torch.full((64,), 100.0 + rank))
     del first
     right = iris.wrap_symmetric(tensor, bases)
     reused = iris.wrap_symmetric(tensor, bases) is right
@@ -354,3 +355,188 @@ def test_the_same_element_count_in_another_shape_is_a_mismatch(pools):
         assert seconds < 30, f"rank {rank}: the error took {seconds:.1f} s"
     assert "ccl.all_reduce(float32[32, 32], float32[32, 32], 'sum'" in results[0][0], results[0][0]
     assert "ccl.all_reduce(float32[1024], float32[1024], 'sum'" in results[1][0], results[1][0]
+
+
+_LEFT_OPEN = []  # contexts that a rank left open by returning early, closed at the start of its next such call
+
+
+def _settle(ctx):
+    """On GPUs the wait for the call's kernel and for the watchdog's next reads (the error comes from its thread
+    there, between two short sleeps); nothing on the cpu backend, where the call raises itself."""
+    if ctx.get_device().type == "cuda":
+        torch.cuda.synchronize()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _all_reduce_in(ctx, out, inp, group):
+    """``_all_reduce_and_settle`` on ``group``."""
+    ctx.ccl.all_reduce(out, inp, group=group)
+    _settle(ctx)
+
+
+def _device_barrier_settled(ctx):
+    ctx.device_barrier()
+    _settle(ctx)
+
+
+def _gone_body(case):
+    """Rank 1 skips the all_reduce (or the barrier) the others make next: it returns with its context open
+    ("returns", "barrier") or closes it first ("closes")."""
+    while _LEFT_OPEN:
+        _LEFT_OPEN.pop().close()
+    ctx = new_context()
+    rank = ctx.get_rank()
+    inp, out = ctx.full((1000,), rank + 1.0), ctx.full((1000,), -7.0)
+    ctx.ccl.all_reduce(out, inp)  # compiled, and the world's flags in use, on every rank
+    out.fill_(-7.0)  # poisoned: a returned result would show
+    ctx.barrier()
+    if rank == 1:
+        if case == "closes":
+            ctx.close()
+        else:
+            _LEFT_OPEN.append(ctx)
+        return None
+    start = time.monotonic()
+    if case == "barrier":
+        message = error_message(ctx.barrier)
+    else:
+        message = error_message(_all_reduce_in, ctx, out, inp, None)
+    seconds = time.monotonic() - start
+    # on GPUs the released wait lets the kernel run on and write (README, "When something goes wrong"); on the cpu
+    # backend the error stops the kernel in its wait
+    untouched = bool((out == -7.0).all()) or ctx.get_device().type == "cuda"
+    later = None if case == "barrier" else error_message(ctx.ccl.all_reduce, out, inp)
+    ctx.close()
+    return message, seconds, untouched, later
+
+
+@pytest.mark.parametrize("case", ["returns", "closes", "barrier"])
+def test_a_wait_for_a_rank_that_has_left_ends(pools, case):
+    results = pools(3).run(_gone_body, case)
+    assert results[1] is None
+    how = ("closed its iris context (ctx.close(), the end of its `with` block, or its exit)" if case == "closes" else
+           "returned from the function the launcher ran on it (its main), its iris context still open")
+    for rank in (0, 2):
+        message, seconds, untouched, later = results[rank]
+        if case == "barrier":
+            assert message.startswith(f"PeerError: Iris.barrier: rank 1 {how} without arriving at this barrier"), \
+                (rank, message)
+        else:
+            # raised in the waiting thread, naming the rank that left, how, and the call this rank waits in
+            assert message.startswith(("PeerError: peer rank 1 (pid ", "PeerError: ccl.all_reduce: peer rank 1 (pid ")), \
+                (rank, message)
+            assert f"{how} while rank {rank} waits for it in ccl.all_reduce(float32[1000], float32[1000], 'sum'" \
+                in message, (rank, message)
+            assert "of a collective kernel of the group [0, 1, 2]" in message, message
+            assert later.startswith("PeerError: ccl.all_reduce: peer rank 1"), (rank, later)
+        assert untouched, f"rank {rank}: the call wrote its output"
+        assert seconds < 8, f"rank {rank}: the error took {seconds:.1f} s"
+
+
+def _other_group_body(first_use):
+    """Rank 0 all_reduces in the group [0, 1], ranks 1 and 2 in the world: rank 0 waits for rank 1 (inside the
+    kernel, or with ``first_use`` in the agreement on the pair's flags), which waits for rank 0 (and rank 2 for
+    rank 0)."""
+    import torch.distributed as dist
+
+    ctx = new_context()
+    rank = ctx.get_rank()
+    pair = dist.new_group([0, 1])
+    inp, out = ctx.full((64,), rank + 1.0), ctx.full((64,), -7.0)
+    if rank < 2 and not first_use:
+        ctx.ccl.all_reduce(out, inp, group=pair)  # the pair's flags agreed on and in use
+    ctx.ccl.all_reduce(out, inp)
+    out.fill_(-7.0)
+    ctx.barrier()
+    start = time.monotonic()
+    message = error_message(_all_reduce_in, ctx, out, inp, pair if rank == 0 else None)
+    seconds = time.monotonic() - start
+    untouched = bool((out == -7.0).all()) or ctx.get_device().type == "cuda"  # as in _gone_body
+    later = error_message(ctx.ccl.all_reduce, out, inp)
+    ctx.close()
+    return message, seconds, untouched, later
+
+
+@pytest.mark.parametrize("first_use", [False, True])
+def test_a_call_in_another_group_is_named_with_both_groups(pools, first_use):
+    results = pools(3).run(_other_group_body, first_use)
+    world = "ccl.all_reduce(float32[64], float32[64], 'sum', 'one_shot') in the group [0, 1, 2]"
+    pair = "ccl.all_reduce(float32[64], float32[64], 'sum', 'one_shot') in the group [0, 1]"
+    for rank, (message, seconds, untouched, later) in enumerate(results):
+        assert message.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree: "), (rank, message)
+        # both calls and both groups named
+        if rank == 1:
+            assert f"rank 1 called {world}, but rank 0 called {pair}" in message, (rank, message)
+        else:
+            assert f"rank 0 called {pair}, but rank 1 called {world}" in message, (rank, message)
+        assert "each wait for the next" in message, message
+        if rank == 2:  # not in the cycle: it says where it waits and for whom
+            assert "rank 2 waits in ccl.all_reduce(" in message and "of the group [0, 1, 2] for rank 0" in message
+        assert later.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree"), (rank, later)
+        assert untouched, f"rank {rank}: the call wrote its output"
+        assert seconds < 15, f"rank {rank}: the error took {seconds:.1f} s"  # the notice comes at 30 s
+
+
+def _barrier_beside_a_collective_body():
+    """Rank 0 calls device_barrier while ranks 1 and 2 all_reduce: the same group, different rows of its flags."""
+    ctx = new_context()
+    rank = ctx.get_rank()
+    inp, out = ctx.full((64,), rank + 1.0), ctx.full((64,), -7.0)
+    ctx.ccl.all_reduce(out, inp)
+    ctx.device_barrier()
+    out.fill_(-7.0)
+    ctx.barrier()
+    start = time.monotonic()
+    if rank == 0:
+        message = error_message(_device_barrier_settled, ctx)
+    else:
+        message = error_message(_all_reduce_in, ctx, out, inp, None)
+    seconds = time.monotonic() - start
+    untouched = bool((out == -7.0).all()) or ctx.get_device().type == "cuda"  # as in _gone_body
+    ctx.close()
+    return message, seconds, untouched
+
+
+def test_a_device_barrier_beside_a_collective_is_named(pools):
+    results = pools(3).run(_barrier_beside_a_collective_body)
+    for rank, (message, seconds, untouched) in enumerate(results):
+        assert message.startswith("MismatchError: ") and "the ranks' calls disagree: " in message, (rank, message)
+        # both calls named (rank 0's cycle may run through rank 1 or rank 2)
+        call = re.escape("ccl.all_reduce(float32[64], float32[64], 'sum', 'one_shot') in the group [0, 1, 2]")
+        barrier = re.escape("Iris.device_barrier in the group [0, 1, 2]")
+        assert re.search(f"rank 0 called {barrier}, but rank [12] called {call}", message) or \
+            re.search(f"rank {rank} called {call}, but rank 0 called {barrier}", message), (rank, message)
+        assert untouched, f"rank {rank}: the call wrote its output"
+        assert seconds < 15, f"rank {rank}: the error took {seconds:.1f} s"
+
+
+def test_advice_fits_the_debug_setting(monkeypatch, caplog):
+    """The watchdog's notice and the launcher's words for a killed rank, with debug mode off and on."""
+    from types import SimpleNamespace
+
+    import triton.language as tl
+
+    from iris.device import debug
+    from iris.host.launcher import bad_address_hint
+    from iris.host.watchdog import Watchdog
+
+    lines = {}
+    for on in (False, True):
+        monkeypatch.setattr(debug, "ENABLED", tl.constexpr(on))
+        waiting = SimpleNamespace(groups=SimpleNamespace(last_call="ccl.all_reduce"), rank=0, world_size=2,
+                                  _waits={((0, 1), 1): ([1], 5, 0.0, False)})
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="iris"):
+            Watchdog._notice(waiting, 31.0)
+        lines[on] = caplog.text
+        assert waiting._waits[((0, 1), 1)][3], "the notice is given once"
+    assert "rank 0 has waited 31 s in program 0 of a collective kernel of the group [0, 1] for rank(s) [1]" in \
+        lines[False], lines[False]
+    assert f"IRIS_DEBUG=1 bounds device waits at IRIS_DEBUG_SPIN_LIMIT polls, {debug.SPIN_LIMIT.value} by default" \
+        in lines[False], lines[False]
+    assert "debug mode is on: the kernel stops after IRIS_DEBUG_SPIN_LIMIT = " in lines[True], lines[True]
+    assert "IRIS_DEBUG=1" not in lines[True], lines[True]
+    assert "rerun with IRIS_DEBUG=1" in bad_address_hint(False)
+    assert "IRIS_DEBUG=1" not in bad_address_hint(True) and "debug mode, which was on" in bad_address_hint(True)
