@@ -425,8 +425,8 @@ def test_a_wait_for_a_rank_that_has_left_ends(pools, case):
                 (rank, message)
         else:
             # raised in the waiting thread, naming the rank that left, how, and the call this rank waits in
-            assert message.startswith(("PeerError: peer rank 1 (pid ", "PeerError: ccl.all_reduce: peer rank 1 (pid ")), \
-                (rank, message)
+            starts = ("PeerError: peer rank 1 (pid ", "PeerError: ccl.all_reduce: peer rank 1 (pid ")
+            assert message.startswith(starts), (rank, message)
             assert f"{how} while rank {rank} waits for it in ccl.all_reduce(float32[1000], float32[1000], 'sum'" \
                 in message, (rank, message)
             assert "of a collective kernel of the group [0, 1, 2]" in message, message
