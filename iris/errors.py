@@ -3,7 +3,8 @@ here, at the bottom, so that any layer can raise or catch them without importing
 
 
 class PeerError(RuntimeError):
-    """A peer rank raised or died while this rank's context was open; the message names it. Raised
+    """A peer rank raised or died while this rank's context was open, or left (closed its context, or returned from
+    the function the launcher ran on it) while this rank waited for it; the message names it and how. Raised
     asynchronously in the thread that created the context, then by every later call that talks to peers."""
 
     message = "a peer rank failed (see the iris watchdog's log line)"
@@ -16,9 +17,11 @@ class PeerError(RuntimeError):
 
 
 class MismatchError(PeerError):
-    """The ranks of a group made different calls: another collective, dtype, element count or root, or tensors at
-    other heap offsets (a heap allocated differently). Raised on every rank the kernels' barriers found in
-    disagreement, naming both calls; the context then refuses further calls, like a peer failure."""
+    """The ranks of a group made different calls: another collective, dtype, shape (``[1024]`` and ``[32, 32]``
+    differ, though their element counts agree) or root, tensors at other heap offsets (a heap allocated
+    differently), or calls in different groups that wait for each other. Raised on every rank the kernels' barriers
+    (or the watchdog, for groups) found in disagreement, naming both calls; the context then refuses further calls,
+    like a peer failure. README, "When something goes wrong", lists what is compared and what is not."""
 
     message = "the ranks of a group made different calls (see the iris watchdog's log line)"
 

@@ -18,6 +18,7 @@ import triton.language as tl
 
 from iris.errors import RaceError
 from iris.platform import backend as _backend
+from iris.errors import ClosedError
 from iris.interpreter.triton import patch_interpreter_asserts
 from iris.host.distributed import StoreBarrier, StoreExchange, all_gather_object, default_store, device_synchronize
 from iris.host.copy_engine.queue import CopyQueue
@@ -197,6 +198,7 @@ class Iris(TensorFactory, RankLogger):
     def get_heap_bases(self):
         """int64[world_size] on the device: entry r is where rank r's heap appears in this process.
         Pass it to kernels that call the free device functions (``iris.load``, ``iris.put``, ...)."""
+        self.check_open("Iris.get_heap_bases")
         return self.heap_bases
 
     def get_device_context(self):
@@ -204,15 +206,18 @@ class Iris(TensorFactory, RankLogger):
         upstream Iris's: ``[rank, world_size, heap_base_0, ..., heap_base_{W-1}, trace_enabled, max_events,
         event counter address, operation counter address, 13 trace buffer addresses]`` (the tracing words are
         zero until ``tracing.enable``), then the bytes each base addresses (read by debug mode)."""
+        self.check_open("Iris.get_device_context")
         return self._device_context
 
     def get_copy_engine_ctx(self):
         """The device-side copy-engine context to pass to device ops as ``copy_engine_ctx`` (a uint64 [world_size, 6]
         tensor, opaque), or None when the context was made without ``engines=("sdma",)``."""
+        self.check_open("Iris.get_copy_engine_ctx")
         return None if self.copy_engines is None else self.copy_engines.device_ctx
 
     # ------------------------------------------------------------------ copy engine (iris/host/copy_engine/api.py)
     def _engines(self, method):
+        self.check_open(method)
         if self.copy_engines is None:
             raise disabled_error(method)
         self.groups.check(method)
@@ -297,11 +302,14 @@ class Iris(TensorFactory, RankLogger):
     # ------------------------------------------------------------------ heap
     def is_symmetric(self, tensor):
         """True when ``tensor`` lies entirely in this rank's symmetric heap."""
+        self.check_open("Iris.is_symmetric")
         return self.heap.contains(tensor)
 
     def check_symmetric(self, tensor, caller, name="tensor"):
-        """Raise a clear error when ``tensor`` is not on the heap (kernels would read a peer's garbage)."""
-        if not self.is_symmetric(tensor):
+        """Raise a clear error when ``tensor`` is not on the heap (kernels would read a peer's garbage), or
+        ``ClosedError`` once the context is closed."""
+        self.check_open(caller)
+        if not self.heap.contains(tensor):
             where = f"on {tensor.device}" if isinstance(tensor, torch.Tensor) else f"a {type(tensor).__name__}"
             raise ValueError(f"{caller}: {name} is not on the symmetric heap ({where}); allocate it with "
                              "ctx.zeros(...) / ctx.empty(...), copy it there with ctx.as_symmetric(t), or map memory "
@@ -312,7 +320,8 @@ class Iris(TensorFactory, RankLogger):
         """The bases table kernels translate ``tensor`` with: ``heap_bases`` for a heap tensor; for memory of another
         provider (``TorchSymmMemProvider``, ``wrap_symmetric``), the ``peer_bases`` of the live map whose allocation
         holds it, which must span the whole world in rank order. Anything else raises ``check_symmetric``'s error."""
-        if self.is_symmetric(tensor) or not isinstance(tensor, torch.Tensor):
+        self.check_open(caller)
+        if self.heap.contains(tensor) or not isinstance(tensor, torch.Tensor):
             self.check_symmetric(tensor, caller, name)
             return self.heap_bases
         from iris.host.memory.providers import find
@@ -340,6 +349,7 @@ class Iris(TensorFactory, RankLogger):
         with ``allocator_type="vmem"``), counts of allocations, frees, agreements and growths, ``held_by_graphs``
         (allocations made during CUDA graph captures whose graphs live: not reused, dropped or not), and
         ``workspace_bytes`` (whole-world ones on the heap, subgroup ones in the workspace area). Local, cheap."""
+        self.check_open("Iris.memory_stats")
         stats = self.heap.memory_stats()
         stats["workspace_bytes"] = self.workspaces.bytes()
         return stats
@@ -350,6 +360,7 @@ class Iris(TensorFactory, RankLogger):
         ProcessGroups every member has dropped; ``memory_stats`` then shows what is live."""
         import gc
 
+        self.check_open("Iris.empty_cache")
         gc.collect()
         self.heap.reclaim("Iris.empty_cache")
 
@@ -388,6 +399,8 @@ class Iris(TensorFactory, RankLogger):
         ``device_barrier`` inside graphs. Raises ``iris.PeerError`` once a peer has failed."""
         self.groups.check("Iris.barrier")
         device_synchronize(self._device, stream)
+        if self._device.type == "cpu" and stream is None and self.copy_engines is not None:
+            self.copy_engines.drain("Iris.barrier")  # a GPU's synchronise waits for the copy engines' streams too
         self._host_barrier(self.group_ranks(group, "Iris.barrier"), timeout_s)
 
     def _host_barrier(self, ranks=None, timeout_s=None):
@@ -399,11 +412,13 @@ class Iris(TensorFactory, RankLogger):
             name = f"{self._serial}/{'-'.join(map(str, ranks))}"
             barrier = self._barriers[tuple(ranks)] = StoreBarrier(self._store, self.cur_rank, ranks, name)
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        watchdog = getattr(self, "watchdog", None)  # None during context creation
+        gone = None if watchdog is None else watchdog.gone
         if self.sanitizer is None:
-            barrier.wait(timeout_s, what="Iris.barrier", check=self._check_peers)
+            barrier.wait(timeout_s, what="Iris.barrier", check=self._check_peers, gone=gone)
             return
         with self.sanitizer.host_barrier(ranks, barrier.generation):
-            barrier.wait(timeout_s, what="Iris.barrier", check=self._check_peers)
+            barrier.wait(timeout_s, what="Iris.barrier", check=self._check_peers, gone=gone)
 
     def _check_peers(self, caller="Iris.barrier"):
         """Raise ``PeerError`` once the watchdog has seen a peer fail: host waits call it between short waits."""
@@ -477,9 +492,21 @@ class Iris(TensorFactory, RankLogger):
         return buffer.cpu().numpy()
 
     # ------------------------------------------------------------------ lifetime
+    def check_open(self, caller):
+        """Raise ``iris.ClosedError`` naming ``caller`` once ``close()`` has run (``close``'s docstring lists what
+        refuses)."""
+        if self._closed:
+            raise ClosedError(caller)
+
     def close(self):
         """Release the peer mappings and tell peers this rank closed cleanly (so its exit is no failure).
-        Tensors on the local heap stay valid while referenced."""
+        Tensors on the local heap stay valid while referenced. From then on every method of the context and of its
+        rooms (``ccl``, ``ops``, ``provider``, ``tracing``, ``workspaces``, ``heap``) raises ``iris.ClosedError``,
+        but those that describe the process and read no memory: ``get_rank``, ``get_num_ranks``, ``get_device``,
+        ``get_device_id``, ``get_cu_count``, ``get_agreed_cu_count``, ``check_rank``, ``group_ranks``,
+        ``spans_nodes``, ``check_direct``, ``init_random``, the log methods (``debug`` ... ``error``), ``close``
+        itself, and ``heap.holds``, which only remembered launches call, after their own check. A peer waiting
+        for this rank in a collective raises ``iris.PeerError`` naming it (``iris/host/watchdog.py``)."""
         if self._closed:
             return
         self._closed = True

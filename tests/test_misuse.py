@@ -194,3 +194,349 @@ def test_a_rank_missing_from_a_collective_is_named_while_the_others_wait():
                 r"rank\(s\) \[2\], which have not arrived")
         assert re.search(line, stderr), stderr[-3000:]
     assert "[Iris] [2/3]" not in stderr, stderr[-3000:]  # the late rank itself waits for no one
+
+
+# ---------------------------------------------------------------------------------------------- the host's refusals
+# Provider maps, closed contexts, shapes, ranks that have gone and calls in other groups: each case asserts the error
+# on every rank, that the tensors it names are untouched, and how long the error took.
+
+
+def _stale_map_body():
+    """Rank 0 leaves a map of its tensor alive whose table points at another allocation's peers (every rank 100 +
+    rank there), then every rank maps the tensor with the right table."""
+    from test_providers import segment_provider_tensor
+
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    tensor, bases, memory = segment_provider_tensor(ctx, 64, torch.float32)
+    other, other_bases, other_memory = segment_provider_tensor(ctx, 64, torch.float32)
+    tensor.fill_(rank + 1.0)
+    other.fill_(100.0 + rank)
+    stale = [b if r == rank else other_bases[r] for r, b in enumerate(bases)] if rank == 0 else bases
+    first = iris.wrap_symmetric(tensor, stale)
+    ctx.barrier()
+    start = time.monotonic()
+    refused = error_message(iris.wrap_symmetric, tensor, bases)
+    seconds = time.monotonic() - start
+    untouched = torch.equal(tensor, torch.full((64,), rank + 1.0)) and torch.equal(other,
+                                                                                torch.full((64,), 100.0 + rank))
+    del first
+    right = iris.wrap_symmetric(tensor, bases)
+    reused = iris.wrap_symmetric(tensor, bases) is right
+    out = torch.full((64,), -7.0)
+    ctx.ccl.all_reduce(out, tensor)
+    ctx.barrier()
+    total = torch.equal(out, torch.full((64,), sum(r + 1.0 for r in range(world))))
+    del right, memory, other_memory
+    return refused, seconds, untouched, reused, total
+
+
+def test_a_second_map_with_another_table_is_refused(pools):
+    for rank, (refused, seconds, untouched, reused, total) in enumerate(pools(3).run(_stale_map_body)):
+        # every rank refuses, naming rank 0's first map: its maker, shape and table
+        assert refused.startswith("ValueError: iris.wrap_symmetric: rank 0: bytes ["), (rank, refused)
+        assert "already have a live map, made by iris.wrap_symmetric for a tensor of shape (64,)" in refused, refused
+        assert "with the table [0x" in refused and "drop the first map" in refused, refused
+        assert "rank 1:" not in refused and "rank 2:" not in refused, refused  # their first maps had the right table
+        assert untouched, f"rank {rank}: the refusal wrote a tensor"
+        assert seconds < 5, f"rank {rank}: the refusal took {seconds:.1f} s"
+        assert reused, f"rank {rank}: the same table again made a second map"
+        assert total, f"rank {rank}: all_reduce on the right map gave a wrong sum"
+
+
+# What still answers after close(): facts about the process that read no memory (Iris.close's docstring).
+ANSWERS_AFTER_CLOSE = {
+    "ctx": {"get_rank", "get_num_ranks", "get_device", "get_device_id", "get_cu_count", "get_agreed_cu_count",
+            "check_rank", "group_ranks", "spans_nodes", "check_direct", "init_random", "debug", "info", "warning",
+            "error", "close"},
+    "heap": {"holds"},
+}
+
+
+def _closed_rooms_body():
+    """Every public method of a closed context and of its rooms, with arguments that work on an open one."""
+    ctx = new_context()
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    ranks, peer = list(range(world)), (rank + 1) % world
+    n, rows, hidden, m, k = 8 * world, 4, 32, 8 * world, 16 * world
+    t, out, piece = ctx.ones(n), ctx.zeros(n), ctx.zeros(n // world)
+    square, square_out = ctx.ones(rows, 4 * world), ctx.zeros(rows, 4 * world)
+    x, residual, weight = ctx.ones(rows, hidden), ctx.ones(rows, hidden), torch.ones(hidden)
+    normed, residual_out = ctx.zeros(rows, hidden), ctx.zeros(rows, hidden)
+    a_cols, b_rows = torch.ones(m, k // world), torch.ones(k // world, hidden)
+    a_rows, b = torch.ones(m // world, k), torch.ones(k, hidden)
+    full_out, slice_out = ctx.zeros(m, hidden), ctx.zeros(m // world, hidden)
+    ctx.tracing.enable(64)
+    rooms = {"ctx": ctx, "ccl": ctx.ccl, "ops": ctx.ops, "provider": ctx.provider, "tracing": ctx.tracing,
+             "workspaces": ctx.workspaces, "heap": ctx.heap}
+    arguments = {
+        "ctx": {"allocate_symmetric": (8,), "arange": (8,), "as_symmetric": (torch.ones(8),), "barrier": (),
+                "broadcast": (1,), "check_symmetric": (t, "caller"), "device_barrier": (), "empty": (8,),
+                "empty_cache": (), "full": ((8,), 1.0), "get_copy_engine_ctx": (), "get_device_context": (),
+                "get_heap_bases": (), "group_sync": (None, "caller"), "is_symmetric": (t,), "linspace": (0, 1, 8),
+                "memory_stats": (), "ones": (8,), "put": (t, peer), "put_tile": (None, peer, 0, 0),
+                "put_tiles": ([], peer, [], []), "quiet": (), "rand": (8,), "randint": (5, (8,)), "randn": (8,),
+                "symmetric_table": (t, "caller"), "uniform": ((8,),), "zeros": (8,), "zeros_like": (t,),
+                "get_rank": (), "get_num_ranks": (), "get_device": (), "get_device_id": (), "get_cu_count": (),
+                "get_agreed_cu_count": (), "check_rank": (0, "caller"), "group_ranks": (None, "caller"),
+                "spans_nodes": (None, "caller"), "check_direct": (peer, "caller"), "init_random": (1,),
+                "debug": ("closed",), "info": ("closed",), "warning": ("closed",), "error": ("closed",),
+                "close": (), "check_open": ("caller",)},
+        "ccl": {"all_reduce": (out, t), "all_gather": (out, piece), "all_gather_into_tensor": (out, piece),
+                "reduce_scatter": (piece, t), "reduce_scatter_tensor": (piece, t), "all_to_all": (square_out, square),
+                "all_to_all_single": (out, t), "broadcast": (t, 0), "reduce": (out, t, 0), "scatter": (piece, t, 0),
+                "gather": (out, piece, 0), "send": (t, peer), "recv": (t, peer), "barrier": (),
+                "all_reduce_rmsnorm": (normed, residual_out, x, residual, weight),
+                "moe_dispatcher": (hidden, 2 * world, 2, 8)},
+        "ops": {"matmul_all_reduce": (full_out, a_cols, b_rows), "matmul_reduce_scatter": (slice_out, a_cols, b_rows),
+                "all_gather_matmul": (full_out, a_rows, b), "matmul_all_gather": (full_out, a_rows, b)},
+        "provider": {"symmetric_address_map": (t,), "allocate_symmetric": (8,), "allocate_symmetric_map": (8,)},
+        "tracing": {"enable": (64,), "reset": (), "device_args": (), "events": (), "device_events": (),
+                    "export": ("/dev/null",)},
+        "workspaces": {"get": ("closed", ranks, (4,), torch.float32), "peer_flags": ("closed", ranks, 4),
+                       "views": ("closed",), "release": (None,), "bytes": (), "watch": (tuple(ranks),)},
+        "heap": {"allocate": (8, torch.float32), "allocate_tensor": ((8,), torch.float32, "caller"),
+                 "contains": (t,), "hold": (t, None), "holds": (t.data_ptr(), 4), "offset_of": (t,),
+                 "on_grow": (print,), "reclaim": (), "ride": ("closed", list, print), "view": (0, 64),
+                 "memory_stats": ()},
+    }
+    ctx.barrier()
+    ctx.close()
+    found, start = {}, time.monotonic()
+    for room_name, room in rooms.items():
+        for name in (name for name in dir(room) if not name.startswith("_")):
+            method = getattr(room, name)
+            if not callable(method) or isinstance(method, type):
+                continue
+            if name not in arguments[room_name]:
+                found[f"{room_name}.{name}"] = "missing from the test's arguments"
+                continue
+            found[f"{room_name}.{name}"] = error_message(method, *arguments[room_name][name])
+    return found, time.monotonic() - start, torch.equal(out, torch.zeros(n)), torch.equal(t, torch.ones(n))
+
+
+def test_a_closed_context_refuses_every_method(pools):
+    for rank, (found, seconds, out_zero, inp_one) in enumerate(pools(3).run(_closed_rooms_body)):
+        for call, message in found.items():
+            room, name = call.split(".")
+            if name in ANSWERS_AFTER_CLOSE.get(room, ()):
+                assert message == "no error", (rank, call, message)
+            else:
+                assert message.startswith("ClosedError: ") and "this iris context is closed" in message, (rank, call,
+                                                                                                        message)
+        assert len(found) > 90, sorted(found)
+        assert out_zero and inp_one, f"rank {rank}: a refused call wrote a tensor"
+        assert seconds < 5, f"rank {rank}: the refusals took {seconds:.1f} s"
+
+
+def _shape_body():
+    """Every rank all_reduces 1024 elements of rank + 1; rank 0 shapes them [32, 32], the others [1024]."""
+    ctx = new_context()
+    rank = ctx.get_rank()
+    shape = (32, 32) if rank == 0 else (1024,)
+    inp = ctx.full(shape, rank + 1.0)
+    out = ctx.full(shape, -7.0)  # poisoned: a returned result would show
+    ctx.barrier()
+    start = time.monotonic()
+    message = error_message(_all_reduce_and_settle, ctx, out, inp)
+    seconds = time.monotonic() - start
+    later = error_message(ctx.ccl.all_reduce, out, inp)  # the context refuses what follows
+    ctx.close()
+    return message, seconds, later
+
+
+def test_the_same_element_count_in_another_shape_is_a_mismatch(pools):
+    # shapes are compared, not element counts: [32, 32] where the others pass [1024] is a mistake in the program
+    results = pools(3).run(_shape_body)
+    for rank, (message, seconds, later) in enumerate(results):
+        assert message.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree: rank "), (rank, message)
+        assert "same op, dtypes, shapes and root" in message, message
+        assert later.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree"), (rank, later)
+        assert seconds < 30, f"rank {rank}: the error took {seconds:.1f} s"
+    assert "ccl.all_reduce(float32[32, 32], float32[32, 32], 'sum'" in results[0][0], results[0][0]
+    assert "ccl.all_reduce(float32[1024], float32[1024], 'sum'" in results[1][0], results[1][0]
+
+
+_LEFT_OPEN = []  # contexts that a rank left open by returning early, closed at the start of its next such call
+
+
+def _settle(ctx):
+    """On GPUs the wait for the call's kernel and for the watchdog's next reads (the error comes from its thread
+    there, between two short sleeps); nothing on the cpu backend, where the call raises itself."""
+    if ctx.get_device().type == "cuda":
+        torch.cuda.synchronize()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _all_reduce_in(ctx, out, inp, group):
+    """``_all_reduce_and_settle`` on ``group``."""
+    ctx.ccl.all_reduce(out, inp, group=group)
+    _settle(ctx)
+
+
+def _device_barrier_settled(ctx):
+    ctx.device_barrier()
+    _settle(ctx)
+
+
+def _gone_body(case):
+    """Rank 1 skips the all_reduce (or the barrier) the others make next: it returns with its context open
+    ("returns", "barrier") or closes it first ("closes")."""
+    while _LEFT_OPEN:
+        _LEFT_OPEN.pop().close()
+    ctx = new_context()
+    rank = ctx.get_rank()
+    inp, out = ctx.full((1000,), rank + 1.0), ctx.full((1000,), -7.0)
+    ctx.ccl.all_reduce(out, inp)  # compiled, and the world's flags in use, on every rank
+    out.fill_(-7.0)  # poisoned: a returned result would show
+    ctx.barrier()
+    if rank == 1:
+        if case == "closes":
+            ctx.close()
+        else:
+            _LEFT_OPEN.append(ctx)
+        return None
+    start = time.monotonic()
+    if case == "barrier":
+        message = error_message(ctx.barrier)
+    else:
+        message = error_message(_all_reduce_in, ctx, out, inp, None)
+    seconds = time.monotonic() - start
+    # on GPUs the released wait lets the kernel run on and write (README, "When something goes wrong"); on the cpu
+    # backend the error stops the kernel in its wait
+    untouched = bool((out == -7.0).all()) or ctx.get_device().type == "cuda"
+    later = None if case == "barrier" else error_message(ctx.ccl.all_reduce, out, inp)
+    ctx.close()
+    return message, seconds, untouched, later
+
+
+@pytest.mark.parametrize("case", ["returns", "closes", "barrier"])
+def test_a_wait_for_a_rank_that_has_left_ends(pools, case):
+    results = pools(3).run(_gone_body, case)
+    assert results[1] is None
+    how = ("closed its iris context (ctx.close(), the end of its `with` block, or its exit)" if case == "closes" else
+           "returned from the function the launcher ran on it (its main), its iris context still open")
+    for rank in (0, 2):
+        message, seconds, untouched, later = results[rank]
+        if case == "barrier":
+            assert message.startswith(f"PeerError: Iris.barrier: rank 1 {how} without arriving at this barrier"), \
+                (rank, message)
+        else:
+            # raised in the waiting thread, naming the rank that left, how, and the call this rank waits in
+            starts = ("PeerError: peer rank 1 (pid ", "PeerError: ccl.all_reduce: peer rank 1 (pid ")
+            assert message.startswith(starts), (rank, message)
+            assert f"{how} while rank {rank} waits for it in ccl.all_reduce(float32[1000], float32[1000], 'sum'" \
+                in message, (rank, message)
+            assert "of a collective kernel of the group [0, 1, 2]" in message, message
+            assert later.startswith("PeerError: ccl.all_reduce: peer rank 1"), (rank, later)
+        assert untouched, f"rank {rank}: the call wrote its output"
+        assert seconds < 8, f"rank {rank}: the error took {seconds:.1f} s"
+
+
+def _other_group_body(first_use):
+    """Rank 0 all_reduces in the group [0, 1], ranks 1 and 2 in the world: rank 0 waits for rank 1 (inside the
+    kernel, or with ``first_use`` in the agreement on the pair's flags), which waits for rank 0 (and rank 2 for
+    rank 0)."""
+    import torch.distributed as dist
+
+    ctx = new_context()
+    rank = ctx.get_rank()
+    pair = dist.new_group([0, 1])
+    inp, out = ctx.full((64,), rank + 1.0), ctx.full((64,), -7.0)
+    if rank < 2 and not first_use:
+        ctx.ccl.all_reduce(out, inp, group=pair)  # the pair's flags agreed on and in use
+    ctx.ccl.all_reduce(out, inp)
+    out.fill_(-7.0)
+    ctx.barrier()
+    start = time.monotonic()
+    message = error_message(_all_reduce_in, ctx, out, inp, pair if rank == 0 else None)
+    seconds = time.monotonic() - start
+    untouched = bool((out == -7.0).all()) or ctx.get_device().type == "cuda"  # as in _gone_body
+    later = error_message(ctx.ccl.all_reduce, out, inp)
+    ctx.close()
+    return message, seconds, untouched, later
+
+
+@pytest.mark.parametrize("first_use", [False, True])
+def test_a_call_in_another_group_is_named_with_both_groups(pools, first_use):
+    results = pools(3).run(_other_group_body, first_use)
+    world = "ccl.all_reduce(float32[64], float32[64], 'sum', 'one_shot') in the group [0, 1, 2]"
+    pair = "ccl.all_reduce(float32[64], float32[64], 'sum', 'one_shot') in the group [0, 1]"
+    for rank, (message, seconds, untouched, later) in enumerate(results):
+        assert message.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree: "), (rank, message)
+        # both calls and both groups named
+        if rank == 1:
+            assert f"rank 1 called {world}, but rank 0 called {pair}" in message, (rank, message)
+        else:
+            assert f"rank 0 called {pair}, but rank 1 called {world}" in message, (rank, message)
+        assert "each wait for the next" in message, message
+        if rank == 2:  # not in the cycle: it says where it waits and for whom
+            assert "rank 2 waits in ccl.all_reduce(" in message and "of the group [0, 1, 2] for rank 0" in message
+        assert later.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree"), (rank, later)
+        assert untouched, f"rank {rank}: the call wrote its output"
+        assert seconds < 15, f"rank {rank}: the error took {seconds:.1f} s"  # the notice comes at 30 s
+
+
+def _barrier_beside_a_collective_body():
+    """Rank 0 calls device_barrier while ranks 1 and 2 all_reduce: the same group, different rows of its flags."""
+    ctx = new_context()
+    rank = ctx.get_rank()
+    inp, out = ctx.full((64,), rank + 1.0), ctx.full((64,), -7.0)
+    ctx.ccl.all_reduce(out, inp)
+    ctx.device_barrier()
+    out.fill_(-7.0)
+    ctx.barrier()
+    start = time.monotonic()
+    if rank == 0:
+        message = error_message(_device_barrier_settled, ctx)
+    else:
+        message = error_message(_all_reduce_in, ctx, out, inp, None)
+    seconds = time.monotonic() - start
+    untouched = bool((out == -7.0).all()) or ctx.get_device().type == "cuda"  # as in _gone_body
+    ctx.close()
+    return message, seconds, untouched
+
+
+def test_a_device_barrier_beside_a_collective_is_named(pools):
+    results = pools(3).run(_barrier_beside_a_collective_body)
+    for rank, (message, seconds, untouched) in enumerate(results):
+        assert message.startswith("MismatchError: ") and "the ranks' calls disagree: " in message, (rank, message)
+        # both calls named (rank 0's cycle may run through rank 1 or rank 2)
+        call = re.escape("ccl.all_reduce(float32[64], float32[64], 'sum', 'one_shot') in the group [0, 1, 2]")
+        barrier = re.escape("Iris.device_barrier in the group [0, 1, 2]")
+        assert re.search(f"rank 0 called {barrier}, but rank [12] called {call}", message) or \
+            re.search(f"rank {rank} called {call}, but rank 0 called {barrier}", message), (rank, message)
+        assert untouched, f"rank {rank}: the call wrote its output"
+        assert seconds < 15, f"rank {rank}: the error took {seconds:.1f} s"
+
+
+def test_advice_fits_the_debug_setting(monkeypatch, caplog):
+    """The watchdog's notice and the launcher's words for a killed rank, with debug mode off and on."""
+    from types import SimpleNamespace
+
+    import triton.language as tl
+
+    from iris.device import debug
+    from iris.host.launcher import bad_address_hint
+    from iris.host.watchdog import Watchdog
+
+    lines = {}
+    for on in (False, True):
+        monkeypatch.setattr(debug, "ENABLED", tl.constexpr(on))
+        waiting = SimpleNamespace(groups=SimpleNamespace(last_call="ccl.all_reduce"), rank=0, world_size=2,
+                                  _waits={((0, 1), 1): ([1], 5, 0.0, False)})
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="iris"):
+            Watchdog._notice(waiting, 31.0)
+        lines[on] = caplog.text
+        assert waiting._waits[((0, 1), 1)][3], "the notice is given once"
+    assert "rank 0 has waited 31 s in program 0 of a collective kernel of the group [0, 1] for rank(s) [1]" in \
+        lines[False], lines[False]
+    assert f"IRIS_DEBUG=1 bounds device waits at IRIS_DEBUG_SPIN_LIMIT polls, {debug.SPIN_LIMIT.value} by default" \
+        in lines[False], lines[False]
+    assert "debug mode is on: the kernel stops after IRIS_DEBUG_SPIN_LIMIT = " in lines[True], lines[True]
+    assert "IRIS_DEBUG=1" not in lines[True], lines[True]
+    assert "rerun with IRIS_DEBUG=1" in bad_address_hint(False)
+    assert "IRIS_DEBUG=1" not in bad_address_hint(True) and "debug mode, which was on" in bad_address_hint(True)

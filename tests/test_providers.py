@@ -15,9 +15,10 @@ from rank_utils import error_message, new_context, poison_value, rank_data
 
 N = 300
 BLOCK = 128
-# The test provider is the cpu backend's shared memory; on a GPU, scripts/gpu_symm_mem.py runs torch's.
+# The test provider is the cpu backend's shared memory; on GPUs test_torch_symmetric_memory runs torch's (and
+# scripts/gpu_symm_mem.py times it).
 ON_CPU_ONLY = pytest.mark.skipif(on_gpu(), reason="the test provider is the cpu backend's shared memory; GPUs: "
-                                 "scripts/gpu_symm_mem.py")
+                                 "test_torch_symmetric_memory")
 
 
 def segment_provider_tensor(ctx, n, dtype):
@@ -258,3 +259,70 @@ def test_wrap_symmetric_refuses_on_every_rank(pools):
         assert "is not the tensor's own address" in m["own"] and "rank 0:" in m["own"], m["own"]
         assert "peer_addresses has 1 entries, the group 3 ranks" in m["count"], m["count"]
         assert "do not lie a multiple of 256 bytes from this rank's" in m["aligned"], m["aligned"]
+
+
+def _torch_symm_mem_body():
+    """PyTorch's symmetric memory through ``iris.TorchSymmMemProvider``: the device API (put, load, atomic_add, store)
+    on three of its allocations, each with its own table; all_reduce (one-shot and two-shot) on them, element by
+    element against torch; a map asked for again is the live one; at two ranks or more a second table over the
+    same bytes is refused."""
+    ctx = new_context(heap_size=1 << 22)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    peer, left = (rank + 1) % world, (rank - 1) % world
+    provider = iris.TorchSymmMemProvider()
+    src, src_map = provider.allocate_symmetric_map(N, dtype=torch.float32)
+    dst, dst_map = provider.allocate_symmetric_map(N, dtype=torch.float32)
+    counter, counter_map = provider.allocate_symmetric_map(64, dtype=torch.int32)
+    src.copy_(rank_data(rank, N, torch.float32, dev))
+    dst.fill_(poison_value(torch.float32))
+    counter.zero_()
+    got = torch.full((N,), poison_value(torch.float32), device=dev)
+    torch.cuda.synchronize()
+    ctx.barrier()
+    grid = (triton.cdiv(N, BLOCK),)
+    _provider_kernel[grid](src, dst, got, counter, src_map.peer_bases, dst_map.peer_bases, counter_map.peer_bases, N,
+                           rank, peer, BLOCK=BLOCK)
+    torch.cuda.synchronize()
+    ctx.barrier()
+    results = {"put": torch.equal(dst, rank_data(left, N, torch.float32, dev)),
+               "load": torch.equal(got, rank_data(peer, N, torch.float32, dev)),
+               "atomic_add": int(counter[0]) == triton.cdiv(N, BLOCK),
+               "own entry": dst_map.bases[rank] == dst.data_ptr(),
+               "map again": provider.symmetric_address_map(dst) is dst_map}
+    ctx.barrier()
+    _store_kernel[grid](dst, dst_map.peer_bases, N, rank, peer, 1000.0 * rank, BLOCK=BLOCK)
+    torch.cuda.synchronize()
+    ctx.barrier()
+    results["store"] = torch.equal(dst, 1000.0 * left + torch.arange(N, dtype=torch.float32, device=dev))
+    total = sum(rank_data(q, N, torch.float32, dev) for q in range(world))
+    for algorithm in ("one_shot", "two_shot"):
+        out, _ = provider.allocate_symmetric_map(N, dtype=torch.float32)
+        out.fill_(poison_value(torch.float32))
+        ctx.barrier()
+        ctx.ccl.all_reduce(out, src, config=iris.ccl.CollectiveConfig(algorithm=algorithm))
+        torch.cuda.synchronize()
+        ctx.barrier()
+        results[f"all_reduce {algorithm}"] = torch.equal(out, total)
+    if world > 1:  # a table of another allocation's peers over dst's bytes
+        stale = [b if r == rank else src_map.bases[r] for r, b in enumerate(dst_map.bases)]
+        results["refused"] = error_message(iris.wrap_symmetric, dst, stale)
+    ctx.barrier()
+    return results
+
+
+@pytest.mark.skipif(not on_gpu(), reason="torch's symmetric memory needs CUDA (it has no CPU backend); the cpu tier "
+                    "runs the same device API and collectives on the test provider above")
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_torch_symmetric_memory(pools, world_size):
+    import torch as torch_host
+
+    if world_size > torch_host.cuda.device_count():
+        pytest.skip(f"torch's symmetric memory needs a GPU per rank; {torch_host.cuda.device_count()} visible")
+    for rank, results in enumerate(pools(world_size).run(_torch_symm_mem_body)):
+        refused = results.pop("refused", None)
+        wrong = [name for name, right in results.items() if not right]
+        assert not wrong, f"rank {rank}: wrong on torch's symmetric memory: {wrong}"
+        assert len(results) == 8, sorted(results)
+        if world_size > 1:
+            assert refused.startswith("ValueError: iris.wrap_symmetric: rank 0: bytes ["), refused
+            assert "made by TorchSymmMemProvider.symmetric_address_map for a tensor of shape (300,)" in refused, refused

@@ -11,7 +11,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from iris.errors import RankTimeoutError
+from iris.errors import PeerError, RankTimeoutError
 from iris.logging import logger
 from iris.platform import private
 
@@ -143,13 +143,26 @@ class StoreBarrier:
     def _key(self, generation, rank):
         return f"{self.prefix}/{generation}/{rank}"
 
-    def wait(self, timeout_s=None, what="barrier", check=None):
-        """``check`` runs between short waits (``wait_for_keys``): raise from it to stop waiting."""
+    def wait(self, timeout_s=None, what="barrier", check=None, gone=None):
+        """``check`` runs between short waits (``wait_for_keys``): raise from it to stop waiting. ``gone()`` gives
+        ``{rank: how it left}`` for ranks that will never arrive anywhere again (closed or returned, the watchdog's
+        ``gone``): one of them missing here raises ``PeerError`` naming it."""
         timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
         generation = self.generation
         self.generation += 1
         self.store.set(self._key(generation, self.rank), b"1")
         keys = [self._key(generation, r) for r in self.ranks]
+
+        def check_all():
+            if check is not None:
+                check()
+            left = gone() if gone is not None else None
+            if left:
+                for rank in self.ranks:
+                    if rank in left and not self._present(self._key(generation, rank)):
+                        raise PeerError(f"{what}: rank {rank} {left[rank]} without arriving at this barrier (call "
+                                        f"{generation} of ranks {self.ranks}), which it can no longer reach: every "
+                                        "rank must make the same calls before it returns or closes its context")
 
         def notice(seconds):
             missing = [r for r, key in zip(self.ranks, keys) if not self._present(key)]
@@ -159,7 +172,7 @@ class StoreBarrier:
                            extra={"iris_rank": self.rank, "iris_num_ranks": dist.get_world_size()})
 
         try:
-            wait_for_keys(self.store, keys, timeout_s, check, notice)
+            wait_for_keys(self.store, keys, timeout_s, check_all, notice)
         except TimeoutError as e:
             missing = [r for r, key in zip(self.ranks, keys) if not self._present(key)]
             if not missing:

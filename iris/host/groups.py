@@ -49,6 +49,8 @@ PEER_FLAGS_STEP = 1 << 30
 MISMATCH = 1 << 62
 MARK_MASK = (1 << 24) - 1
 SAME_COUNT = 1 << 31
+# The row ``waits`` gives a group's slot agreement (a host wait at the group's first use): no row of the flags.
+AGREEING = -1
 # For counters zeroed at every call (the ops' copy-queue counts, compared wrap-safe by the stream's GEQ wait):
 # far above any count one call reaches, raising them all past their targets.
 POISON = 1 << 30
@@ -111,6 +113,7 @@ class GroupTable:
         # (there kernels run in the calling thread, so the call that disagreed raises, not a later one)
         self.on_mismatch = None
         self.on_raise = None  # set by the watchdog: called before ``reraise`` raises the failure (``_withdraw``)
+        self.agreeing = None  # the ranks of a group whose slot this rank is agreeing on now (a host wait)
         self._groups = {}
         self._slots = {}  # group ranks -> slot, for the groups other than the world
         self._used = {0}  # slots of the groups this rank belongs to
@@ -178,8 +181,12 @@ class GroupTable:
         # the store, and reading them would skip the wait (a member could signal a slot a peer has yet to zero).
         key = tuple(ranks)
         agreement = self._agreements[key] = self._agreements.get(key, 0) + 1
-        used = set().union(*self.agree(ranks, sorted(self._used), lambda: self.check(caller),
-                                       round=None if agreement == 1 else agreement))
+        self.agreeing = key  # for ``waits``: a host wait for every other member
+        try:
+            used = set().union(*self.agree(ranks, sorted(self._used), lambda: self.check(caller),
+                                           round=None if agreement == 1 else agreement))
+        finally:
+            self.agreeing = None
         slot = next((s for s in range(1, self.slots) if s not in used), None)
         if slot is None:
             raise ValueError(f"{caller}: the group {ranks} needs sync flags, but a member already belongs to "
@@ -227,8 +234,11 @@ class GroupTable:
         """Where this rank waits now: ``{(group ranks, row): (the members behind, our count)}`` for every row of
         every group where a member's word is a whole signal or more behind ours (a barrier we entered and it has
         not). Reads the flags without disturbing a spinning kernel (on GPUs a copy on the table's own stream).
-        Called from the watchdog thread."""
-        found = {}
+        Row ``AGREEING`` of a group stands for the agreement on its slot at its first use, a host wait for the
+        members that have not arrived, counted as every other member (one that has arrived waits there too, until
+        all have). Called from the watchdog thread."""
+        agreeing = self.agreeing
+        found = {} if agreeing is None else {(agreeing, AGREEING): ([r for r in agreeing if r != self.rank], 0)}
         for ranks, sync in list(self._groups.items()):
             words = self._on_host(sync.flags).numpy()[:, ranks]  # int64 [ROWS, members]
             ours = words[:, sync.index:sync.index + 1]

@@ -18,21 +18,30 @@ import time
 import traceback
 from contextlib import contextmanager
 
+from iris.device import debug
 from iris.errors import RankError
 from iris.logging import logger
 from iris.platform.backend import choose_backend
 from iris.host import sanitize
-from iris.host.watchdog import mark_failed
+from iris.host.watchdog import mark_failed, mark_returned, mark_running
 
 # Multicast (NVLS) stays off in every process we start.
 _ALWAYS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # Once a rank has failed, how long the others may still take: with the watchdog they fail within a second
 # or so; without it (IRIS_WATCHDOG=0) a rank spinning on the failed one is stopped here.
 FAILURE_GRACE_S = 15
-# What a rank killed by a bad address most likely did, and how to see it (iris/device/debug.py)
-BAD_ADDRESS_HINT = ("; a kernel touched an address outside every mapped heap (a pointer not on the heap, or a peer "
-                    "out of range): rerun with IRIS_DEBUG=1, which checks every translated address and names the "
-                    "kernel's ranks, the address and the heap's range")
+
+
+def bad_address_hint(debug_on):
+    """What a rank killed by a bad address most likely did, and how to see it (``iris/device/debug.py``), for the
+    debug setting the rank ran with."""
+    if debug_on:
+        return ("; a kernel touched an address outside every mapped heap, and debug mode, which was on, checks every "
+                "address iris translates: look for an access that bypasses iris's device functions (a tl.load or "
+                "tl.store on a pointer computed by hand)")
+    return ("; a kernel touched an address outside every mapped heap (a pointer not on the heap, or a peer out of "
+            "range): rerun with IRIS_DEBUG=1, which checks every translated address and names the kernel's ranks, the "
+            "address and the heap's range")
 
 
 def check_world_size(world_size, caller):
@@ -82,16 +91,20 @@ def _set_rank_environment(rank, world_size, port, nodes=1):
 
 
 def _call(payload):
+    """Run one call of ``RankPool.run`` in this rank; a context it leaves open reads as RETURNED to its peers until
+    the next call (a peer still waiting for this rank then raises, ``iris/host/watchdog.py``)."""
     fn, args, kwargs = pickle.loads(payload)
+    mark_running()
     try:
         result = fn(*args, **kwargs)
         sanitize.raise_undelivered(getattr(fn, "__name__", "the rank's function"))  # IRIS_SANITIZE=race
+        mark_returned()
         return "ok", result
     except BaseException as e:
         mark_failed(e)  # first: peers waiting for this rank fail now, not at their timeout
         text = traceback.format_exc()
         if "illegal memory access" in text or "illegal address" in text:  # a GPU's bad address
-            text += f"iris{BAD_ADDRESS_HINT}\n"
+            text += f"iris{bad_address_hint(debug.ENABLED.value)}\n"
         return "err", text
 
 
@@ -172,7 +185,8 @@ class RankPool:
         proc.join(timeout=5)
         code = proc.exitcode
         if code is not None and code < 0:
-            hint = BAD_ADDRESS_HINT if -code in (signal.SIGSEGV, signal.SIGBUS) else ""
+            debug_on = {**os.environ, **(self.env or {})}.get("IRIS_DEBUG", "") == "1"
+            hint = bad_address_hint(debug_on) if -code in (signal.SIGSEGV, signal.SIGBUS) else ""
             return "err", f"rank {rank} died: killed by signal {-code} ({signal.strsignal(-code)}){hint}"
         return "err", f"rank {rank} died (exit code {code})"
 

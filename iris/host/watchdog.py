@@ -2,10 +2,11 @@
 ``PeerError`` instead of spinning forever in a device wait.
 
 Each context maps a small node-local status page (POSIX shared memory made by rank 0): per rank a slot
-``int64[pid, state, text length, text...]`` (the text: the call this rank made when calls disagreed). A daemon
-thread per context polls it every ``POLL_S``. A peer has failed when it published FAILED (its ``RankPool`` call
-raised, or its interpreter is exiting on an uncaught exception) or when its process is gone without having
-published CLOSED. On the first failure the thread
+``int64[pid, state, text length, text..., wait record...]`` (the text: the call this rank made when calls disagreed;
+the record: its device waits that do not move, ``iris/host/stuck.py``). A daemon thread per context polls it every
+``POLL_S``. A peer has failed when it published FAILED (its ``RankPool`` call raised, or its interpreter is exiting
+on an uncaught exception) or when its process is gone without having published CLOSED. On the first failure the
+thread
 
 1. records it on the group table: from then on every call that talks to peers raises ``PeerError``;
 2. logs one line naming both ranks, the peer's pid and how it failed;
@@ -29,12 +30,26 @@ at each poll (and on the cpu backend by the call itself, ``GroupTable.check``): 
 slot's text, reads the other rank's within ``TELL_S``, and fails with ``MismatchError`` naming both, releasing every
 wait for every peer (a rank that made another call may never signal the rows this rank waits on).
 
+Every second the thread also reads where this rank waits on its device (``GroupTable.waits``), and ends a wait that
+cannot end:
+
+- a wait for a peer that has left (published CLOSED: closed its context, or its process exited; or RETURNED: the
+  function ``RankPool`` ran on it returned with its context open) and has not moved for ``GONE_S`` since: a
+  ``PeerError`` naming the peer, how it left and the call this rank waits in, raised as a failure is (above). Host
+  barriers ask ``gone`` between their polls and raise the same;
+- a wait that reaches a cycle of waits through different calls or groups (``iris/host/stuck.py``): a
+  ``MismatchError`` naming two of the calls and their groups, on every rank whose waits reach the cycle, about
+  ``STUCK_S`` after the waits stopped moving;
+- any other wait that has not moved for ``NOTICE_S``: one log line naming the call, the group and the ranks waited
+  for, with advice for the debug setting in force.
+
 ``IRIS_WATCHDOG=0`` starts no thread. The page is made either way: its set-up is collective, so ranks
 whose environments differ still make the same calls.
 """
 
 import atexit
 import ctypes
+import itertools
 import mmap
 import os
 import secrets
@@ -44,22 +59,36 @@ import time
 import weakref
 
 import numpy as np
+import torch
 
+from iris.device import debug
 from iris.errors import MismatchError, PeerError
+from iris.host import stuck
+from iris.host.groups import AGREEING
 from iris.host.distributed import NOTICE_S
 from iris.logging import logger
 from iris.host.memory.backing import segment_directory
 
 POLL_S = 0.2  # detection latency; each poll reads one /proc/<pid>/stat per peer
 WAITS_EVERY = 5  # polls between two reads of this rank's sync flags on GPUs (a small copy): mismatches, a stuck wait
-UNSET, RUNNING, CLOSED, FAILED = 0, 1, 2, 3
+UNSET, RUNNING, CLOSED, FAILED, RETURNED = 0, 1, 2, 3, 4
 TEXT_BYTES = 512  # of a slot's text
-SLOT_WORDS = 3 + TEXT_BYTES // 8  # pid, state, text length, text
+RECORD_AT = 3 + TEXT_BYTES // 8  # where the slot's wait record starts (after pid, state, text length, text)
+SLOT_WORDS = RECORD_AT + stuck.RECORD_WORDS
 TELL_S = 2.0  # how long a rank whose call disagreed waits for the other rank to say what it called
+# CLOSED and RETURNED are published once the rank's queued kernels have run (``Iris.close``, ``mark_returned``), but
+# a process that exits publishes CLOSED with kernels still queued on its GPU: their signals land within this long
+# after the state changed, or never.
+GONE_S = 1.0
+LEFT = {CLOSED: "closed its iris context (ctx.close(), the end of its `with` block, or its exit)",
+        RETURNED: "returned from the function the launcher ran on it (its main), its iris context still open"}
 
 _lock = threading.Lock()
 _live = weakref.WeakSet()  # watchdogs of this process whose context is open
-_announced = set()         # pids of failed peers already raised in this process (two contexts, one failure)
+# failures already raised in this process (two contexts, one failure): the pids of peers that raised or died, and
+# (watchdog serial, peer) for peers that left while one context waited for them
+_announced = set()
+_serials = itertools.count()  # one per watchdog: a peer leaving is an event of one context's
 _exit_hook_registered = False
 
 
@@ -158,8 +187,10 @@ class Watchdog:
         self._local_ranks = list(range(self._first, self._first + local))
         self._reports = reports if topology is not None and topology.num_nodes > 1 else None
         self._slots = _map_status_page(rank - self._first, local, exchange, barrier)
+        self._serial = next(_serials)
         self._failed = set()
-        self._waits = {}  # (group ranks, row) -> (behind, count, since when): the device waits seen
+        self._gone = {}  # peer -> (its state, when first seen): peers that closed or returned, which signal no more
+        self._waits = {}  # (group ranks, row) -> (behind, count, since when, told): the device waits seen
         self._polls = 0
         # Held while a failure is recorded and raised in the context's thread, and while that thread withdraws the
         # raise (``_withdraw``): a check that sees the failure recorded then never leaves a queued copy behind.
@@ -180,13 +211,24 @@ class Watchdog:
         self._thread.start()
 
     def publish(self, state):
-        """Set this rank's state; only from RUNNING, so a rank that failed never reads as closed later
-        (its context's ``__del__`` runs right after the failure is reported)."""
+        """Set this rank's state; only from RUNNING (or RETURNED, which a later call ends), so a rank that failed
+        never reads as closed later (its context's ``__del__`` runs right after the failure is reported)."""
         slots = self._slots
-        if slots is not None and slots[self.rank - self._first, 1] == RUNNING:
+        if slots is not None and slots[self.rank - self._first, 1] in (RUNNING, RETURNED):
             slots[self.rank - self._first, 1] = state
             if state == FAILED:
                 self._post(self.rank, os.getpid(), "raised an exception")
+
+    def resume(self):
+        """RETURNED back to RUNNING: this rank's process runs a new call (``mark_running``)."""
+        slots = self._slots
+        if slots is not None and slots[self.rank - self._first, 1] == RETURNED:
+            slots[self.rank - self._first, 1] = RUNNING
+
+    def gone(self):
+        """``{peer: how it left}`` for the peers of this node that closed their context or returned (host barriers
+        raise when one of them has not arrived)."""
+        return {peer: LEFT[state] for peer, (state, _) in list(self._gone.items())}
 
     def stop(self):
         self._stop.set()
@@ -220,12 +262,17 @@ class Watchdog:
                     found = None
                 if found:
                     self._calls_disagree(in_thread=False)
-            if self._polls % WAITS_EVERY == 0 and not self._failed:
-                self._notice_waits()
+            if self._polls % WAITS_EVERY == 0 and not self._failed and self.groups.failure is None:
+                self._watch_waits()
 
-    def _notice_waits(self):
-        """One log line, once, for a device wait (a collective's or ``device_barrier``'s) that has not moved for
-        ``NOTICE_S``: the call this rank made last, the group, and the ranks that have not arrived."""
+    def _call(self):
+        """What this rank is in: its last call, with its arguments where a launcher described that call."""
+        text, call = self.groups.last_text, self.groups.last_call
+        return text if text and call and text.startswith(call + "(") else str(call)
+
+    def _watch_waits(self):
+        """Read where this rank waits on its device and end the waits that cannot end (module docstring)."""
+        slots = self._slots
         try:
             now, seen = time.monotonic(), self.groups.waits()
         except Exception:  # the context is closing under us
@@ -234,17 +281,60 @@ class Watchdog:
         for key, (behind, count) in seen.items():
             old = self._waits.get(key)
             since, told = (old[2], old[3]) if old is not None and old[:2] == (behind, count) else (now, False)
-            if not told and now - since >= NOTICE_S:
-                ranks, row = key
-                where = "device_barrier" if row == 0 else f"program {row - 1} of a collective kernel"
-                logger.warning(f"{self.groups.last_call} (this rank's last call to its peers): rank {self.rank} has "
-                               f"waited {now - since:.0f} s in {where} of the group {list(ranks)} for rank(s) "
-                               f"{behind}, which have not arrived; a rank that skipped the call, or made another, "
-                               "is the one named (IRIS_DEBUG=1 bounds device waits)",
-                               extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
-                told = True
             waits[key] = (behind, count, since, told)
         self._waits = waits
+        if slots is None:
+            return
+        # first the cycles: a rank of one that failed or left on finding it keeps its record for FRESH_S, so its
+        # peers name the calls that disagreed rather than its leaving
+        mine = [(ranks, row, behind) for (ranks, row), (behind, _, since, _) in waits.items()
+                if now - since >= stuck.STUCK_S]
+        stuck.write(slots[self.rank - self._first, RECORD_AT:], self._call(), mine)
+        if mine:
+            records = {peer: stuck.read(slots[peer - self._first, RECORD_AT:], now) for peer in self._local_ranks}
+            records = {peer: record for peer, record in records.items() if record is not None}
+            found = stuck.cycle(self.rank, records) if self.rank in records else None
+            text = found and stuck.disagreement(self.rank, records, found)
+            if text:
+                return self._disagree(f"the ranks' calls disagree: {text}. Every rank of a group must make the same "
+                                      "calls in the same order, in the same groups; this context refuses further "
+                                      "calls", in_thread=False)
+        for (ranks, row), (behind, _, since, _) in waits.items():
+            for peer in behind:
+                state, left = self._gone.get(peer, (None, now))
+                if state is not None and now - max(since, left) >= GONE_S:
+                    return self._wait_on_gone(peer, state, ranks, row)
+        self._notice(now)
+
+    def _notice(self, now):
+        """One log line, once, for a device wait (a collective's or ``device_barrier``'s) that has not moved for
+        ``NOTICE_S``: the call this rank made last, the group, and the ranks that have not arrived."""
+        for key, (behind, count, since, told) in self._waits.items():
+            if told or now - since < NOTICE_S:
+                continue
+            ranks, row = key
+            where = _where(row)
+            if debug.ENABLED.value:
+                advice = (f"debug mode is on: the kernel stops after IRIS_DEBUG_SPIN_LIMIT = {debug.SPIN_LIMIT.value} "
+                          "polls of one flag, naming both ranks")
+            else:
+                advice = (f"IRIS_DEBUG=1 bounds device waits at IRIS_DEBUG_SPIN_LIMIT polls, "
+                          f"{debug.SPIN_LIMIT.value} by default")
+            logger.warning(f"{self.groups.last_call} (this rank's last call to its peers): rank {self.rank} has "
+                           f"waited {now - since:.0f} s in {where} of the group {list(ranks)} for rank(s) "
+                           f"{behind}, which have not arrived; a rank that skipped the call, or made another, "
+                           f"is the one named ({advice})",
+                           extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
+            self._waits[key] = (behind, count, since, True)
+
+    def _wait_on_gone(self, peer, state, ranks, row):
+        """A device wait of this rank waits for ``peer``, which has left (``state``): fail as for a peer failure."""
+        slots = self._slots
+        pid = 0 if slots is None else int(slots[peer - self._first, 0])
+        where = _where(row)
+        self._fail(peer, pid, f"{LEFT[state]} while rank {self.rank} waits for it in {self._call()} ({where} of the "
+                   f"group {list(ranks)}); it never made that call and can no longer make it: every rank of a group "
+                   "must make the same calls before it returns or closes its context", event=(self._serial, peer))
 
     def tell(self, text):
         """Put ``text`` in this rank's slot, for its node's peers to read (``told``)."""
@@ -290,20 +380,29 @@ class Watchdog:
                      "having been allocated differently before them)") if theirs == ours else ""
             message = (f"the ranks' calls disagree: rank {self.rank} called {ours}, but rank {other} called {theirs}"
                        f"{alike} (found at {where} of the group {list(ranks)}). Every rank of a group must make the "
-                       "same calls in the same order, with the same op, dtypes, element counts and root, on tensors at "
+                       "same calls in the same order, with the same op, dtypes, shapes and root, on tensors at "
                        "the same heap offsets (allocate symmetric tensors in the same order and sizes on every "
                        "rank); this context refuses further calls")
+            self._disagree(message, in_thread)
+
+    def _disagree(self, message, in_thread):
+        """Fail with ``MismatchError(message)``: record it, log it, release every wait for every peer, and raise it
+        here (``in_thread``) or in the context's thread."""
+        with self._failing:
+            if self.groups.failure is not None:
+                return
             self.groups.failure_type = MismatchError
             self.groups.failure = message
+            # raised first: on the cpu backend the context's thread, spinning in the interpreter, stops before a
+            # released wait lets its kernel go on to the data
+            if not in_thread:
+                _raise_in(self.owner, f"{self.groups.last_call}: {message}", MismatchError)
             logger.error(message, extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
             for peer in self._local_ranks:
                 if peer != self.rank:
                     self.groups.poison(peer)
-            message = f"{self.groups.last_call}: {message}"
-            if not in_thread:
-                _raise_in(self.owner, message, MismatchError)
-                return
-        raise MismatchError(message)
+        if in_thread:
+            raise MismatchError(f"{self.groups.last_call}: {message}")
 
     def _poll(self):
         slots = self._slots
@@ -313,11 +412,14 @@ class Watchdog:
             if peer == self.rank or peer in self._failed:
                 continue
             pid, state = (int(v) for v in slots[peer - self._first, :2])
+            if state in LEFT:
+                self._gone.setdefault(peer, (state, time.monotonic()))
+            else:
+                self._gone.pop(peer, None)
             if state == FAILED:
                 self._fail(peer, pid, "raised an exception")
             elif state != CLOSED and pid and not _alive(pid):
-                how = ("died (its process is gone and never closed its iris context; a kernel that touches a bad address "
-                       "kills a rank so: rerun with IRIS_DEBUG=1 to have the address named)")
+                how = "died (its process is gone and never closed its iris context; " + _died_advice()
                 self._post(peer, pid, how)
                 self._fail(peer, pid, how)
         if self._reports is not None:
@@ -333,7 +435,10 @@ class Watchdog:
             except Exception:  # the store's host has gone: the job is ending anyway
                 pass
 
-    def _fail(self, peer, pid, how, node=None):
+    def _fail(self, peer, pid, how, node=None, event=None):
+        """Record ``peer``'s failure, log it and raise it in the context's thread, once per ``event`` in this process
+        (default: the peer's process, whose one death every context of this process sees), then release the waits
+        for it."""
         self._failed.add(peer)
         message = (f"peer rank {peer} (pid {pid}) {how}; rank {self.rank} releases its device waits for rank "
                    f"{peer} and raises iris.PeerError (every later call that talks to peers raises it too)")
@@ -341,8 +446,8 @@ class Watchdog:
             if self.groups.failure is None:  # the first failure; later ones (often caused by it) only poison
                 self.groups.failure = message
                 with _lock:
-                    announce = pid not in _announced
-                    _announced.add(pid)
+                    announce = (event or pid) not in _announced
+                    _announced.add(event or pid)
                 if announce:
                     logger.error(message, extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
                     _raise_in(self.owner, message)
@@ -351,6 +456,42 @@ class Watchdog:
             for local_peer in self._local_ranks:
                 if local_peer != self.rank and local_peer not in self._failed:
                     self.groups.poison(local_peer)
+
+
+def _where(row):
+    """Where a wait of ``GroupTable.waits`` is, in words."""
+    if row == AGREEING:
+        return "the agreement on the flags at the group's first use"
+    return "device_barrier" if row == 0 else f"program {row - 1} of a collective kernel"
+
+
+def _died_advice():
+    """What a rank that died most likely did, and what to do, for the debug setting in force."""
+    if debug.ENABLED.value:
+        return ("a kernel that touches a bad address kills a rank so; debug mode is on and checks every address iris "
+                "translates, so look for an access that bypasses iris's device functions: a tl.load / tl.store on "
+                "a computed pointer)")
+    return "a kernel that touches a bad address kills a rank so: rerun with IRIS_DEBUG=1 to have the address named)"
+
+
+def mark_returned():
+    """The function ``RankPool`` ran here returned: publish RETURNED for every open context of this process (a peer
+    waiting for this rank then raises instead of waiting for ever), once the kernels it queued have run (their
+    signals landed); ``mark_running`` takes it back at the next call."""
+    with _lock:
+        watchdogs = list(_live)
+    for watchdog in watchdogs:
+        if watchdog.groups.device.type == "cuda":
+            torch.cuda.synchronize(watchdog.groups.device)
+        watchdog.publish(RETURNED)
+
+
+def mark_running():
+    """A new ``RankPool`` call starts: contexts that outlived the last one are running again."""
+    with _lock:
+        watchdogs = list(_live)
+    for watchdog in watchdogs:
+        watchdog.resume()
 
 
 def mark_failed(error):

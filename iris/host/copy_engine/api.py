@@ -311,6 +311,11 @@ class CopyEngines:
         if copies:
             self._submit(lane, Transfer(wait, copies, signal), async_op=async_op, caller=caller)
 
+    def drain(self, caller):
+        """Host-blocking: until every lane has run everything queued (what a GPU's device synchronise waits for,
+        the copy engines' streams included; ``Iris.barrier`` on the cpu backend)."""
+        self._drain(list(self.lanes.values()), caller)
+
     def quiet(self, to_rank=None, channel=0):
         caller = "Iris.quiet"
         ranks = range(self.ctx.num_ranks) if to_rank is None else [to_rank]

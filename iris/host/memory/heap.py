@@ -176,6 +176,11 @@ class SymmetricHeap:
         tensor = _ON_STORAGE(template, storage)
         return tensor if len(shape) == 1 else tensor.view(shape)  # a view: the storage is contiguous
 
+    def _check_open(self, caller):
+        """``ClosedError`` once closed: the mappings are gone, so no answer about them holds."""
+        if self.closed:
+            raise ClosedError(caller)
+
     def _dropped(self, owner):
         """The last view of an allocation is gone (a weak reference callback: it runs wherever the garbage
         collector does, so it only does atomic operations)."""
@@ -226,6 +231,7 @@ class SymmetricHeap:
         dropped (an all-gather of the dropped offsets), but those a live CUDA graph holds. Allocation calls it on
         its own; call it (after ``gc.collect()`` if tensors sit in reference cycles) to see the freed bytes in
         ``memory_stats`` now. Not during a CUDA graph capture (module docstring)."""
+        self._check_open(caller)
         if capture.current(self.device) is not None:
             raise RuntimeError(f"{caller}: called during a CUDA graph capture; returning dropped bytes is an "
                                "agreement between ranks, which a capture cannot record (and captured kernels may "
@@ -270,15 +276,18 @@ class SymmetricHeap:
     def hold(self, tensor, graph):
         """Keep the bytes of the heap tensor ``tensor`` (one whole allocation) from reuse while ``graph.alive``
         (a ``capture.GraphLife``), dropped or not: a captured graph's kernels use them."""
+        self._check_open("heap.hold")
         self._frees.hold(self.offset_of(tensor), graph)
 
     def ride(self, name, local, apply):
         """Agree on more at each agreement: every rank sends ``local()``, then ``apply`` gets the list of every
         rank's (None from a rank without a rider of that name). Workspaces agree here on groups gone."""
+        self._check_open("heap.ride")
         self._riders[name] = (local, apply)
 
     def on_grow(self, callback):
         """Call ``callback(capacity)`` after each growth (the context updates the extent its kernels see)."""
+        self._check_open("heap.on_grow")
         self._on_grow.append(callback)
 
     def on_release(self, callback):
@@ -296,6 +305,7 @@ class SymmetricHeap:
     def memory_stats(self):
         """Counters in the spirit of ``torch.cuda.memory_stats`` (bytes of this rank's heap, the same on every
         rank after an agreement)."""
+        self._check_open("heap.memory_stats")
         return {
             "allocated_bytes.all.current": self._allocator.used_bytes,
             "allocated_bytes.all.peak": self.stats["allocated_bytes.peak"],
@@ -315,6 +325,7 @@ class SymmetricHeap:
     # ------------------------------------------------------------------ queries
     def contains(self, tensor):
         """True when every byte ``tensor`` can address lies in this rank's heap."""
+        self._check_open("heap.contains")
         if not isinstance(tensor, torch.Tensor) or tensor.device != self.device:
             return False
         if tensor.numel() == 0:  # addresses no byte (torch reports data_ptr() 0 for it)
@@ -324,15 +335,19 @@ class SymmetricHeap:
         return self.base <= start and start + span * tensor.element_size() <= self.base + self.memory.size
 
     def holds(self, address, nbytes):
-        """True when bytes [address, address + nbytes) lie in this rank's heap (a launch cache hit's check)."""
+        """True when bytes [address, address + nbytes) lie in this rank's heap (a launch cache hit's check). The one
+        query that answers once closed: its callers (remembered launches) refuse through the group table's check,
+        and a check here would add work to every remembered call."""
         base = self.bases[self.rank]
         return base <= address and address + nbytes <= base + self.memory.size
 
     def offset_of(self, tensor):
+        self._check_open("heap.offset_of")
         return tensor.data_ptr() - self.base
 
     def view(self, offset, nbytes):
         """A uint8 tensor over bytes [offset, offset + nbytes) of this rank's heap that frees nothing (the
         workspace area's buffers, which their own allocator tracks)."""
+        self._check_open("heap.view")
         storage = torch._C._construct_storage_from_data_pointer(self.base + offset, self.device, nbytes)
         return torch.empty(0, dtype=torch.uint8, device=self.device).set_(storage, 0, (nbytes,), (1,))

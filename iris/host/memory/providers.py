@@ -15,12 +15,17 @@ Providers, each with upstream Iris's surface (``allocate_symmetric(*size, dtype)
 
 - ``HeapProvider``: iris's own heap (``ctx.allocate_symmetric``); tensors free themselves when every rank dropped them.
 - ``TorchSymmMemProvider``: ``torch.distributed._symmetric_memory`` (``symm_mem.empty`` + ``rendezvous``), whose
-  handle's ``buffer_ptrs`` are the table; zero-copy. The map holds the tensor and torch's handle, so torch frees the
-  buffer only once the tensor and every map of it are gone.
+  handle's ``buffer_ptrs`` are the table; zero-copy. The map holds this rank's tensor and torch's handle (this
+  process's mappings of the peers' buffers); each peer's buffer is that peer's to keep, through its own tensor or map.
 - ``wrap_symmetric(tensor, peer_addresses)``: a tensor and its peers' addresses from anywhere else (NVSHMEM, NCCL
   windows, IPC handles exchanged by hand); checked across the ranks as far as can be (same size and dtype
   everywhere, the local entry is the tensor, the bases' distances aligned, on GPUs every address mapped). The caller
   keeps the peers' memory mapped while a kernel may use the map; iris frees nothing of it.
+
+One table per memory: while a map lives, a second map of any of its bytes must have the same table (the same distance
+from this rank's address to every peer's), or it is refused, on every rank of a collective maker, naming the first
+map's maker, shape and table; a map asked for again with the very same table is the live one, returned again. So
+``find`` never has two answers for one tensor, and a stale table cannot shadow the right one.
 
 Tables are laid out as every bases table iris hands out (``[rank, world_size, bases..., tracing words, extent]``,
 ``bases_table``): debug mode (``IRIS_DEBUG=1``) checks each translated address against the allocation's own range,
@@ -52,33 +57,74 @@ class SymmetricAddressMap:
     local_rank: int
     world_size: int
     nbytes: int
-    owner: object = None  # what keeps the memory alive while the map is (the tensor, torch's handle)
+    owner: object = None  # what the map keeps alive: this rank's tensor (and torch's handle); never a peer's memory
+    maker: str = ""       # the function that made the map, for the error that refuses a second table
+    shape: tuple = ()     # the tensor it was made for
 
     def peer_address(self, tensor, rank):
         """The address, in this process, of ``tensor``'s counterpart on ``rank`` (``tensor`` inside the allocation)."""
         return tensor.data_ptr() - self.bases[self.local_rank] + self.bases[rank]
 
 
-_live = []  # weak references to this process's maps, for ``find``
+_live = []  # weak references to this process's maps, for ``find`` and ``_claim``
+
+
+def _alive():
+    """The live maps, oldest first (dead references pruned)."""
+    maps, alive = [], []
+    for ref in _live:
+        address = ref()
+        if address is not None:
+            maps.append(address)
+            alive.append(ref)
+    _live[:] = alive
+    return maps
 
 
 def find(tensor):
     """The live map whose allocation holds all of ``tensor`` (this rank's addresses), or None: how the collectives
-    find the table of a tensor that is not on the heap (``Iris.symmetric_table``)."""
+    find the table of a tensor that is not on the heap (``Iris.symmetric_table``). Maps that share bytes share a
+    table (``_claim``), so any map that holds the tensor translates it alike."""
     start = tensor.data_ptr()
     end = start + _nbytes(tensor)
-    found = None
-    alive = []
-    for ref in _live:
-        address = ref()
-        if address is None:
-            continue
-        alive.append(ref)
+    for address in _alive():
         base = address.bases[address.local_rank]
-        if found is None and base <= start and end <= base + address.nbytes:
-            found = address
-    _live[:] = alive
-    return found
+        if base <= start and end <= base + address.nbytes:
+            return address
+    return None
+
+
+def _same_table(bases, local_rank, other):
+    """Whether ``bases`` (a table with this rank at ``local_rank``) translates as ``other`` does: the same ranks, and
+    every peer at the same distance from this rank's address (a rank off this node: the same code)."""
+    if len(bases) != other.world_size or local_rank != other.local_rank:
+        return False
+    shift = bases[local_rank] - other.bases[other.local_rank]
+    return all(b == o if b <= 0 or o <= 0 else b - o == shift for b, o in zip(bases, other.bases))
+
+
+def _describe(bases):
+    return "[" + ", ".join(f"{b:#x}" for b in bases) + "]"
+
+
+def _claim(bases, local_rank, nbytes):
+    """``(live map, None)`` when a live map has exactly this table and size (it is reused), ``(None, problem)`` when a
+    live map over any of these bytes has another table, else ``(None, None)`` (module docstring)."""
+    start = bases[local_rank]
+    for address in _alive():
+        base = address.bases[address.local_rank]
+        if not (nbytes and address.nbytes and base < start + nbytes and start < base + address.nbytes):
+            continue
+        if not _same_table(bases, local_rank, address):
+            return None, (f"bytes [{start:#x}, {start + nbytes:#x}) of this rank already have a live map, made by "
+                          f"{address.maker or 'a provider'} for a tensor of shape {tuple(address.shape)} at "
+                          f"[{base:#x}, {base + address.nbytes:#x}) with the table {_describe(address.bases)}, and "
+                          f"this one's table {_describe(bases)} translates them differently (the collectives would "
+                          "use whichever map they found first); drop the first map (and whatever holds it) before "
+                          "mapping this memory again, or map it with the same table")
+        if tuple(bases) == address.bases and nbytes == address.nbytes:
+            return address, None
+    return None, None
 
 
 def _misaligned(bases, local_rank):
@@ -87,21 +133,41 @@ def _misaligned(bases, local_rank):
     return [rank for rank, base in enumerate(bases) if (base - bases[local_rank]) % BASE_ALIGNMENT.value]
 
 
-def address_map(bases, local_rank, nbytes, device, caller, owner=None):
-    """A ``SymmetricAddressMap`` of ``bases`` (this allocation's address on each rank); a clear error when the
-    distances between them are not multiples of ``BASE_ALIGNMENT`` (``translate`` tells the compiler they are)."""
-    bases = tuple(int(b) for b in bases)
+def _table_problem(bases, local_rank, nbytes):
+    """What makes ``bases`` unusable as a table here, or None: distances that are not multiples of
+    ``BASE_ALIGNMENT`` bytes (``translate`` tells the compiler they are), or a live map of these bytes with another
+    table (``_claim``)."""
     odd = _misaligned(bases, local_rank)
     if odd:
         listed = ", ".join(f"rank {rank} at {bases[rank]:#x}" for rank in odd)
-        raise ValueError(f"{caller}: the allocation's address on every rank must lie a multiple of "
-                         f"{BASE_ALIGNMENT.value} bytes from this rank's ({bases[local_rank]:#x}) for iris's "
-                         f"translation (it keeps accesses vectorised); got {listed}. Align the allocations to "
-                         f"{BASE_ALIGNMENT.value} bytes")
+        return (f"the allocation's address on every rank must lie a multiple of {BASE_ALIGNMENT.value} bytes from "
+                f"this rank's ({bases[local_rank]:#x}) for iris's translation (it keeps accesses vectorised); got "
+                f"{listed}. Align the allocations to {BASE_ALIGNMENT.value} bytes")
+    return _claim(bases, local_rank, nbytes)[1]
+
+
+def address_map(bases, local_rank, nbytes, device, caller, owner=None, shape=()):
+    """A ``SymmetricAddressMap`` of ``bases`` (this allocation's address on each rank), or the live map with exactly
+    this table and size; a clear error naming ``caller`` when ``_table_problem`` finds one."""
+    bases = tuple(int(b) for b in bases)
+    problem = _table_problem(bases, local_rank, nbytes)
+    if problem:
+        raise ValueError(f"{caller}: {problem}")
+    reused, _ = _claim(bases, local_rank, nbytes)
+    if reused is not None:
+        return reused
     table = torch.tensor(bases_table(local_rank, len(bases), bases, nbytes), dtype=torch.int64, device=device)
-    address = SymmetricAddressMap(table[2:2 + len(bases)], bases, local_rank, len(bases), nbytes, owner)
+    address = SymmetricAddressMap(table[2:2 + len(bases)], bases, local_rank, len(bases), nbytes, owner, caller,
+                                  tuple(shape))
     _live.append(weakref.ref(address))
     return address
+
+
+def _agreed(problem, caller, group):
+    """Raise on every rank of ``group`` when any rank's ``problem`` is set, naming each such rank."""
+    problems = [f"rank {r}: {p}" for r, p in enumerate(all_gather_object(problem, group=group)) if p]
+    if problems:
+        raise ValueError(f"{caller}: " + "; ".join(problems))
 
 
 def _nbytes(tensor):
@@ -132,7 +198,7 @@ class HeapProvider:
         offset = ctx.heap.offset_of(tensor)
         bases = [b + offset if direct else b for b, direct in zip(ctx.heap.bases, ctx.direct)]
         return address_map(bases, ctx.cur_rank, _nbytes(tensor), ctx.get_device(),
-                           "HeapProvider.symmetric_address_map", owner=tensor)
+                           "HeapProvider.symmetric_address_map", owner=tensor, shape=tensor.shape)
 
 
 class TorchSymmMemProvider:
@@ -160,7 +226,7 @@ class TorchSymmMemProvider:
     def symmetric_address_map(self, tensor):
         """Collective over the group (torch's ``rendezvous``). The map of ``tensor``, which must come from
         ``symm_mem.empty`` (a view of one too): entry r is ``buffer_ptrs[r]`` moved by the tensor's offset in its
-        buffer, the same on every rank."""
+        buffer, the same on every rank. Every rank raises when any rank's table is refused (``_table_problem``)."""
         from torch.distributed import _symmetric_memory as symm_mem
 
         caller = "TorchSymmMemProvider.symmetric_address_map"
@@ -171,15 +237,19 @@ class TorchSymmMemProvider:
                              "torch.distributed._symmetric_memory.empty(...) on every rank of the group") from e
         ptrs = list(handle.buffer_ptrs)
         offset = tensor.data_ptr() - ptrs[handle.rank]
-        return address_map([p + offset for p in ptrs], handle.rank, _nbytes(tensor), tensor.device, caller,
-                           owner=(tensor, handle))
+        bases = tuple(p + offset for p in ptrs)
+        _agreed(_table_problem(bases, handle.rank, _nbytes(tensor)), caller, self.group)
+        return address_map(bases, handle.rank, _nbytes(tensor), tensor.device, caller, owner=(tensor, handle),
+                           shape=tensor.shape)
 
 
 def wrap_symmetric(tensor, peer_addresses, group=None):
     """Collective over ``group`` (default: the world). The ``SymmetricAddressMap`` of ``tensor``, whose counterpart
     on group rank r sits at ``peer_addresses[r]`` in this process (entry ``rank`` must be ``tensor.data_ptr()``).
     Checked: the list's length, the local entry, the same shape and dtype on every rank, the alignment of the
-    distances, and on GPUs that every address is mapped memory; every rank raises when any rank's check fails."""
+    distances, on GPUs that every address is mapped memory, and that no live map of these bytes has another table
+    (``_claim``); every rank raises when any rank's check fails. The map holds ``tensor``; the caller keeps the
+    peers' memory mapped while a kernel may use the map."""
     caller = "iris.wrap_symmetric"
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     problem = _wrap_problem(tensor, peer_addresses, rank, world)
@@ -191,7 +261,8 @@ def wrap_symmetric(tensor, peer_addresses, group=None):
         listed = ", ".join(f"rank {r}: {tuple(s)} {d}" for r, (_, s, d) in enumerate(shapes))
         raise ValueError(f"{caller}: the tensor differs across the ranks ({listed}); a symmetric tensor has one shape "
                          "and dtype everywhere")
-    return address_map(peer_addresses, rank, _nbytes(tensor), tensor.device, caller, owner=tensor)
+    return address_map(peer_addresses, rank, _nbytes(tensor), tensor.device, caller, owner=tensor,
+                       shape=tensor.shape)
 
 
 def _wrap_problem(tensor, peer_addresses, rank, world):
@@ -208,6 +279,9 @@ def _wrap_problem(tensor, peer_addresses, rank, world):
     if odd:
         return (f"the addresses of rank(s) {odd} do not lie a multiple of {BASE_ALIGNMENT.value} bytes from this "
                 f"rank's, which iris's translation needs (it keeps accesses vectorised); align the allocations")
+    stale = _claim(tuple(int(a) for a in addresses), rank, _nbytes(tensor))[1]
+    if stale:
+        return stale
     if tensor.device.type == "cuda":
         from iris.platform import cuda_driver
 

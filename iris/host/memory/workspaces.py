@@ -55,6 +55,7 @@ class Workspaces:
         """The buffer ``name`` of the group of ``ranks``, viewed as ``shape`` x ``dtype``. With ``zero`` it is
         zeroed when made and whenever the shape or dtype differs from the last call's (counters and flags that
         a call leaves at zero stay as they are between calls of one shape)."""
+        self.ctx.check_open("workspaces.get")
         key = (name, tuple(ranks))
         nbytes = torch.Size(shape).numel() * dtype.itemsize
         buffer = self.buffers.get(key)
@@ -89,6 +90,7 @@ class Workspaces:
     def views(self, name):
         """The last view handed out of ``name``'s buffer in each group (zeroed views: flags and counters), as the
         calls left them."""
+        self.ctx.check_open("workspaces.views")
         found = []
         for key, (shape, dtype) in self._shapes.items():
             if key[0] == name and key in self.buffers:
@@ -101,6 +103,7 @@ class Workspaces:
         sync flags. Local; the members' next call with the group makes them again. Call it on every member at
         the same point of their calls, once no call with the group is in flight on any member (after
         ``ctx.barrier(group=group)``)."""
+        self.ctx.check_open("Iris.workspaces.release")
         if group is None or isinstance(group, (list, tuple)):
             ranks = tuple(range(self.ctx.num_ranks)) if group is None else tuple(sorted(group))
         else:
@@ -112,6 +115,7 @@ class Workspaces:
 
     def bytes(self):
         """Bytes held by workspaces, whole-world ones (heap) and subgroup ones (workspace area)."""
+        self.ctx.check_open("workspaces.bytes")
         world = tuple(range(self.ctx.num_ranks))
         heap = sum(b.numel() for k, b in self.buffers.items() if k[1] == world)
         return {"heap": heap, "area": self._area.used_bytes}
@@ -166,6 +170,7 @@ class Workspaces:
     def watch(self, ranks):
         """Queue ``ranks`` for release once every ProcessGroup of exactly those ranks is collected (nothing to
         watch where none exists: pairs of ``send``/``recv``, whose slots are set aside for them)."""
+        self.ctx.check_open("workspaces.watch")
         if ranks in self._watched:
             return
         groups = [g for g, members in dist.distributed_c10d._world.pg_group_ranks.items()

@@ -35,6 +35,7 @@ class Tracing:
 
     def enable(self, max_events=1 << 16):
         """Collective. Allocate room for ``max_events`` events on this rank and start recording."""
+        self.ctx.check_open("tracing.enable")
         if not isinstance(max_events, int) or max_events <= 0:
             raise ValueError(f"tracing.enable: max_events must be a positive int, got {max_events!r}")
         dev = self.ctx.get_device()
@@ -73,6 +74,7 @@ class Tracing:
 
     def device_args(self):
         """The int64 tensor instrumented kernels take (``iris/device/tracing.py``)."""
+        self.ctx.check_open("tracing.device_args")
         return self._args
 
     def events(self):
@@ -136,6 +138,7 @@ class Tracing:
         return path
 
     def _require(self, what):
+        self.ctx.check_open(f"tracing.{what}")
         if not self.enabled:
             raise RuntimeError(f"tracing.{what}: tracing is not enabled; call ctx.tracing.enable(max_events=...) "
                                "first")
