@@ -297,7 +297,7 @@ def _closed_rooms_body():
                        "views": ("closed",), "release": (None,), "bytes": (), "watch": (tuple(ranks),)},
         "heap": {"allocate": (8, torch.float32), "allocate_tensor": ((8,), torch.float32, "caller"),
                  "contains": (t,), "hold": (t, None), "holds": (t.data_ptr(), 4), "offset_of": (t,),
-                 "on_grow": (print,), "reclaim": (), "ride": ("closed", list, print), "view": (0, 64),
+                 "on_grow": (print,), "on_release": (print,), "allocation_at": (0,), "reclaim": (), "ride": ("closed", list, print), "view": (0, 64),
                  "memory_stats": ()},
     }
     ctx.barrier()

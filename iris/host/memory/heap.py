@@ -293,10 +293,12 @@ class SymmetricHeap:
     def on_release(self, callback):
         """Call ``callback([(offset, size), ...])`` with the blocks an agreement returns to the free list, before
         they can be handed out again (the race detector forgets their history)."""
+        self._check_open("heap.on_release")
         self._on_release.append(callback)
 
     def allocation_at(self, offset):
         """(start, size) of the live allocation holding byte ``offset``, or None."""
+        self._check_open("heap.allocation_at")
         for start, size in self._allocator.used.items():
             if start <= offset < start + size:
                 return start, size
