@@ -17,9 +17,12 @@ _reports = []
 
 
 def mode(sanitize, backend, caller="iris.iris"):
-    """The sanitizer asked for by ``sanitize`` or, when it is None, ``IRIS_SANITIZE``: "race" or None."""
+    """The sanitizer asked for by ``sanitize`` ("race", True for it, False or "" for none) or, when it is None, by
+    ``IRIS_SANITIZE``: "race" or None."""
     asked = os.environ.get("IRIS_SANITIZE", "") if sanitize is None else sanitize
-    asked = (asked or "").strip().lower() or None
+    if isinstance(asked, bool):
+        asked = "race" if asked else ""
+    asked = str(asked or "").strip().lower() or None
     if asked is None:
         return None
     if asked not in MODES:
@@ -38,12 +41,11 @@ class RaceSanitizer:
         from iris.interpreter.race import session
 
         self._heap = heap
-        self.detector = self._detector = session.start(rank, world_size, heap.bases, heap.capacity, exchange, barrier,
-                                        self.describe)
+        self.detector = session.start(rank, world_size, heap.bases, heap.capacity, exchange, barrier, self.describe)
         heap.on_release(self._forget)
         self._exchanges = {}
         distributed.on_exchange = self._exchange
-        self.reports = _Reports(rank, self._detector.races)
+        self.reports = _Reports(rank, self.detector.races)
         if not _reports:
             import atexit
 
@@ -53,18 +55,18 @@ class RaceSanitizer:
     @property
     def races(self):
         """The reports so far, in order (each also printed to stderr as it happened)."""
-        return list(self._detector.races)
+        return list(self.detector.races)
 
     def host_barrier(self, ranks, generation):
         """A context manager around call ``generation`` of the host barrier of ``ranks``: what each member did
         before it happens before what every member does after it."""
-        return self._detector.host_barrier((tuple(ranks), generation % 2))
+        return self.detector.host_barrier((tuple(ranks), generation % 2))
 
     def _exchange(self, ranks):
         """An exchange of values among ``ranks`` (an all-gather, the group table's slot agreement): a host barrier
         to the detector. Each member makes the same exchanges in the same order, so the counts agree."""
         count = self._exchanges[ranks] = self._exchanges.get(ranks, 0) + 1
-        return self._detector.host_barrier(("exchange", ranks, count % 2))
+        return self.detector.host_barrier(("exchange", ranks, count % 2))
 
     def describe(self, heap_rank, byte, element_bytes=1):
         """Where byte ``byte`` of a heap lies: an element of an allocation (allocations agree across ranks), or the
@@ -83,8 +85,8 @@ class RaceSanitizer:
         return f"{element} of the {size}-byte allocation at heap offset {start}"
 
     def _forget(self, blocks):
-        shared = self._detector.shared
-        shadow = shared.heaps[self._detector.rank]
+        shared = self.detector.shared
+        shadow = shared.heaps[self.detector.rank]
         with shared:
             for start, size in blocks:
                 shared.forget(shadow, start, start + size)
@@ -95,7 +97,7 @@ class RaceSanitizer:
 
         if distributed.on_exchange == self._exchange:
             distributed.on_exchange = None
-        session.stop(self._detector)
+        session.stop(self.detector)
         self.reports.raise_if_any("Iris.close")
 
 

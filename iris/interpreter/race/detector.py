@@ -18,7 +18,7 @@ import numpy as np
 
 from iris.interpreter.race import clocks
 from iris.interpreter.race.clocks import SLOTS, Thread, split
-from iris.interpreter.race.shadow import Shared
+from iris.interpreter.race.shadow import HOST_OBJECTS, POOL_ENTRIES, Shared
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../iris
 _HIDDEN = (_PACKAGE + os.sep, os.path.dirname(os.path.abspath(np.__file__)) + os.sep)
@@ -51,8 +51,11 @@ class Detector:
         self._sites = {}
         self._describe = describe
         self._hidden = _hidden_prefixes()
-        self.paused = 0  # > 0 while the library polls a flag on the host (``polling``)
-        self._element_bytes = 1  # of the access being checked, for its report
+
+    @property
+    def paused(self):
+        """Whether the calling Python thread is polling a flag (``polling``): its plain reads are not accesses."""
+        return getattr(self._local, "paused", False)
 
     @property
     def current(self):
@@ -126,11 +129,11 @@ class Detector:
     def polling(self, address, nbytes):
         """The library polls the flag at ``address`` on this thread with plain reads until it reaches a value: the
         polls are not accesses of their own; the wait that ends is an acquire at sys scope."""
-        self.paused += 1
+        self._local.paused = True
         try:
             yield
         finally:
-            self.paused -= 1
+            self._local.paused = False
         self.atomic_word(address, nbytes, write=False, sem="acquire")
 
     def atomic_word(self, address, nbytes, write, sem, perform=None):
@@ -181,7 +184,6 @@ class Detector:
                 (addresses >= shared.low) & (addresses < shared.high)).any():
             return perform() if perform is not None else None
         site = self.site(KINDS[(write, atomic)])
-        self._element_bytes = nbytes
         relaxed_release = sem not in ("release", "acq_rel")
         relaxed_acquire = sem not in ("acquire", "acq_rel")
         with shared:
@@ -190,7 +192,8 @@ class Detector:
                 inside = addresses[(addresses >= np.uint64(heap.base)) & (addresses < np.uint64(heap.base + heap.size))]
                 if len(inside):
                     offsets = (inside - np.uint64(heap.base)).astype(np.int64)
-                    self._check(heap, (offsets[:, None] + np.arange(nbytes)).reshape(-1), thread, write, atomic, site)
+                    self._check(heap, (offsets[:, None] + np.arange(nbytes)).reshape(-1), thread, write, atomic, site,
+                                nbytes)
                     if atomic:
                         touched.append(shared.sync_objects(heap, offsets))
             if atomic and write:
@@ -212,9 +215,8 @@ class Detector:
         lo, hi = start - heap.base, min(stop, heap.base + heap.size) - heap.base
         if hi > lo:
             site = self.site("write" if write else "read")
-            self._element_bytes = element_bytes
             with self.shared:
-                self._check(heap, slice(lo, hi), thread, write, False, site)
+                self._check(heap, slice(lo, hi), thread, write, False, site, element_bytes)
 
     def host_bytes(self, addresses, write, element_bytes=1):
         """The calling thread (the host, or a lane) reads or writes the bytes at ``addresses`` (numpy uint64) of
@@ -226,9 +228,9 @@ class Detector:
             inside = addresses[(addresses >= np.uint64(heap.base)) & (addresses < np.uint64(heap.base + heap.size))]
             if len(inside):
                 site = self.site("write" if write else "read")
-                self._element_bytes = element_bytes
                 with self.shared:
-                    self._check(heap, (inside - np.uint64(heap.base)).astype(np.int64), thread, write, False, site)
+                    self._check(heap, (inside - np.uint64(heap.base)).astype(np.int64), thread, write, False, site,
+                                element_bytes)
 
     def _release(self, touched, thread, scope, relaxed):
         shared = self.shared
@@ -244,15 +246,16 @@ class Detector:
             for index in np.unique(objects):
                 clocks.acquire(shared.pool_clocks[index], shared.pool_owners[index:index + 1], thread, scope, relaxed)
 
-    def _check(self, heap, where, thread, write, atomic, site):
+    def _check(self, heap, where, thread, write, atomic, site, element_bytes):
         """Compare an access of bytes ``where`` (an index array or a slice) of ``heap`` with the last write and
         (for a write) the last reads there, report what is unordered, then record it. Under the lock."""
         epoch = thread.epoch(atomic)
-        self._against(heap, where, heap.writes[where], heap.write_sites[where], thread.C, thread, atomic, site)
+        earlier = [(heap.writes[where], heap.write_sites[where], thread.C)]
+        if write:  # a write after a read is ordered by the reads' clock (``clocks.py``)
+            earlier += [(heap.reads[r][where], heap.read_sites[r][where], thread.L) for r in range(self.world_size)]
+        for epochs, sites, known in earlier:
+            self._against(heap, where, epochs, sites, known, thread, atomic, site, element_bytes)
         if write:
-            for reader in range(self.world_size):
-                self._against(heap, where, heap.reads[reader][where], heap.read_sites[reader][where], thread.L,
-                              thread, atomic, site)
             heap.writes[where] = epoch
             heap.write_sites[where] = site
             heap.reads[:, where] = 0
@@ -260,7 +263,7 @@ class Detector:
             heap.reads[thread.rank][where] = epoch
             heap.read_sites[thread.rank][where] = site
 
-    def _against(self, heap, where, epochs, sites, known, thread, atomic, site):
+    def _against(self, heap, where, epochs, sites, known, thread, atomic, site, element_bytes):
         """Report the first of the earlier accesses ``epochs`` (with their ``sites``) that is not ordered before
         ``thread``'s access at ``site`` (``known``: the clock that orders them), once per pair of sites."""
         tid, clock, was_atomic = split(epochs)
@@ -275,11 +278,14 @@ class Detector:
             return
         self._reported.add((earlier, site))
         byte = int((np.arange(where.start, where.stop) if isinstance(where, slice) else where)[first])
-        self._report(heap, byte, site, earlier, int(tid[first]), int(unordered.sum()))
+        where_text = self._describe(heap.rank, byte, element_bytes)
+        same_kernel = int(tid[first]) // SLOTS == self.rank and 0 < int(tid[first]) % SLOTS < SLOTS - 1 \
+            and thread.program >= 0
+        self._report(f"rank {heap.rank}'s heap, {where_text}, {int(unordered.sum())} byte(s) of this access "
+                     f"unordered", site, earlier, same_kernel)
 
-    def _report(self, heap, byte, site, earlier_site, earlier_tid, count):
-        shared = self.shared
-        if earlier_tid // SLOTS == self.rank and earlier_tid % SLOTS and self.current.program >= 0:
+    def _report(self, where, site, earlier_site, same_kernel):
+        if same_kernel:
             advice = ("the programs of one kernel run in no order: order them with a flag (a release atomic, then an "
                       "acquire wait, at gpu scope or wider), or split the work into kernels")
         else:
@@ -287,35 +293,31 @@ class Detector:
                       "sem='release', scope='sys') after the first, a wait with sem='acquire' before the second), a "
                       "barrier between them (ctx.barrier() on the host, ctx.device_barrier() or ctx.ccl.barrier() on "
                       "the stream), or a kernel boundary on the same rank")
-        text = (f"iris: data race (IRIS_SANITIZE=race) on rank {heap.rank}'s heap, {self._describe(heap.rank, byte, self._element_bytes)}, "
-                f"{count} byte(s) of this access unordered:\n  {shared.site_text(site)}\n"
-                f"  {shared.site_text(earlier_site)} (earlier)\n  {advice}")
+        text = (f"iris: data race (IRIS_SANITIZE=race) on {where}:\n  {self.shared.site_text(site)}\n"
+                f"  {self.shared.site_text(earlier_site)} (earlier)\n  {advice}")
         self.races.append(text)
         print(text, file=sys.stderr, flush=True)
 
 
 class _HostBarrier:
+    """Around a host barrier: release the host's clock to the barrier's sync object (the last ``HOST_OBJECTS`` of
+    the pool, by the key's checksum: the same entry in every process), and acquire everyone's after."""
+
     def __init__(self, detector, key):
-        self.detector, self.key = detector, key
+        self.detector = detector
+        self.index = POOL_ENTRIES - 1 - zlib.crc32(repr(key).encode()) % HOST_OBJECTS
+
+    def _clocks(self):
+        shared = self.detector.shared
+        return shared.pool_clocks[self.index], shared.pool_owners[self.index:self.index + 1]
 
     def __enter__(self):
-        d = self.detector
-        with d.shared:
-            index = self._object()
-            clocks.release(d.shared.pool_clocks[index], d.shared.pool_owners[index:index + 1], d.host, "sys", False)
-        d.host.tick()
+        host = self.detector.host
+        with self.detector.shared:
+            clocks.release(*self._clocks(), host, "sys", relaxed=False)
+        host.tick()
 
     def __exit__(self, *exc):
-        d = self.detector
         if exc[0] is None:
-            with d.shared:
-                index = self._object()
-                clocks.acquire(d.shared.pool_clocks[index], d.shared.pool_owners[index:index + 1], d.host, "sys",
-                               False)
-
-    def _object(self):
-        """The pool entry of this group's barrier: entries 1.. of the pool's tail are kept for host barriers."""
-        from iris.interpreter.race.shadow import POOL_ENTRIES
-
-        return POOL_ENTRIES - 1 - (zlib.crc32(repr(self.key).encode()) % 1024)  # the same in every process
-
+            with self.detector.shared:
+                clocks.acquire(*self._clocks(), self.detector.host, "sys", relaxed=False)

@@ -21,7 +21,8 @@ from iris.interpreter.race.clocks import ROWS
 
 SITE_BYTES = 256
 MAX_SITES = 1 << 18
-POOL_ENTRIES = 1 << 18
+POOL_ENTRIES = 1 << 20  # sync objects (4 clocks each) in a sparse file: only those used take memory
+HOST_OBJECTS = 1024  # the pool's last entries: the sync objects of host barriers and exchanges
 
 
 def _directory():
@@ -130,9 +131,9 @@ class Shared:
         if fresh.any():
             unique, inverse = np.unique(words[fresh], return_inverse=True)
             start = int(self.pool_count[0]) + 1
-            if start + len(unique) >= POOL_ENTRIES:
-                raise RuntimeError(f"iris race detector: more than {POOL_ENTRIES} words are used atomically; "
-                                   "run a smaller problem under IRIS_SANITIZE=race")
+            if start + len(unique) >= POOL_ENTRIES - HOST_OBJECTS:
+                raise RuntimeError(f"iris race detector: more than {POOL_ENTRIES - HOST_OBJECTS} words are used "
+                                   "atomically; run a smaller problem under IRIS_SANITIZE=race")
             new = np.arange(start, start + len(unique), dtype=np.int32)
             self.pool_owners[new] = -1
             heap.sync[unique] = new
