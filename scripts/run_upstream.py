@@ -17,7 +17,9 @@ refuses two ranks on one device); on the cpu backend upstream code stops at its 
 without either stand-in (a global TorchFunctionMode and dynamo do not mix; their tensors are heap tensors).
 ``--small`` gives the GPU-sized examples the small problem sizes of ``SMALL`` (their own options; the examples are
 unchanged), which the interpreter runs in seconds to a minute. On a GPU at their own sizes, the options of
-``GPU_SIZED`` size what an example sizes for AMD's MI300X to the GPU's multiprocessors.
+``GPU_SIZED`` size what an example sizes for AMD's MI300X to the GPU's multiprocessors. With ``IRIS_SANITIZE=race``
+in the environment (cpu backend) iris's race detector watches every run; a run it reports on fails with the reason
+"data race: <access> at <file:line>, <access> at <file:line>", the first report's two accesses.
 
 Prints one row per run (ran / passed / failed with the reason) and a count table last.
 """
@@ -50,6 +52,11 @@ REASONS = [
     (r"out of memory|OutOfMemory", "out of memory"),
     (r"(?m)^E\s+(\w+(?:Error|Exception): [^\n]{0,100})", "{0}"),  # pytest's first error line
 ]
+# A race the detector reported (IRIS_SANITIZE=race) is the run's reason before any rank's first error: a rank with a
+# report exits 1 at its end, and a peer still in a barrier then raises PeerError, an error the race explains.
+RACE = re.compile(r"iris: data race \(IRIS_SANITIZE=race\)[^\n]*\n\s+(\w[\w ]*?) by rank \d+,[^\n]*? at (\S+)\n"
+                  r"\s+(\w[\w ]*?) by rank \d+,[^\n]*? at (\S+)")
+
 # --small: the GPU-sized examples' own options at sizes the interpreter runs at 2 ranks (a rank's share at least 2
 # tiles); a leading NAME=value is the run's environment (IRIS_UPSTREAM_SMS: the multiprocessors the CUDA stand-in
 # reports, 4 unless set; 11 and 12 give the GEMM the largest power of two at most it and communication the rest).
@@ -68,6 +75,9 @@ SMALL = {
     "examples/18_gemm_all_scatter_tracing/example.py": _GEMM + " --trace_tiles",
     "examples/19_flash_decode/example_run.py": "--kv_len_per_rank 256 --num_heads 16 --head_dim 64 --num_seqs 2",
     "examples/21_all_reduce_ring_based/example.py": "-m 128 -n 128 --BLK_M 64 --BLK_N 64 --num_sms 2",
+    # its 1024 x 512 fp32 output is 2 x 524288 words that both ranks add into atomically, past the 262144 atomic
+    # words IRIS_SANITIZE=race can follow
+    "examples/29_x_all_reduce/example.py": "-m 256 -n 256",
 }
 
 # On a GPU at the examples' own sizes: options an example sizes for AMD's MI300X (304 compute units), given here
@@ -115,7 +125,11 @@ if os.environ.get("IRIS_UPSTREAM_CUDA_SHIM"):
 
 
 def reason(text):
-    """The first error a rank raised (torchrun's own summary skipped), named by REASONS where one matches."""
+    """The first race reported (its two lines), else the first error a rank raised (torchrun's own summary
+    skipped), named by REASONS where one matches."""
+    race = RACE.search(text)
+    if race:
+        return "data race: {0} at {1}, {2} at {3}".format(*race.groups())
     errors = [m.group(1) for m in re.finditer(r"(?m)^(?:\[rank\d+\]:\s*)?(?:E\s+)?((?:[\w.]+\.)?\w*(?:Error|Exception)\b[^\n]*)",
                                              text) if "ChildFailedError" not in m.group(1)]
     for candidate in errors[:1] + [text]:
@@ -132,7 +146,10 @@ def reason(text):
 
 
 def first_traceback(text):
-    """The first rank's traceback (what the row keeps), else the output's end."""
+    """The first race report, else the first rank's traceback (what the row keeps), else the output's end."""
+    race = RACE.search(text)
+    if race:
+        return text[race.start():race.start() + 4000]
     start = text.find("Traceback (most recent call last)")
     return text[start:start + 4000] if start >= 0 and "ChildFailedError" not in text[start:start + 600] else text[-4000:]
 
