@@ -102,15 +102,11 @@ def _assume_unchecked():
 def _hide_from_race_reports():
     """Under ``IRIS_SANITIZE=race`` a report names the innermost frame outside iris, Triton, torch and numpy; every
     torch call of an example passes through ``_Rewrite.__torch_function__`` here, which would be that frame for
-    every host access (the line of this file that calls ``func``, where the example's check reads its output). The
-    detector skips this file too, so a report names the example's own line, as it would on a GPU with no stand-in.
-    The detector has no public way to add a file to the ones it skips; it reads ``_HIDDEN`` as each context starts
-    its detector, after this has run."""
-    if not os.environ.get("IRIS_SANITIZE"):
-        return
-    from iris.interpreter.race import detector
-
-    detector._HIDDEN += (os.path.abspath(__file__),)
+    every host access (the line of this file that calls ``func``, where the example's check reads its output).
+    ``IRIS_RACE_HIDE`` has the detector skip this file too, so a report names the example's own line, as it would on
+    a GPU with no stand-in."""
+    hidden = [p for p in os.environ.get("IRIS_RACE_HIDE", "").split(os.pathsep) if p]
+    os.environ["IRIS_RACE_HIDE"] = os.pathsep.join(hidden + [os.path.abspath(__file__)])
 
 
 def _install_cpu():

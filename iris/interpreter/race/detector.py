@@ -26,10 +26,13 @@ KINDS = {(False, False): "read", (True, False): "write", (False, True): "atomic 
 
 
 def _hidden_prefixes():
+    """Where a report's line is not looked for: iris, numpy, Triton, torch, and the files or folders that
+    ``IRIS_RACE_HIDE`` lists (``os.pathsep``-separated: a wrapper every call of a program passes through)."""
     import torch
     import triton
 
-    return _HIDDEN + tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (triton, torch))
+    extra = tuple(os.path.abspath(p) for p in os.environ.get("IRIS_RACE_HIDE", "").split(os.pathsep) if p)
+    return _HIDDEN + tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (triton, torch)) + extra
 
 
 class Detector:
