@@ -323,7 +323,7 @@ def test_torch_paths_remember_their_routes(pools):
 def test_staged_copy_is_the_driver_call_copy_makes(monkeypatch):
     """A remembered staged route on GPUs copies the caller's tensor into the staging buffer as one ``cuMemcpyAsync``
     on the current stream (destination, source, bytes, stream: the driver's order), and with another device current
-    as ``Tensor.copy_`` itself."""
+    or where the driver refuses as ``Tensor.copy_`` itself."""
     from iris.distributed import staging
 
     calls, device = [], [None]  # a CPU tensor's device index is None: "current" until the test changes it
@@ -338,3 +338,12 @@ def test_staged_copy_is_the_driver_call_copy_makes(monkeypatch):
     device[0] = 3
     copy_in(tensor)
     assert len(calls) == 1 and torch.equal(staged, tensor)
+    staged.fill_(-1.0)
+    device[0] = None
+
+    def refuses(*args):
+        raise RuntimeError("iris: cuMemcpyAsync failed with CUDA error 201 (invalid device context)")
+
+    monkeypatch.setattr(staging.cuda_driver, "copy_1d", refuses)
+    copy_in(tensor)  # nothing was queued: copy_ does it
+    assert torch.equal(staged, tensor)

@@ -60,7 +60,8 @@ class _DriverCopy:
     """``Tensor.copy_`` of a contiguous tensor into ``staged`` as the one driver call it makes (``cuMemcpyAsync`` on
     the current stream), without torch's dispatch and TensorIterator on the way: a ``copy_`` of a few KiB between
     two tensors of one GPU costs ~10 us of host time on an H200 host, the driver call alone a few. With another
-    device current (the driver would use its context) it is ``copy_`` itself."""
+    device current (the driver would use its context), or where the driver refuses (a thread whose context torch has
+    not made current yet: then nothing was queued), it is ``copy_`` itself."""
 
     __slots__ = ("staged", "address", "nbytes", "index")
 
@@ -70,10 +71,13 @@ class _DriverCopy:
         self.index = staged.device.index
 
     def __call__(self, tensor):
-        if private.current_device() != self.index:
-            self.staged.copy_(tensor)
-            return
-        cuda_driver.copy_1d(self.address, tensor.data_ptr(), self.nbytes, private.current_stream(self.index))
+        if private.current_device() == self.index:
+            try:
+                cuda_driver.copy_1d(self.address, tensor.data_ptr(), self.nbytes, private.current_stream(self.index))
+                return
+            except RuntimeError:
+                pass
+        self.staged.copy_(tensor)
 
 
 def staging_for(ctx, staging_bytes=None):

@@ -275,9 +275,9 @@ class CopyEngines:
         self._submit(lane, Transfer(wait, (copy,), signal), async_op=async_op, caller=caller)
 
     def _plain_copy(self, src, dst, to_rank):
-        """The ``Copy`` of the common put, without a Python frame of checks: contiguous plain tensors on the device
-        and of one size, ``dst`` on the heap (one address compare). None for anything else, which
-        ``_checked_copy`` then checks (and names, where it is wrong)."""
+        """The ``Copy`` of the common put, its checks in this one frame: contiguous plain tensors on the device and of
+        one size, ``dst`` on the heap (one address compare). None for anything else, which ``_checked_copy`` then
+        checks (and names, where it is wrong)."""
         index = self.device_index
         if type(src) is not torch.Tensor or type(dst) is not torch.Tensor or not src.is_contiguous() or \
                 not dst.is_contiguous() or src.get_device() != index or dst.get_device() != index:
