@@ -14,12 +14,16 @@ For each call three figures, in microseconds (``ms_*`` columns hold milliseconds
 Calls: all_reduce at 8 KiB bf16 (iris ``ctx.ccl``, NCCL through torch.distributed, torch symmetric memory's
 one-shot all-reduce), all_gather and reduce_scatter at 8 KiB per rank, all_reduce_rmsnorm at 8 x 4096 bf16
 (against NCCL's all_reduce then torch's rms_norm), the ``"iris"`` torch.distributed backend's all_reduce and
-``torch.ops.iris.all_reduce`` at 8 KiB, ``ctx.empty`` at 1 KiB / 1 MiB / 64 MiB against ``torch.empty``, and the
-"launch floor": a kernel that does nothing, with the one-shot all_reduce's parameters (two tensors, the size, the
-group's sync tuple, five constexprs), launched the way a remembered launch is (``iris/host/launches.py``: Triton's
-compiled launcher called directly) and through ``kernel[grid]`` (Triton's ``JITFunction.run``). What a collective
-costs above the first row is ours.
-World size 1 is where host time does not depend on peers (the targets are stated there).
+``torch.ops.iris.all_reduce`` at 8 KiB (against NCCL's ``dist.all_reduce``), ``ctx.empty`` at 1 KiB / 64 KiB / 1 MiB
+/ 64 MiB against ``torch.empty``, a copy-engine ``ctx.put`` of 4 KiB against ``Tensor.copy_`` of the same bytes into
+the peer's heap, one ``put_tiles`` of 64 tiles of 64 KiB against 64 bare ``cuMemcpy2DAsync`` calls (the driver's
+own cost of the tiles one by one; per call, divide by 64 for a tile), and the "launch floor": a kernel that does
+nothing, with the one-shot all_reduce's parameters (two tensors, the size, the group's sync tuple, five constexprs),
+launched the way a remembered launch is (``iris/host/launches.py``: Triton's compiled launcher called directly) and
+through ``kernel[grid]`` (Triton's ``JITFunction.run``). What a collective costs above the first row is ours.
+World size 1 is where host time does not depend on peers (the targets are stated there); the put's peer is then the
+rank itself. The context has its copy engines on (``engines=("ce",)``), whose proxy thread polls every 100 us when
+idle.
 """
 
 import argparse
@@ -36,8 +40,11 @@ import iris.compile as iris_compile
 import iris.distributed as iris_distributed
 from iris.bench import report
 from iris.ccl import common
+from iris.copy_engine import Tile, peer_address
 from iris.host import launches
 from iris.host.distributed import all_gather_object
+from iris.host.memory.peers import peer_view
+from iris.platform import cuda_driver
 
 DRAIN_EVERY = 64
 PROFILED_CALLS = 200
@@ -139,12 +146,51 @@ def _calls(ctx, nccl, iris_group, quick):
         "torch.ops.iris": lambda: torch.ops.iris.all_reduce(backend_t),
         anchor: lambda: dist.all_reduce(plain, group=nccl),
     }
-    for nbytes in (1 << 10, 1 << 20, 64 << 20):
+    for nbytes in (1 << 10, 64 << 10, 1 << 20, 64 << 20):
         calls[f"empty {report.format_bytes(nbytes)}"] = {
             "iris": lambda nbytes=nbytes: ctx.empty(nbytes, dtype=torch.uint8),
             "torch.empty": lambda nbytes=nbytes: torch.empty(nbytes, dtype=torch.uint8, device=dev),
         }
+    peer = (rank + 1) % world
+    src, dst = ctx.empty(4096, dtype=torch.uint8).random_(0, 255), ctx.empty(4096, dtype=torch.uint8)
+    theirs = peer_view(ctx, dst, peer)
+    calls["copy-engine put 4 KiB"] = {
+        "iris ctx.put": lambda: ctx.put(src, peer, dst, async_op=True),
+        "Tensor.copy_": lambda: theirs.copy_(src),
+    }
+    calls[f"put_tiles {TILES} x 64 KiB (per call)"] = _tiles(ctx, peer)
     return calls
+
+
+TILES, TILE = 64, 128  # put_tiles' row: 64 tiles of 128 x 128 fp32 (64 KiB each) of a 1024 x 1024 matrix
+
+
+def _tile_matrices(ctx):
+    grid = int(TILES ** 0.5) * TILE
+    return ctx.empty(grid, grid, dtype=torch.float32).normal_(), ctx.zeros(grid, grid, dtype=torch.float32)
+
+
+def _tiles(ctx, peer):
+    """One ``put_tiles`` of the 64 tiles, and the driver's own 64 ``cuMemcpy2DAsync`` of the same tiles on the same
+    lane (no Python of ours around them)."""
+    a, b = _tile_matrices(ctx)
+    pitch, side = a.stride(0) * a.element_size(), a.shape[0] // TILE
+    tiles = [Tile(m, n, TILE, TILE, a.element_size(), pitch, a.data_ptr()) for m in range(side) for n in range(side)]
+    target = peer_address(ctx, b, peer)
+    targets, pitches = [target] * TILES, [pitch] * TILES
+    providers = {"iris put_tiles": lambda: ctx.put_tiles(tiles, peer, targets, pitches, async_op=True)}
+    if ctx.get_device().type != "cuda":
+        providers["64 x cuMemcpy2DAsync"] = "n/a: the driver call needs CUDA"
+        return providers
+    handle, width = ctx.copy_engines.lanes[(peer, 0)].handle, TILE * a.element_size()
+    starts = [(m * TILE * pitch + n * width) for m in range(side) for n in range(side)]
+
+    def driver():
+        for start in starts:
+            cuda_driver.copy_2d(target + start, pitch, a.data_ptr() + start, pitch, width, TILE, handle)
+
+    providers["64 x cuMemcpy2DAsync"] = driver
+    return providers
 
 
 @triton.jit
@@ -157,7 +203,8 @@ def _launch_floor(ctx, out, inp):
     """The launch floor's two providers: a remembered ``Launch`` of a kernel that does nothing (the direct launch
     after its first call) and the same kernel through ``kernel[grid]``."""
     p = common.plan(ctx, "host_overhead.launch_floor", inp.numel(), None, None)
-    static = (inp.numel(), p.sync.args(ctx))
+    fp = common.fingerprint(ctx, "host_overhead.launch_floor", (out, inp), "sum", "one_shot")
+    static = (inp.numel(), p.sync.args(ctx, fp))
     meta = dict(GROUP_SIZE=p.sync.size, OP="sum", ACC_FP32=True, HINT=16, BLOCK=p.block, num_warps=p.warps)
     launch = launches.Launch(_nothing_kernel, p.grid, static, meta)
     return {"Launch (direct)": lambda: launch(out, inp),
@@ -194,8 +241,23 @@ def _check(ctx, nccl):
     ctx.ccl.reduce_scatter(piece, inp)
     dist.reduce_scatter_tensor(ref_piece, inp.clone(), group=nccl)
     good = torch.allclose(out, ref, rtol=1e-5, atol=1e-5) and torch.allclose(piece, ref_piece, rtol=1e-5, atol=1e-5)
-    return f"ok (all_reduce and reduce_scatter match NCCL; {ctx.launches.hits} cached launches)" if good else \
-        "WRONG: iris and NCCL differ"
+    puts = _check_puts(ctx)
+    if not good or puts.startswith("WRONG"):
+        return "WRONG: iris and NCCL differ" if not good else puts
+    return f"ok (all_reduce and reduce_scatter match NCCL; {ctx.launches.hits} cached launches; {puts})"
+
+
+def _check_puts(ctx):
+    """A put and a put_tiles landed byte for byte (at world size 1 the peer is this rank: its own heap shows it)."""
+    if ctx.get_num_ranks() != 1:
+        return "puts not checked across ranks"
+    src, dst = ctx.empty(4096, dtype=torch.uint8).random_(1, 255), ctx.zeros(4096, dtype=torch.uint8)
+    ctx.put(src, 0, dst)
+    a, b = _tile_matrices(ctx)
+    pitch, side = a.stride(0) * a.element_size(), a.shape[0] // TILE
+    tiles = [Tile(m, n, TILE, TILE, a.element_size(), pitch, a.data_ptr()) for m in range(side) for n in range(side)]
+    ctx.put_tiles(tiles, 0, [peer_address(ctx, b, 0)] * TILES, [pitch] * TILES)
+    return "put and put_tiles landed" if torch.equal(src, dst) and torch.equal(a, b) else "WRONG: a put differs"
 
 
 def _row(ctx, env, op, provider, variant, seconds):
@@ -203,13 +265,14 @@ def _row(ctx, env, op, provider, variant, seconds):
     seconds = seconds if isinstance(seconds, list) else [seconds]
     q = lambda f: seconds[min(len(seconds) - 1, int(f * len(seconds)))] * 1e3  # noqa: E731
     return {"op": op, "provider": provider, "variant": variant, "world_size": ctx.get_num_ranks(),
-            "dtype": "bfloat16" if not op.startswith("empty") else "uint8", "shape": "", "bytes": 0,
+            "dtype": "uint8" if op.startswith(("empty", "copy-engine")) else "float32" if op.startswith("put_tiles")
+            else "bfloat16", "shape": "", "bytes": 0,
             "ms_p20": q(0.2), "ms_p50": q(0.5), "ms_p80": q(0.8), "timing": f"host {variant}",
             "gpu": env["gpu"], "commit": env["commit"], "date": env["date"]}
 
 
 def main(out, count, quick):
-    ctx = iris.iris(heap_size=1 << 30 if not quick else 1 << 27)
+    ctx = iris.iris(heap_size=1 << 30 if not quick else 1 << 27, engines=("ce",))
     dev = ctx.get_device()
     env = report.environment(dev)
     iris_compile.set_context(ctx)

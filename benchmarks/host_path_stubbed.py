@@ -1,12 +1,26 @@
-"""The host path of eager calls alone: every remembered launch's C launcher replaced by a function that does
-nothing, so what is timed is ours (keys, routes, checks, the Work, torch's dispatch), on any backend.
+"""The host path of eager calls alone, on any backend: what is timed is ours (keys, routes, checks, the Work, torch's
+dispatch, the copy engine's Python), not the device's.
 
     PYTHONPATH=$PWD python benchmarks/host_path_stubbed.py        # the cpu backend, world size 1
 
-us per call, the best of 7 medians of 1000 calls, beside ``torch.empty`` and gloo's all_reduce in the same run.
+- collectives and the torch bindings: every remembered launch's C launcher replaced by a function that does nothing;
+- copy-engine puts: every lane a CUDA lane (``iris/host/copy_engine/lanes.py``) over a null stream, and the driver a
+  library of functions that return at once (compiled here with ``cc``; without a compiler, Python functions that do
+  nothing, which leaves out the ctypes calls), so a put runs the Python and the ctypes calls it runs on GPUs;
+- allocation: ``ctx.empty`` as it is (the heap is host memory on the cpu backend; nothing is launched);
+- the cpu backend's scan of the barriers' mismatch records after every call (``GroupTable.check``; GPUs leave it
+  to the watchdog) switched off, as GPUs run the path.
+
+us per call, the best of 7 medians of 1000 calls, each row beside its anchor in the same run (``torch.empty``,
+gloo's all_reduce, ``Tensor.copy_``); ``put_tiles`` per tile, against the 3 us a tile it is held to on an H200 host.
 """
 
+import ctypes
+import os
+import subprocess
+import tempfile
 import time
+import types
 
 import torch
 import torch.distributed as dist
@@ -14,7 +28,11 @@ import torch.distributed as dist
 import iris
 import iris.compile as iris_compile
 import iris.distributed as iris_distributed
-from iris.platform import private
+from iris.copy_engine import Tile
+from iris.host.copy_engine import lanes
+from iris.platform import cuda_driver, private
+
+TILES = 64  # of 128 x 128 fp32 (64 KiB each), one put_tiles
 
 
 def _median_us(fn, count=1000, rounds=7):
@@ -31,9 +49,13 @@ def _median_us(fn, count=1000, rounds=7):
     return best
 
 
+def _nothing(*args, **kwargs):
+    return 0
+
+
 def _stub_launches(ctx):
     """Every stored launch takes its direct path, into a launcher that does nothing."""
-    fake = (lambda *args: None, (None,) * 9, 1, 1, 1)
+    fake = (_nothing, (None,) * 9, 1, 1, 1)
     for entry in ctx.launches._entries.values():
         launch = entry[0]
         launch._direct, launch._device, launch._tail = fake, "stub", launch._tail or (None,) * 8
@@ -42,8 +64,53 @@ def _stub_launches(ctx):
     private.current_stream = lambda device: 0
 
 
+# the driver entry points a put reaches, as exported by libcuda (versioned names where the driver has them)
+_DRIVER_SYMBOLS = ("cuMemcpyAsync", "cuMemcpy2DAsync_v2", "cuMemcpy3DBatchAsync_v2", "cuEventCreate",
+                   "cuEventDestroy_v2", "cuEventRecord", "cuStreamWaitEvent", "cuStreamWaitValue32_v2",
+                   "cuStreamWaitValue64_v2", "cuStreamWriteValue32_v2", "cuGetErrorString")
+
+
+class _NullDriver:
+    """``cuda_driver`` for the CUDA lanes: every call does nothing and returns 0 (no error, a null handle)."""
+
+    def __getattr__(self, name):
+        return _nothing
+
+
+def _null_libcuda():
+    """A shared library whose every ``_DRIVER_SYMBOLS`` entry returns 0 at once, or None without a C compiler."""
+    folder = tempfile.mkdtemp(prefix="iris-null-cuda-")
+    source, library = os.path.join(folder, "null.c"), os.path.join(folder, "libcuda_null.so")
+    with open(source, "w") as f:
+        f.write("".join(f"int {name}() {{ return 0; }}\n" for name in _DRIVER_SYMBOLS))
+    try:
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", library, source], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return ctypes.CDLL(library)
+
+
+def _stub_lanes(ctx):
+    """Every copy-engine lane of ``ctx`` a ``CudaLane`` over a null stream and a null driver, never capturing.
+    Returns what stands in for the driver."""
+    engines, stream = ctx.copy_engines, torch.cuda.Stream
+    library = _null_libcuda()
+    if library is None:
+        lanes.cuda_driver = _NullDriver()
+    else:
+        cuda_driver._lib = library
+    lanes.CudaLane.capturing = staticmethod(lambda: False)
+    torch.cuda.Stream = lambda device=None: types.SimpleNamespace(cuda_stream=0, query=lambda: True)
+    try:
+        for key in engines.lanes:
+            engines.lanes[key] = lanes.CudaLane(ctx, signal=types.SimpleNamespace(check=_nothing, launch=_nothing))
+    finally:
+        torch.cuda.Stream = stream
+    return "Python functions that do nothing (no C compiler)" if library is None else "a C library of no-ops"
+
+
 def main():
-    ctx = iris.iris(heap_size=1 << 27)
+    ctx = iris.iris(heap_size=1 << 30, engines=("ce",))
     iris_compile.set_context(ctx)
     iris_distributed.set_context(ctx)
     group = dist.new_group(backend="iris")
@@ -61,14 +128,31 @@ def main():
         fn()
         fn()
     _stub_launches(ctx)
-    rows = {"torch.empty 1 KiB": _median_us(lambda: torch.empty(1024, dtype=torch.uint8)),
-            "ctx.empty 1 KiB": _median_us(lambda: ctx.empty(1024, dtype=torch.uint8)),
-            "ctx.empty 1 MiB": _median_us(lambda: ctx.empty(1 << 20, dtype=torch.uint8))}
-    rows.update({name: _median_us(fn) for name, fn in calls.items()})
-    rows["dist.all_reduce, gloo (real)"] = _median_us(lambda: dist.all_reduce(plain))
-    return rows
+    driver = _stub_lanes(ctx)
+    ctx.groups.on_mismatch = None  # what GPUs do per call (the module docstring)
+    rows = [(name, _median_us(fn), "dist.all_reduce, gloo (real)" if "all_reduce" in name else "", None)
+            for name, fn in calls.items()]
+    gloo = _median_us(lambda: dist.all_reduce(plain))
+    rows = [(name, us, anchor, gloo if anchor else None) for name, us, anchor, _ in rows]
+    for nbytes, label in ((1 << 10, "1 KiB"), (1 << 20, "1 MiB"), (64 << 20, "64 MiB")):
+        rows.append((f"ctx.empty {label}", _median_us(lambda: ctx.empty(nbytes, dtype=torch.uint8)),
+                     f"torch.empty {label}", _median_us(lambda: torch.empty(nbytes, dtype=torch.uint8))))
+    src, dst = ctx.empty(4096, dtype=torch.uint8).random_(0, 255), ctx.empty(4096, dtype=torch.uint8)
+    plain_src, plain_dst = src.clone(), torch.empty_like(src)
+    rows.append(("ctx.put 4 KiB", _median_us(lambda: ctx.put(src, 0, dst, async_op=True)),
+                 "Tensor.copy_ 4 KiB", _median_us(lambda: plain_dst.copy_(plain_src))))
+    a = ctx.empty(8 * 128, 8 * 128, dtype=torch.float32)
+    pitch = a.stride(0) * a.element_size()
+    tiles = [Tile(m, k, 128, 128, 4, pitch, a.data_ptr()) for m in range(8) for k in range(8)]
+    targets, pitches = [iris.copy_engine.peer_address(ctx, a, 0)] * TILES, [pitch] * TILES
+    tiles_us = _median_us(lambda: ctx.put_tiles(tiles, 0, targets, pitches, async_op=True), count=200)
+    rows.append((f"ctx.put_tiles, a tile of {TILES}", tiles_us / TILES, "target on an H200 host", 3.0))
+    return driver, rows
 
 
 if __name__ == "__main__":
-    for name, us in iris.run(main, 1)[0].items():
-        print(f"{name:<34} {us:8.2f} us")
+    driver, rows = iris.run(main, 1)[0]
+    print(f"copy-engine driver calls: {driver}")
+    print(f"{'call':<34} {'us':>8}   {'anchor':<30} {'us':>8}")
+    for name, us, anchor, anchor_us in rows:
+        print(f"{name:<34} {us:8.2f}   {anchor:<30} {'' if anchor_us is None else f'{anchor_us:8.2f}'}")

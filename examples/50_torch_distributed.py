@@ -1,8 +1,9 @@
-"""A torch.distributed program on iris kernels: ``import iris.distributed`` and an ``"iris"`` group.
+"""A torch.distributed program on iris kernels: ``import iris.distributed`` and ``init_process_group("iris")``.
 
 Nothing else changes: ordinary tensors, torch's calls. The backend stages the tensors through a heap buffer of
 its own (tensors already on the heap skip it), and torch's functional collectives work on the group too,
-inside ``torch.compile`` as well.
+inside ``torch.compile`` as well. Beside a default group of another backend, ``dist.new_group(backend="iris")``
+makes an iris group instead.
 
     python examples/50_torch_distributed.py [--world-size 2]
 """
@@ -20,7 +21,8 @@ iris.set_logger_level(iris.INFO)  # the ranks print their ctx.info lines as HH:M
 
 
 def main(n=1000):
-    group = dist.new_group(backend="iris")  # every rank; the backend creates its iris context on first use
+    dist.init_process_group("iris")  # every rank; the backend creates its iris context on first use
+    group = dist.group.WORLD
     rank, world_size = dist.get_rank(), dist.get_world_size()
     device = "cpu" if iris.platform.backend.BACKEND == "cpu" else torch.device("cuda", torch.cuda.current_device())
     grads = torch.arange(n, dtype=torch.float32, device=device) * (rank + 1)

@@ -98,8 +98,9 @@ def _all_reduce_out(x):
 
 
 def _all_reduce(x):
-    out = _all_reduce_out(x)
-    _world("all_reduce").all_reduce(x.contiguous(), "sum", "torch.ops.iris.all_reduce", out=out)
+    ops = _world("all_reduce")  # once: _all_reduce_out's lookup, inlined
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    ops.all_reduce(x.contiguous(), "sum", "torch.ops.iris.all_reduce", out=out)
     return out
 
 

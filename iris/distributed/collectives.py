@@ -65,16 +65,16 @@ class _HeapRoute:
 
 
 class _StagedRoute:
-    """A remembered all_reduce of one staged chunk: copy the input into the staging buffer (peers read it there),
-    then the one-shot writes the caller's ``out`` directly."""
+    """A remembered all_reduce of one staged chunk: copy the input into the staging buffer (peers read it there;
+    ``Staging.copier``), then the one-shot writes the caller's ``out`` directly."""
 
-    __slots__ = ("ctx", "launch", "staged")
+    __slots__ = ("ctx", "launch", "staged", "copy_in")
 
-    def __init__(self, ctx, launch, staged):
-        self.ctx, self.launch, self.staged = ctx, launch, staged
+    def __init__(self, ctx, launch, staged, copy_in):
+        self.ctx, self.launch, self.staged, self.copy_in = ctx, launch, staged, copy_in
 
     def __call__(self, tensor, out, caller):
-        self.staged.copy_(tensor)
+        self.copy_in(tensor)
         self.ctx.groups.check(caller)
         self.launch(out, self.staged)
         return True
@@ -103,13 +103,17 @@ class GroupCollectives:
     # and the launch.
 
     def _route_key(self, op, tensor, out):
-        """What an all_reduce's route and launch depend on: both tensors' shapes, dtypes, contiguity, devices and
-        16-byte alignment, and whether they alias; None in check mode (never cached) or for a non-tensor."""
-        if type(tensor) is not torch.Tensor or type(out) is not torch.Tensor or launches.checking(None):
+        """What an all_reduce's route and launch depend on: both tensors' shapes, dtypes, contiguity, devices (the
+        index, -1 for the CPU) and 16-byte alignment, and whether they alias; one tensor's when ``out`` is
+        ``tensor`` (in place: torch.distributed's call). None in check mode (never cached) or for a non-tensor."""
+        if type(tensor) is not torch.Tensor or type(out) is not torch.Tensor or launches.CHECK_ALL:
             return None
-        start, out_start = tensor.data_ptr(), out.data_ptr()
-        return (op, tensor.shape, tensor.dtype, tensor.device, tensor.is_contiguous(), start & 15, out.shape,
-                out.dtype, out.device, out.is_contiguous(), out_start & 15, start == out_start)
+        start = tensor.data_ptr()
+        if out is tensor:
+            return op, tensor.shape, tensor.dtype, tensor.get_device(), tensor.is_contiguous(), start & 15
+        out_start = out.data_ptr()
+        return (op, tensor.shape, tensor.dtype, tensor.get_device(), tensor.is_contiguous(), start & 15, out.shape,
+                out.dtype, out.get_device(), out.is_contiguous(), out_start & 15, start == out_start)
 
     def _remember(self, key, route):
         if key is not None and route is not None:
@@ -196,7 +200,7 @@ class GroupCollectives:
             staged.copy_(tensor)
             self.ctx.ccl.all_reduce(out, staged, op=op, group=self.group, config=ONE_SHOT)
             launch = self._launch_of(out, staged, op, ONE_SHOT)
-            self._remember(key, launch and _StagedRoute(self.ctx, launch, staged))
+            self._remember(key, launch and _StagedRoute(self.ctx, launch, staged, self.staging.copier(staged)))
             return
         for start, part, staged in self.staged_chunks(flat):
             part_out = flat_out[start:start + part.numel()]

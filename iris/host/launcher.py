@@ -2,8 +2,11 @@
 
 ``launch(fn, world_size)`` runs ``fn(*args)`` once in each of ``world_size`` fresh processes (the
 environment torchrun would give them: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR/PORT``) and
-returns the per-rank results. ``RankPool`` keeps such processes alive and runs many functions on them,
-which is how the tests avoid paying process start-up (interpreter import, process group) per test.
+returns the per-rank results. As under torchrun, no default process group exists when ``fn`` starts:
+``iris.iris()`` makes one from the environment, or ``fn`` makes its own (``dist.init_process_group("iris")``).
+``RankPool`` keeps such processes alive and runs many functions on them, which is how the tests avoid paying
+process start-up (interpreter import, process group) per test; its ranks make the default group (gloo on the
+cpu backend) as they start.
 ``run(main)`` is the one-liner for scripts: under torchrun it calls ``main()``; otherwise it launches.
 
 Processes are spawned, not forked: CUDA and the Triton interpreter both need a fresh interpreter.
@@ -108,7 +111,7 @@ def _call(payload):
         return "err", text
 
 
-def _worker(rank, world_size, port, conn, nodes=1):
+def _worker(rank, world_size, port, conn, nodes=1, process_group=True):
     _set_rank_environment(rank, world_size, port, nodes)
     from iris.platform import backend as _backend
     from iris.host.distributed import ensure_process_group
@@ -119,7 +122,8 @@ def _worker(rank, world_size, port, conn, nodes=1):
         from iris.platform.device_info import get_device_id_for_rank
 
         torch.cuda.set_device(torch.device("cuda", get_device_id_for_rank(rank)))
-    ensure_process_group(_backend.BACKEND)
+    if process_group:
+        ensure_process_group(_backend.BACKEND)
     conn.send(("ready", None))
     while True:
         try:
@@ -144,14 +148,16 @@ class RankPool:
     runs ``fn`` on all of them and returns the list of results, rank by rank. A failure on any rank raises
     ``RankError`` and tears the pool down (the other ranks may be stuck waiting for the failed one); the next
     ``run`` starts it afresh. ``nodes`` > 1 simulates that many nodes of ``world_size // nodes`` ranks each
-    (contiguous ranks, one ``IRIS_NODE_ID`` per node: ``iris/host/topology.py``)."""
+    (contiguous ranks, one ``IRIS_NODE_ID`` per node: ``iris/host/topology.py``). With ``process_group=False`` the
+    ranks start without a default process group, as torchrun's do (``launch``)."""
 
-    def __init__(self, world_size, backend=None, start_timeout_s=300, env=None, nodes=1):
+    def __init__(self, world_size, backend=None, start_timeout_s=300, env=None, nodes=1, process_group=True):
         check_world_size(world_size, "RankPool")
         if not isinstance(nodes, int) or nodes < 1 or world_size % nodes:
             raise ValueError(f"RankPool: nodes={nodes!r} must be a positive divisor of world_size={world_size} (every "
                              "node runs the same number of ranks)")
         self.nodes = nodes
+        self.process_group = process_group
         self.world_size = world_size
         self.backend = backend
         self.env = env
@@ -165,7 +171,8 @@ class RankPool:
         with _spawn_environment(self.backend, self.env):
             for rank in range(self.world_size):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker, args=(rank, self.world_size, port, child, self.nodes), daemon=True)
+                args = (rank, self.world_size, port, child, self.nodes, self.process_group)
+                proc = ctx.Process(target=_worker, args=args, daemon=True)
                 proc.start()
                 child.close()
                 self._procs.append(proc)
@@ -260,14 +267,16 @@ class RankPool:
 def launch(fn, world_size, *args, backend=None, timeout_s=600, nodes=1, **kwargs):
     """Run ``fn(*args, **kwargs)`` on ``world_size`` fresh rank processes and return the results by rank.
     ``fn`` must be importable (defined at module level). ``backend`` overrides ``IRIS_BACKEND``; ``nodes``
-    simulates that many nodes (``RankPool``)."""
-    with RankPool(world_size, backend=backend, nodes=nodes) as pool:
+    simulates that many nodes (``RankPool``). No default process group exists when ``fn`` starts, as under
+    torchrun: ``iris.iris()`` makes one, or ``fn`` calls ``dist.init_process_group`` (``"iris"`` included)."""
+    with RankPool(world_size, backend=backend, nodes=nodes, process_group=False) as pool:
         return pool.run(fn, *args, timeout_s=timeout_s, **kwargs)
 
 
 def run(main, world_size=None, *args, **kwargs):
     """For scripts: under torchrun (``RANK`` is set) call ``main(*args)`` in this process; otherwise start
-    ``world_size`` ranks of it (default 2) with ``launch`` (``nodes=N``: as N simulated nodes). Under torchrun,
+    ``world_size`` ranks of it (default 2) with ``launch`` (``nodes=N``: as N simulated nodes). Either way ``main``
+    starts with no default process group (``iris.iris()`` makes one, or ``dist.init_process_group``). Under torchrun,
     torchrun's ``WORLD_SIZE`` wins: its processes are already running, and no rank can be added or taken away;
     a ``world_size`` that disagrees is named in a warning on rank 0."""
     if world_size is not None:

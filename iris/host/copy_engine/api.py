@@ -21,11 +21,17 @@ on the same primitives: the same driver calls, the same host-thread stand-in and
 
 Graph capture: ``put``, ``put_tile`` and ``put_tiles`` are capturable (stream waits, 2-D copies and kernels all
 capture; the queue is forked from and joined back into the capturing stream); ``async_op=False`` then joins
-instead of blocking. ``cuMemcpyBatchAsync`` cannot be captured (``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` on an
-H200), which is why ``put_tiles`` issues one 2-D copy per tile after its one wait.
+instead of blocking. ``put_tiles`` queues its tiles in one batched driver call (``cuMemcpy3DBatchAsync``, CUDA
+12.8 and later; the tiles of one call land in no particular order among themselves), but under a capture, which
+the batched calls refuse (``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` on an H200): there one 2-D copy per tile.
+
+The common put (contiguous tensors, a peer on this node) is checked in one frame (``_plain_copy``): the checks it
+skips are the ones whose answer it already has (a heap tensor's range is one address compare); anything else takes
+every check, with its error.
 """
 
 import dataclasses
+import operator
 import os
 import time
 
@@ -74,6 +80,11 @@ def resolve_engines(engines=(), copy_engine=None, enable_copy_engine=None):
     if names:
         return True
     return env in _TRUE
+
+
+TILE_FIELDS = ("pid_m", "pid_n", "block_m", "block_n", "elem_size", "src_stride", "data")
+_TILE_FIELDS = operator.attrgetter(*TILE_FIELDS)  # one C call for the seven reads of a tile
+_INT_TYPES = frozenset((int, bool))
 
 
 @dataclasses.dataclass
@@ -154,6 +165,7 @@ class CopyEngines:
     def __init__(self, ctx):
         self.ctx = ctx
         self.device = ctx.get_device()
+        self.device_index = -1 if self.device.type == "cpu" else self.device.index  # as Tensor.get_device() says
         self.channels = CHANNELS
         self.lane_type = lane_type(self.device)
         self.capabilities = self.lane_type.capabilities(ctx)
@@ -161,6 +173,8 @@ class CopyEngines:
         signal = _SignalLauncher(self.device) if self.lane_type.ADDS_BY_KERNEL else None
         self.lanes = {(peer, ch): self.lane_type(ctx, signal=signal) for peer in range(ctx.num_ranks)
                       for ch in range(self.channels)}
+        # the lanes a put may take as asked: peers whose heaps are mapped here; any other key takes _lane's checks
+        self.direct_lanes = {key: lane for key, lane in self.lanes.items() if ctx.topology.direct[key[0]]}
         self.proxy_error = None
         self.proxy = CopyProxy(self)
         # The device context kernels pass through, [num_ranks, 6] uint64 as upstream's (queue, rptr, wptr, doorbell,
@@ -200,8 +214,9 @@ class CopyEngines:
     # ------------------------------------------------------------------ the queue's operations
     def _submit(self, lane, transfer, *, async_op, caller):
         """``transfer`` queued on ``lane``; with ``async_op=False`` the host then waits for it to land."""
-        lane.transfer(transfer, caller)
-        if lane.capturing():  # a capture must end joined: the graph orders the rest
+        capturing = lane.capturing()
+        lane.transfer(transfer, caller, capturing)
+        if capturing:  # a capture must end joined: the graph orders the rest
             lane.join_current((), caller)
             return
         if not async_op:
@@ -248,8 +263,34 @@ class CopyEngines:
     def put(self, src, to_rank, dst=None, wait_flag=None, wait_value=None, signal_flag=None, signal_value=1,
             async_op=False, channel=0):
         caller = "Iris.put"
-        lane = self._lane(to_rank, channel, caller)
+        lane = self.direct_lanes.get((to_rank, channel)) if type(to_rank) is int and type(channel) is int else None
         dst = src if dst is None else dst
+        copy = self._plain_copy(src, dst, to_rank) if lane is not None else None
+        if copy is None:
+            lane, copy = self._checked_copy(src, dst, to_rank, channel, caller)
+        wait = self._wait_arg(wait_flag, wait_value, caller)
+        signal = self._signal_arg(signal_flag, signal_value, caller, remote_to=to_rank)
+        if copy.width == 0:  # upstream's rule: nothing queued, not even the wait or the signal
+            return
+        self._submit(lane, Transfer(wait, (copy,), signal), async_op=async_op, caller=caller)
+
+    def _plain_copy(self, src, dst, to_rank):
+        """The ``Copy`` of the common put, its checks in this one frame: contiguous plain tensors on the device and of
+        one size, ``dst`` on the heap (one address compare). None for anything else, which ``_checked_copy`` then
+        checks (and names, where it is wrong)."""
+        index = self.device_index
+        if type(src) is not torch.Tensor or type(dst) is not torch.Tensor or not src.is_contiguous() or \
+                not dst.is_contiguous() or src.get_device() != index or dst.get_device() != index:
+            return None
+        nbytes, address, heap = src.numel() * src.element_size(), dst.data_ptr(), self.ctx.heap
+        if dst.numel() * dst.element_size() != nbytes or not heap.holds(address, nbytes):
+            return None
+        bases = heap.bases
+        return Copy(address - bases[heap.rank] + bases[to_rank], nbytes, src.data_ptr(), nbytes, nbytes, 1)
+
+    def _checked_copy(self, src, dst, to_rank, channel, caller):
+        """``(lane, copy)`` of a put after every check, each failing one raising with the argument named."""
+        lane = self._lane(to_rank, channel, caller)
         for name, t in (("src_tensor", src), ("dst_tensor", dst)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{caller}: {name} must be a tensor, got {type(t).__name__}")
@@ -261,12 +302,9 @@ class CopyEngines:
             raise ValueError(f"{caller}: src_tensor has {nbytes} bytes ({tuple(src.shape)} {src.dtype}) but dst_tensor "
                              f"{dst.numel() * dst.element_size()} ({tuple(dst.shape)} {dst.dtype}); pass views of one "
                              "size")
-        wait = self._wait_arg(wait_flag, wait_value, caller)
-        signal = self._signal_arg(signal_flag, signal_value, caller, remote_to=to_rank)
-        if nbytes == 0:  # upstream's rule: nothing queued, not even the wait or the signal
-            return
-        copy = self._rows(src, dst, to_rank, caller=caller)
-        self._submit(lane, Transfer(wait, (copy,), signal), async_op=async_op, caller=caller)
+        if nbytes == 0:
+            return lane, Copy(0, 0, 0, 0, 0, 1)
+        return lane, self._rows(src, dst, to_rank, caller=caller)
 
     def _rows(self, src, dst, to_rank, *, caller):
         """One copy: contiguous tensors as one row, 2-D views with contiguous rows of one shape as a 2-D copy."""
@@ -284,17 +322,23 @@ class CopyEngines:
                          "shape with contiguous rows (or put_tile for raw 2-D windows)")
 
     def _tile_copy(self, tile, to_ptr, to_stride, *, caller):
-        for field in ("pid_m", "pid_n", "block_m", "block_n", "elem_size", "src_stride", "data"):
-            if not isinstance(getattr(tile, field, None), int):
-                raise TypeError(f"{caller}: tile.{field} must be an int (an iris.copy_engine.Tile or any object with "
-                                "pid_m, pid_n, block_m, block_n, elem_size, src_stride and data)")
-        width = tile.block_n * tile.elem_size
-        if width > tile.src_stride or width > to_stride:
-            raise ValueError(f"{caller}: a tile row is {width} bytes but src_stride={tile.src_stride} and "
+        try:
+            values = _TILE_FIELDS(tile)
+        except AttributeError:
+            values = ()
+        if not values or not _INT_TYPES.issuperset(map(type, values)):  # the exact check, only when that one fails
+            for field in TILE_FIELDS:
+                if not isinstance(getattr(tile, field, None), int):
+                    raise TypeError(f"{caller}: tile.{field} must be an int (an iris.copy_engine.Tile or any object "
+                                    "with pid_m, pid_n, block_m, block_n, elem_size, src_stride and data)")
+        pid_m, pid_n, block_m, block_n, elem_size, src_stride, data = values
+        width = block_n * elem_size
+        if width > src_stride or width > to_stride:
+            raise ValueError(f"{caller}: a tile row is {width} bytes but src_stride={src_stride} and "
                              f"to_stride={to_stride}; strides are row pitches in bytes, at least a row")
-        row, col = tile.pid_m * tile.block_m, tile.pid_n * width
-        return Copy(to_ptr + row * to_stride + col, to_stride, tile.data + row * tile.src_stride + col,
-                    tile.src_stride, width, tile.block_m)
+        row, col = pid_m * block_m, pid_n * width
+        return Copy(to_ptr + row * to_stride + col, to_stride, data + row * src_stride + col, src_stride, width,
+                    block_m)
 
     def put_tiles(self, tiles, to_rank, to_ptrs, to_strides, wait_flag=None, wait_value=None, signal_flag=None,
                   signal_value=1, async_op=False, channel=0, caller="Iris.put_tiles"):

@@ -26,19 +26,42 @@ def align_up(n, alignment=ALIGNMENT):
 
 class OffsetAllocator:
     """Best fit over the byte range [start, end): the smallest free block that holds the request (the lowest
-    such block on a tie), blocks coalesced on release. Sizes are rounded up to ``ALIGNMENT``."""
+    such block on a tie), blocks coalesced on release. Sizes are rounded up to ``ALIGNMENT``.
 
-    def __init__(self, start, end):
+    With ``binned=True`` (the heap's), ``release_many`` files each block under its size instead (``bins``: size ->
+    offsets, the lowest last), and ``reserve`` takes a block of exactly the asked size from there first: one dict
+    lookup and a pop, where the best fit walks the whole free list (~0.1 us a block on a 2-core host: 15.8 us an
+    allocation once 150 holes are free, against 5.2 with one). Filed blocks are free bytes all the same: when the
+    free list has no room, they are merged into it first, and ``largest_free`` / ``free_ranges`` count them."""
+
+    def __init__(self, start, end, binned=False):
         self.start, self.end = start, end
         self.free = [(start, end - start)] if end > start else []  # (offset, size), ascending offsets
         self.used = {}  # offset -> size
         self.used_bytes = 0
+        self.bins = {} if binned else None  # size -> offsets of free blocks of that size, descending
 
     def reserve(self, nbytes, alignment=ALIGNMENT):
         """Offset of ``nbytes`` (rounded up to ``ALIGNMENT``) starting on a multiple of ``alignment``, or None."""
-        # best_fit and take in one pass: this is every allocation's path, and the list is short (one block
-        # after an agreement that returned everything).
         size = -(-(nbytes or 1) // ALIGNMENT) * ALIGNMENT
+        bins = self.bins
+        if bins:
+            offsets = bins.get(size)
+            if offsets and offsets[-1] % alignment == 0:
+                offset = offsets.pop()
+                if not offsets:
+                    del bins[size]
+                self.used[offset] = size
+                self.used_bytes += size
+                return offset
+        offset = self._best_fit(size, alignment)
+        if offset is None and bins:
+            self.merge_bins()
+            offset = self._best_fit(size, alignment)
+        return offset
+
+    def _best_fit(self, size, alignment):
+        # best_fit and take in one pass: the list is short (one block after an agreement that returned everything)
         free, best, best_length = self.free, -1, 0
         for i, (start, length) in enumerate(free):
             first = -(-start // alignment) * alignment
@@ -56,7 +79,7 @@ class OffsetAllocator:
         return offset
 
     def take(self, offset, nbytes):
-        """Reserve exactly [offset, offset + size) (``nbytes`` rounded up), which must be free."""
+        """Reserve exactly [offset, offset + size) (``nbytes`` rounded up), which must be free in the free list."""
         size = align_up(max(nbytes, 1))
         i = bisect.bisect_right(self.free, (offset, float("inf"))) - 1
         start, length = self.free[i]
@@ -83,8 +106,15 @@ class OffsetAllocator:
     def release_many(self, offsets):
         """``release`` of each of ``offsets`` (ascending, each in use), in one merge of the blocks with the free
         list: an agreement returns up to 256 of them (the heap's ``RECLAIM_EVERY``), where a bisect and an insert
-        each cost ~1 us an allocation on a 2-core host."""
-        used, blocks = self.used, []
+        each cost ~1 us an allocation on a 2-core host. Binned: each block filed under its size instead."""
+        used, bins = self.used, self.bins
+        if bins is not None:
+            for offset in reversed(offsets):  # descending: a bin's pop takes its lowest block
+                size = used.pop(offset)
+                self.used_bytes -= size
+                bins.setdefault(size, []).append(offset)
+            return
+        blocks = []
         for offset in offsets:
             size = used.pop(offset)
             self.used_bytes -= size
@@ -92,13 +122,16 @@ class OffsetAllocator:
                 blocks[-1] = (blocks[-1][0], blocks[-1][1] + size)
             else:
                 blocks.append((offset, size))
-        merged = []
-        for offset, size in heapq.merge(self.free, blocks):
-            if merged and merged[-1][0] + merged[-1][1] == offset:
-                merged[-1] = (merged[-1][0], merged[-1][1] + size)
-            else:
-                merged.append((offset, size))
-        self.free = merged
+        self.free = _merged(self.free, blocks)
+
+    def merge_bins(self):
+        """Every filed block back into the free list, coalesced with its neighbours."""
+        if self.bins:
+            self.free = _merged(self.free, self._binned_blocks())
+            self.bins.clear()
+
+    def _binned_blocks(self):
+        return sorted((offset, size) for size, offsets in self.bins.items() for offset in offsets)
 
     def extend(self, end):
         """The range grew to ``end``: [old end, end) is free."""
@@ -112,10 +145,24 @@ class OffsetAllocator:
         self.end = end
 
     def largest_free(self):
-        return max((size for _, size in self.free), default=0)
+        return max((size for _, size in self.free_ranges()), default=0)
 
     def free_ranges(self):
-        return list(self.free)
+        """The free bytes as ascending (offset, size) blocks, filed ones merged in (the list is not changed)."""
+        if not self.bins:
+            return list(self.free)
+        return _merged(self.free, self._binned_blocks())
+
+
+def _merged(free, blocks):
+    """The free list ``free`` with ``blocks`` (ascending, disjoint from it) added, neighbours coalesced."""
+    merged = []
+    for offset, size in heapq.merge(free, blocks):
+        if merged and merged[-1][0] + merged[-1][1] == offset:
+            merged[-1] = (merged[-1][0], merged[-1][1] + size)
+        else:
+            merged.append((offset, size))
+    return merged
 
 
 def best_fit(free, nbytes, alignment=ALIGNMENT):

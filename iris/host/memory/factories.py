@@ -50,7 +50,9 @@ def _steps(steps, caller):
 
 def _plain_shape(size):
     """``size`` as a tuple when it is non-negative ints (``(n,)``, ``(m, n)``, ``((m, n),)``), else None."""
-    if len(size) == 1 and type(size[0]) is not int:
+    if len(size) == 1 and type(size[0]) is int:  # ctx.empty(n): the tuple itself
+        return size if size[0] >= 0 else None
+    if len(size) == 1:
         size = size[0]
         if type(size) not in (tuple, list, torch.Size):
             return None

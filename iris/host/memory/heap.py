@@ -36,6 +36,9 @@ from iris.host.memory.allocator import ALIGNMENT, AgreedFrees, OffsetAllocator
 # last one pass both the bytes then live and a quarter of the heap, so dropped bytes never hold more than that.
 RECLAIM_EVERY = 256
 RECLAIM_MIN_BYTES = 1 << 20
+# Allocation plans kept per (shape, dtype) before the table starts afresh: a few hundred bytes each; a program's
+# distinct shapes number in the tens, a server's varying ones in the thousands.
+PLANS = 4096
 
 
 def format_bytes(n):
@@ -92,7 +95,7 @@ class SymmetricHeap:
         self.user_start = group_bytes + workspace_bytes
         # Alone, a rank agrees with itself: the all-gather of one is its argument.
         self._exchange = exchange if world_size > 1 else _alone
-        self._allocator = OffsetAllocator(self.user_start, memory.size)
+        self._allocator = OffsetAllocator(self.user_start, memory.size, binned=True)
         self._frees = AgreedFrees()
         self._allocs_since = self._bytes_since = 0
         self._live_after_agreement = 0
@@ -101,6 +104,7 @@ class SymmetricHeap:
         self._base_storage = _base_storage(memory, memory.local.data_ptr())
         self._owners = {}  # offset -> _Owner of every live allocation (a weak reference must be held to call back)
         self._templates = {}  # dtype -> empty tensor on the device
+        self._plans = {}  # (shape, dtype) -> (bytes, rounded bytes, template): allocate_tensor's checked sizes
         self._on_grow = []
         self._on_release = []
         self._riders = {}  # name -> (local() -> picklable, apply(every rank's local())): more to agree on
@@ -135,25 +139,20 @@ class SymmetricHeap:
         """Collective. A tensor of ``shape`` (a tuple of ints) and ``dtype`` viewing fresh heap bytes (contents
         undefined). The hot path of every factory: ``ctx.empty`` comes straight here.
 
-        Per call, in one frame: the checks, the best fit (``OffsetAllocator.reserve``), a storage of the
-        allocation's own (a slice of the base storage, so that its death, the last view of it gone, is this
-        allocation's alone), the weak reference that queues its offset when it dies, and the tensor over the
-        storage. torch.as_tensor on an array interface built the same thing through its generic path at 4.5 us an
-        allocation on an H200 host; the slice and ``Tensor.new`` take 1.7 us on a 2-core one, against 1.1 us for a
-        ``torch.empty`` there."""
-        if type(dtype) is not torch.dtype:
-            raise TypeError(f"{caller}: dtype must be a torch.dtype, got {dtype!r}")
+        Per call, in one frame: the call's plan (checks, sizes and an empty tensor of the dtype, made once per shape
+        and dtype), the offset (``OffsetAllocator.reserve``: a block of that size an agreement returned, else the
+        best fit), a storage of the allocation's own (a slice of the base storage, so that its death, the last view
+        of it gone, is this allocation's alone), the weak reference that queues its offset when it dies, and the
+        tensor over the storage. torch.as_tensor on an array interface built the same thing through its generic
+        path at 4.5 us an allocation on an H200 host; the slice and ``Tensor.new`` take 1.7 us on a 2-core one,
+        against 1.1 us for a ``torch.empty`` there."""
+        plan = self._plans.get((shape, dtype)) if alignment == ALIGNMENT else None
+        if plan is None:
+            plan = self._plan(shape, dtype, caller, alignment)
+            alignment = max(alignment, dtype.itemsize)
+        nbytes, size, template = plan
         if self.closed:
             raise ClosedError(caller)
-        if shape and min(shape) < 0:
-            raise ValueError(f"{caller}: negative dimension in size {tuple(shape)}")
-        if alignment != ALIGNMENT and (type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1)):
-            raise ValueError(f"{caller}: alignment must be a power of two number of bytes, got {alignment!r}")
-        itemsize = dtype.itemsize
-        nbytes = math.prod(shape) * itemsize
-        size = -(-(nbytes or 1) // ALIGNMENT) * ALIGNMENT
-        if alignment < itemsize:
-            alignment = itemsize
         self._allocs_since += 1
         self._bytes_since += size
         offset = None
@@ -170,11 +169,28 @@ class SymmetricHeap:
         storage = _SLICE(self._base_storage, slice(offset, offset + nbytes))
         self._owners[offset] = owner = _Owner(storage, self._dropped)
         owner.offset = offset
+        tensor = _ON_STORAGE(template, storage)
+        return tensor if len(shape) == 1 else tensor.view(shape)  # a view: the storage is contiguous
+
+    def _plan(self, shape, dtype, caller, alignment):
+        """``(bytes, bytes rounded to ALIGNMENT, an empty tensor of dtype on the device)`` for an allocation of
+        ``shape`` and ``dtype``, after the checks; kept for the next call when ``alignment`` is the default."""
+        if type(dtype) is not torch.dtype:
+            raise TypeError(f"{caller}: dtype must be a torch.dtype, got {dtype!r}")
+        if shape and min(shape) < 0:
+            raise ValueError(f"{caller}: negative dimension in size {tuple(shape)}")
+        if alignment != ALIGNMENT and (type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1)):
+            raise ValueError(f"{caller}: alignment must be a power of two number of bytes, got {alignment!r}")
+        nbytes = math.prod(shape) * dtype.itemsize
         template = self._templates.get(dtype)
         if template is None:
             template = self._templates[dtype] = torch.empty(0, dtype=dtype, device=self.device)
-        tensor = _ON_STORAGE(template, storage)
-        return tensor if len(shape) == 1 else tensor.view(shape)  # a view: the storage is contiguous
+        plan = (nbytes, -(-(nbytes or 1) // ALIGNMENT) * ALIGNMENT, template)
+        if alignment == ALIGNMENT:
+            if len(self._plans) >= PLANS:
+                self._plans.clear()
+            self._plans[(shape, dtype)] = plan
+        return plan
 
     def _check_open(self, caller):
         """``ClosedError`` once closed: the mappings are gone, so no answer about them holds."""
