@@ -45,7 +45,7 @@ def _hear_kernels(interpreter):
 
     def run_grid_heard(self, *args, **kwargs):
         detector = current.detector
-        if detector is None:
+        if detector is None or detector.current is not detector.host:  # a thread the detector does not follow
             return run_grid(self, *args, **kwargs)
         detector.begin_kernel(getattr(self.fn, "__name__", "kernel"))
         try:
