@@ -34,10 +34,6 @@ from iris.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  
 from iris import tensor_creation, hip, mem  # noqa: E402  upstream's module paths (iris/upstream.py)
 from iris.platform import private as _private  # noqa: E402
 from iris.platform.device_info import get_device_id_for_rank  # noqa: E402
-from iris import upstream as _upstream  # noqa: E402
-
-_upstream.install()  # upstream's spellings of the public methods' arguments
-
 _private.warn_untested()  # a warning, once, if torch or triton is outside the tested versions
 
 __version__ = "0.1.0"

@@ -27,6 +27,7 @@ from iris.host.groups import GroupTable, region_bytes
 from iris.host.memory.heap import SymmetricHeap
 from iris.host.launches import LaunchCache
 from iris.logging import RankLogger
+from iris.spellings import accepts
 from iris.device import (DeviceContext, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
                          atomic_sub, atomic_xchg, atomic_xor, copy, get, load, put, store, translate)
 from iris.device.context import CONTEXT_HEADER
@@ -223,6 +224,7 @@ class Iris(TensorFactory, RankLogger):
         self.groups.check(method)
         return self.copy_engines
 
+    @accepts(from_tensor="src_tensor", dst_rank="to_rank", to_tensor="dst_tensor")
     def put(self, src_tensor, to_rank, dst_tensor=None, wait_flag=None, wait_value=None, signal_flag=None,
             signal_value=1, async_op=False, channel=0):
         """Copy ``src_tensor`` into ``dst_tensor``'s counterpart (default: ``src_tensor``'s) on ``to_rank`` on a copy
@@ -251,6 +253,7 @@ class Iris(TensorFactory, RankLogger):
         self._engines("Iris.put_tiles").put_tiles(tiles, to_rank, to_ptrs, to_strides, wait_flag, wait_value,
                                                   signal_flag, signal_value, async_op, channel)
 
+    @accepts(dst_rank="to_rank")
     def quiet(self, to_rank=None, channel=0):
         """Host-blocking: until every transfer queued to ``to_rank`` (every rank: None) on ``channel`` has landed,
         signals included; the context's timeout, ``PeerError`` once a peer fails. Inside a capture, nothing to do.

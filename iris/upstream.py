@@ -1,6 +1,6 @@
 """Upstream Iris at the edge: its module paths, in one table (each path a program written for upstream imports, and
-the object of ours that each of its names is), and its spellings of our arguments (``KEYWORDS``, ``OPS_POSITIONAL``),
-which ``install`` teaches the public methods once, from the package's face. The core methods know only ours.
+the object of ours that each of its names is), and the table of its spellings of our arguments (``KEYWORDS``,
+``OPS_POSITIONAL``), which the methods they apply to declare (``iris/spellings.py``).
 
 The alias modules (``iris/hip.py``, ``iris/mem/...``, ...) are generated from ``PATHS`` and hold nothing else;
 ``tests/test_layers.py`` checks every file against it, and no library module imports them (only the package's face,
@@ -13,10 +13,12 @@ A target is ``"module:attribute"``, or ``"module"`` for a module itself. A name 
 use (module ``__getattr__``), for targets that import Triton's Gluon or the tile API.
 """
 
-import functools
-import inspect
 import pathlib
 import textwrap
+
+# Upstream's spellings of our arguments, declared at the methods they apply to (``@accepts`` at ``Iris.put``,
+# ``ops_call`` at the fused ops' binding) and recorded by those decorators: the table, read here.
+from iris.spellings import KEYWORDS, OPS_IGNORED, OPS_POSITIONAL  # noqa: F401
 
 _RMA = ("load", "store", "copy", "get", "put")
 _ATOMICS = ("atomic_add", "atomic_sub", "atomic_cas", "atomic_xchg", "atomic_xor", "atomic_and", "atomic_or",
@@ -96,18 +98,6 @@ PATHS = {
 
 LAZY = {("iris.context", "GluonContext"), *(("iris.mem.triton", name) for name in _TILE)}
 
-# Upstream's names for our keyword arguments: method -> {upstream's keyword: ours}. Passing both is a TypeError.
-KEYWORDS = {
-    "Iris.put": {"from_tensor": "src_tensor", "dst_rank": "to_rank", "to_tensor": "dst_tensor"},
-    "Iris.quiet": {"dst_rank": "to_rank"},
-}
-# The fused ops' upstream signature, (out, A, B, bias, async_op, config, workspace), and ours, (out, A, B, bias,
-# *, config, group, ...): upstream's async_op (ours are stream-ordered and end with an in-kernel barrier either way)
-# and workspace (ours live in ctx.workspaces) select nothing here; a positional async_op must not land in ``group``.
-# Upstream also passes the context once more after B.
-OPS_POSITIONAL = ("bias", "async_op", "config", "workspace")
-OPS_IGNORED = ("async_op", "workspace")
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -171,62 +161,6 @@ def _wrap(line, width=120):
             current += ("" if current.endswith(("(", "[")) else " ") + piece
     out.append(current)
     return "\n".join(out)
-
-
-def _keywords(method, caller, renames):
-    """``method`` taking upstream's keyword ``renames`` too (its signature shows both)."""
-    signature = inspect.signature(method)
-    position = {name: i for i, name in enumerate(signature.parameters)}  # where ours sits among the positionals
-
-    @functools.wraps(method)
-    def spelled(*args, **kwargs):
-        for theirs, ours in renames.items():
-            if theirs in kwargs:
-                if ours in kwargs or len(args) > position[ours]:
-                    raise TypeError(f"{caller}: got both {ours} and {theirs}; they name the same argument, pass one")
-                kwargs[ours] = kwargs.pop(theirs)
-        return method(*args, **kwargs)
-
-    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in renames]
-    spelled.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *extra])
-    return spelled
-
-
-def _ops_call(op, ctx):
-    """A bound fused op (``ctx.ops.<op>``) taking upstream's forms of the call as well as ours."""
-    @functools.wraps(op)
-    def spelled(out, a, b, *args, **kwargs):
-        if args and args[0] is ctx:
-            args = args[1:]
-        if len(args) >= 2 and isinstance(args[1], bool):  # upstream's positional async_op
-            kwargs.update(zip(OPS_POSITIONAL[1:], args[1:]))
-            args = args[:1]
-        for name in OPS_IGNORED:
-            kwargs.pop(name, None)
-        return op(out, a, b, *args, **kwargs)
-
-    return spelled
-
-
-def install():
-    """Teach the public methods upstream's spellings (``KEYWORDS``, ``OPS_POSITIONAL``); once, from ``import iris``."""
-    from iris.iris import Iris
-    from iris.ops import Ops
-
-    for qualified, renames in KEYWORDS.items():
-        name = qualified.split(".")[1]
-        method = getattr(Iris, name)
-        if not hasattr(method, "__wrapped__"):
-            setattr(Iris, name, _keywords(method, qualified, renames))
-    init = Ops.__init__
-    if not hasattr(init, "__wrapped__"):
-        @functools.wraps(init)
-        def ops_init(self, ctx):
-            init(self, ctx)
-            for name in [n for n, v in vars(self).items() if callable(v)]:
-                setattr(self, name, _ops_call(getattr(self, name), ctx))
-
-        Ops.__init__ = ops_init
 
 
 def write():

@@ -14,7 +14,7 @@ PACKAGE = ROOT / "iris"
 
 # Bottom first: a module may import modules of its own layer and of the layers below, never above.
 LAYERS = [
-    ("iris.errors", "iris.logging", "iris.platform"),
+    ("iris.errors", "iris.logging", "iris.platform", "iris.spellings"),
     ("iris.device",),
     ("iris.interpreter",),
     ("iris.host",),
@@ -236,3 +236,40 @@ def test_every_path_the_docs_and_upstream_name_resolves():
             missing.append(f"{where}: {name} ({type(e).__name__}: {e})")
     assert not missing, "\n".join(missing)
     assert importlib.import_module("iris.ccl.moe_utils").make_expt_assignment is not None
+
+
+def test_no_module_sets_an_attribute_on_the_context_or_the_ops_at_import():
+    """What you read is what runs: ``Iris`` and ``Ops`` hold what their class bodies define, decorators included;
+    importing the package and upstream's paths adds or replaces nothing on them."""
+    import subprocess
+    import sys
+
+    program = """
+import importlib, sys
+from iris.iris import Iris
+from iris.ops import Ops
+before = {c.__name__: dict(vars(c)) for c in (Iris, Ops)}
+import iris, iris.upstream
+for path in iris.upstream.PATHS:
+    importlib.import_module(path)
+changed = [f"{c.__name__}.{k}" for c in (Iris, Ops) for k in set(vars(c)) | set(before[c.__name__])
+           if vars(c).get(k) is not before[c.__name__].get(k)]
+print("CHANGED", sorted(changed))
+"""
+    # the iris package's face runs first on any import of iris.iris; what it does is checked by reading the code
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CHANGED []" in proc.stdout, f"importing iris changed the classes: {proc.stdout.strip()}"
+    setters = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr" and node.args and \
+                    isinstance(node.args[0], ast.Name) and node.args[0].id in ("Iris", "Ops"):
+                setters.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and \
+                        target.value.id in ("Iris", "Ops"):
+                    setters.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not setters, (f"{setters} set an attribute on Iris or Ops from outside their class; declare it in the "
+                         f"class body (a decorator at the def: iris/spellings.py)")

@@ -123,9 +123,10 @@ def write_csv(rows, path):
 
 
 def write_json(rows, path):
+    """A JSON list, one record a line: a sweep's file as many lines as its CSV (indented, each of the 18-field
+    records would take 20 lines)."""
     with open(path, "w") as f:
-        json.dump([{k: row.get(k) for k in SCHEMA} for row in rows], f, indent=1)
-        f.write("\n")
+        f.write("[\n" + ",\n".join(json.dumps({k: row.get(k) for k in SCHEMA}) for row in rows) + "\n]\n")
     return path
 
 

@@ -25,6 +25,7 @@ naming the construct; kernels that use them are compiled for sm_90 on the cpu ti
 (``tests/compile_launches.py``).
 """
 
+import functools
 import inspect
 import math
 import threading
@@ -127,33 +128,59 @@ class _SeesTriton:
     __globals__ = {"tl": tl}
 
 
-def install():
-    """Teach the interpreter Gluon (idempotent). Call only when ``TRITON_INTERPRET=1``."""
-    import triton.experimental.gluon as gluon
+@functools.cache
+def _semantic():
+    """The one interpreter semantic Gluon's builtins run on (built once, on the first launch)."""
+    from triton.runtime import interpreter
+
+    return _semantic_class()(interpreter.interpreter_builder)
+
+
+def patch_gl_builtins(scope):
+    """Gluon's builtins (``gl.arange``, ``gl.load``, ...) are bound to a compiler semantic; run them on the
+    interpreter's, also where Gluon's standard library reaches them (``gl.zeros`` calls ``_core.full``)."""
     import triton.experimental.gluon.language as gl
     import triton.experimental.gluon.language._core as gl_core
-    import triton.experimental.gluon.language._standard as gl_standard
     import triton.language as tl
+
+    semantic = _semantic()
+    for module in (gl, gl_core):
+        for name, member in inspect.getmembers(module):
+            if tl.core.is_builtin(member):
+                scope.set_attr(module, name, lambda *a, _m=member, **k: _m(
+                    *a, **{key: v for key, v in k.items() if key not in ("_semantic", "_generator")},
+                    _semantic=semantic))
+
+
+def patch_gl_ranges(scope):
+    """``gl.range`` / ``gl.static_range`` are compiler loop markers; the interpreter runs them as Python ranges."""
+    import triton.experimental.gluon.language as gl
+
+    for name in ("range", "static_range"):
+        scope.set_attr(gl, name, _plain_range)
+
+
+def patch_block_layout(scope):
+    """Triton's ``block_type`` has no ``layout``; give it one (None) for kernels that build matching operands
+    (``gl.full(p.shape, v, dt, p.type.layout)``)."""
+    import triton.language as tl
+
+    scope.set_attr(tl.core.block_type, "layout", property(lambda self: None))
+
+
+def patch_gl(scope):
+    """Everything ``gl`` means inside an interpreted launch, set in ``scope`` (restored when the launch ends)."""
+    patch_gl_builtins(scope)
+    patch_gl_ranges(scope)
+    patch_block_layout(scope)
+    install_shared(scope)
+
+
+@functools.cache
+def interpreted_function_class():
+    """The class of an interpreted ``@gluon.jit`` function: Triton's ``InterpretedFunction`` that patches ``gl``
+    for as long as it runs, says ``is_gluon()``, and binds as a method (Gluon kernels may be class members)."""
     from triton.runtime import interpreter
-    from triton.runtime.jit import JITFunction
-
-    if getattr(gluon, "_iris_interpreted", False):
-        return
-    semantic = _semantic_class()(interpreter.interpreter_builder)
-
-    def patch_gl(scope):
-        # gl's builtins, also where Gluon's standard library reaches them (``gl.zeros`` calls ``_core.full``)
-        for module in (gl, gl_core):
-            for name, member in inspect.getmembers(module):
-                if tl.core.is_builtin(member):
-                    scope.set_attr(module, name, lambda *a, _m=member, **k: _m(
-                        *a, **{key: v for key, v in k.items() if key not in ("_semantic", "_generator")},
-                        _semantic=semantic))
-        for name in ("range", "static_range"):
-            scope.set_attr(gl, name, _plain_range)
-        # a block's layout, read by kernels that build matching operands (gl.full(p.shape, v, dt, p.type.layout))
-        scope.set_attr(tl.core.block_type, "layout", property(lambda self: None))
-        install_shared(scope)
 
     class GluonInterpretedFunction(interpreter.InterpretedFunction):
         """A ``@gluon.jit`` function run by the interpreter; ``gl`` is patched for as long as it runs."""
@@ -186,12 +213,46 @@ def install():
                 return self
             return lambda *args, **kwargs: self(obj, *args, **kwargs)
 
-    def jit(fn=None, **kwargs):
-        if fn is None:
-            return lambda f: GluonInterpretedFunction(f)
-        return GluonInterpretedFunction(fn)
+    return GluonInterpretedFunction
 
-    # gl.constexpr annotations (strings in the rewritten source) mark constexpr parameters, as tl.constexpr does
+
+def jit(fn=None, **kwargs):
+    """``gluon.jit`` under the interpreter: an interpreted function (the compile options only steer a compiler)."""
+    if fn is None:
+        return lambda f: interpreted_function_class()(f)
+    return interpreted_function_class()(fn)
+
+
+def mend_gluon_jit():
+    """``gluon.jit`` always builds a compiler-bound ``GluonJITFunction`` whose launch asks for a GPU driver; make it
+    (and Gluon's runtime ``jit``) build interpreted functions, and run ``gluon.constexpr_function`` as plain
+    Python."""
+    import triton.experimental.gluon as gluon
+    import triton.experimental.gluon._runtime as runtime
+
+    gluon.jit = jit
+    gluon.constexpr_function = lambda fn: fn
+    runtime.jit = jit
+
+
+def mend_gluon_standard_library():
+    """Gluon's standard library (``gl.sum``, ``gl.zeros``, ...) was decorated with the compiler-bound ``jit`` when
+    Gluon was imported; rewrap each of its functions as an interpreted one."""
+    import triton.experimental.gluon.language as gl
+    import triton.experimental.gluon.language._standard as gl_standard
+    from triton.runtime.jit import JITFunction
+
+    for module in (gl, gl_standard):
+        for name, member in list(vars(module).items()):
+            if isinstance(member, JITFunction):
+                setattr(module, name, interpreted_function_class()(member.fn))
+
+
+def mend_constexpr_annotations():
+    """The interpreter marks a parameter constexpr only when annotated ``tl.constexpr``; ``gl.constexpr`` (a string
+    in the rewritten source) marks one too."""
+    from triton.runtime import interpreter
+
     init = interpreter.GridExecutor.__init__
 
     def grid_init(self, fn, arg_names, *args, **kwargs):
@@ -202,8 +263,13 @@ def install():
 
     interpreter.GridExecutor.__init__ = grid_init
 
-    # the interpreter patches tl.tensor's methods only for functions that see triton.language, which a Gluon
-    # module need not import (it uses gl's tensor, the same class)
+
+def mend_tensor_methods():
+    """The interpreter patches ``tl.tensor``'s methods only for functions whose globals see ``triton.language``,
+    which a Gluon module need not import (it uses ``gl``'s tensor, the same class); patch them for those too."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
     patch_lang = interpreter._patch_lang
 
     def patch_lang_gluon_too(fn):
@@ -212,24 +278,34 @@ def install():
         return patch_lang(_SeesTriton)
 
     interpreter._patch_lang = patch_lang_gluon_too
-    gluon.jit = jit
-    gluon.constexpr_function = lambda fn: fn
+
+
+def mend_kernels_decorated_before():
+    """Kernels decorated before iris was imported (a module that imports triton first, under
+    ``TRITON_INTERPRET=1``) are ``GluonJITFunction``s: launching or calling one runs its interpreted twin."""
     import triton.experimental.gluon._runtime as runtime
-    runtime.jit = jit
-    for module in (gl, gl_standard):
-        for name, member in list(vars(module).items()):
-            if isinstance(member, JITFunction):
-                setattr(module, name, GluonInterpretedFunction(member.fn))
-    # kernels decorated before iris was imported (a module that imports triton first, under TRITON_INTERPRET=1) are
-    # GluonJITFunctions: launching or calling one runs its interpreted twin
+
     def twin(fn):
         if "_iris_twin" not in fn.__dict__:
-            fn._iris_twin = GluonInterpretedFunction(fn.fn)
+            fn._iris_twin = interpreted_function_class()(fn.fn)
         return fn._iris_twin
 
     runtime.GluonJITFunction.run = lambda self, *args, grid, warmup, **kwargs: twin(self).run(
         *args, grid=grid, warmup=warmup, **kwargs)
     runtime.GluonJITFunction.__call__ = lambda self, *args, **kwargs: twin(self)(*args, **kwargs)
+
+
+def install():
+    """Teach the interpreter Gluon (idempotent). Call only when ``TRITON_INTERPRET=1``."""
+    import triton.experimental.gluon as gluon
+
+    if getattr(gluon, "_iris_interpreted", False):
+        return
+    mend_constexpr_annotations()
+    mend_tensor_methods()
+    mend_gluon_jit()
+    mend_gluon_standard_library()
+    mend_kernels_decorated_before()
     gluon._iris_interpreted = True
 
 
@@ -249,7 +325,7 @@ def install():
 #   wait for: each store is complete when the call returns.
 #
 # Kernels reach these through their modules (``hopper.fence_async_shared()``, ``tma.async_copy_shared_to_global``):
-# ``install`` patches the module attributes for the length of a launch, as the interpreter patches ``tl``'s.
+# ``patch_gl`` patches the module attributes for the length of a launch, as the interpreter patches ``tl``'s.
 # mbarriers, TMA loads and ``warp_specialize`` are not interpreted.
 
 POISON_BYTE = 0xA5

@@ -4,14 +4,15 @@ from iris.ops.all_gather_matmul import all_gather_matmul
 from iris.ops.config import FusedConfig, OpsConfig
 from iris.ops.matmul_all_gather import matmul_all_gather
 from iris.ops.reduce_ops import matmul_all_reduce, matmul_reduce_scatter
+from iris.spellings import ops_call
 
 _OPS = {f.__name__: f for f in (matmul_all_reduce, all_gather_matmul, matmul_all_gather, matmul_reduce_scatter)}
 
 
 class Ops:
     """``ctx.ops``: the fused ops bound to one context, ``ctx.ops.<op>(out, A, B, ...)``. Upstream's forms of the
-    call (the context passed again, its positional ``bias, async_op, config, workspace``) are taken at the edge
-    (``iris/upstream.py``)."""
+    call (the context passed again, its positional ``bias, async_op, config, workspace``) are taken by
+    ``ops_call`` at the binding (``iris/spellings.py``)."""
 
     def __init__(self, ctx):
         self._ctx = ctx
@@ -25,6 +26,7 @@ class Ops:
 
 
 def _bind(fn, ctx):
+    @ops_call(ctx)
     def bound(out, a, b, *args, **kwargs):
         if ctx.num_nodes > 1:
             single_node_only(ctx, fn.__name__)

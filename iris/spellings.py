@@ -1,0 +1,71 @@
+"""Upstream Iris's spellings of our arguments, declared where they apply.
+
+``@accepts(from_tensor="src_tensor", ...)`` at a method's ``def`` lets a call use upstream's keyword for one of ours
+(the decorated method is what runs; its signature shows both names); ``ops_call(ctx)`` at the binding of the
+fused ops takes upstream's positional form of their call. The decorators record what they declare in
+``KEYWORDS``, the one table (``iris/upstream.py`` re-exports it beside upstream's module paths). This module sits
+at the bottom layer so that the context and the ops can import it.
+"""
+
+import functools
+import inspect
+
+# Upstream's names for our keyword arguments, as declared by @accepts: "Class.method" -> {upstream's: ours}.
+# Passing both names of one argument is a TypeError.
+KEYWORDS = {}
+
+# The fused ops' upstream signature, (out, A, B, bias, async_op, config, workspace), and ours, (out, A, B, bias,
+# *, config, group, ...): upstream's async_op (ours are stream-ordered and end with an in-kernel barrier either way)
+# and workspace (ours live in ctx.workspaces) select nothing here; a positional async_op must not land in ``group``.
+# Upstream also passes the context once more after B.
+OPS_POSITIONAL = ("bias", "async_op", "config", "workspace")
+OPS_IGNORED = ("async_op", "workspace")
+
+
+def accepts(**renames):
+    """Decorate a method so that it also takes upstream's keyword ``theirs`` for ``ours`` (``theirs="ours"``)."""
+
+    def decorate(method):
+        caller = method.__qualname__
+        signature = inspect.signature(method)
+        position = {name: i for i, name in enumerate(signature.parameters)}  # where ours sits among the positionals
+        for ours in renames.values():
+            assert ours in position, f"accepts: {caller} has no parameter {ours}"
+
+        @functools.wraps(method)
+        def spelled(*args, **kwargs):
+            for theirs, ours in renames.items():
+                if theirs in kwargs:
+                    if ours in kwargs or len(args) > position[ours]:
+                        raise TypeError(f"{caller}: got both {ours} and {theirs}; they name the same argument, "
+                                        f"pass one")
+                    kwargs[ours] = kwargs.pop(theirs)
+            return method(*args, **kwargs)
+
+        extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in renames]
+        spelled.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *extra])
+        KEYWORDS[caller] = dict(renames)
+        return spelled
+
+    return decorate
+
+
+def ops_call(ctx):
+    """Decorate a fused op bound to ``ctx`` (``ctx.ops.<op>``) so that it takes upstream's forms of the call as well
+    as ours: the context passed again after B, and the positional ``OPS_POSITIONAL``."""
+
+    def decorate(op):
+        @functools.wraps(op)
+        def spelled(out, a, b, *args, **kwargs):
+            if args and args[0] is ctx:
+                args = args[1:]
+            if len(args) >= 2 and isinstance(args[1], bool):  # upstream's positional async_op
+                kwargs.update(zip(OPS_POSITIONAL[1:], args[1:]))
+                args = args[:1]
+            for name in OPS_IGNORED:
+                kwargs.pop(name, None)
+            return op(out, a, b, *args, **kwargs)
+
+        return spelled
+
+    return decorate
