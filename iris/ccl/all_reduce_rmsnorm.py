@@ -72,6 +72,7 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
     caller = "ccl.all_reduce_rmsnorm"
     key = launches.key_of(caller, group, config, (out, residual_out, inp, residual, weight), eps)
     if ctx.launches.run(ctx, key, group, config, (out, residual_out, inp, residual, weight)):  # iris/host/launches.py
+        common.done(ctx, False)
         return out, residual_out
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"{caller}: eps={eps!r} must be a number >= 0 (RMSNorm adds it to the mean square)")
@@ -117,4 +118,5 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
                                  dict(GROUP_SIZE=sync.size, HINT=hint, BLOCK_H=block_h, num_warps=warps))
         ctx.launches.put(key, group, config, launch, symmetric=((2, inp.numel() * inp.element_size(), ins),))(
             out, residual_out, inp, residual, weight)
+    common.done(ctx, False)
     return out, residual_out

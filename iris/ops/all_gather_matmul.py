@@ -233,7 +233,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         slot.copy_(a)
         ctx.ccl.all_gather(gathered, slot, group=group)
         common.bulk_gemm(out, gathered, b, config)
-        return common.add_bias(out, bias, caller)
+        return common.add_bias(ctx, out, bias, caller)
     tma = descriptors_fit(a, b, out)
     copy_engine = config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
     programs = num_programs(ctx.get_device(), tiles, spare=copy_sms(ctx, copy_engine), sms=ctx.get_agreed_cu_count())
@@ -256,7 +256,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
                 TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, num_warps=config.num_warps,
                 num_stages=config.stages())
         schedule.join(consumed=[arrived])  # every peer's copies have landed: the kernel waited for each chunk
-        return common.add_bias(out, bias, caller)
+        return common.add_bias(ctx, out, bias, caller)
     ready = ctx.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
     call = ctx.workspaces.get("all_gather_matmul.call", sync.ranks, (5,), torch.int32, zero=True)
     comm = common.comm_programs(programs)
@@ -269,7 +269,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         sync.args(ctx, described), ready, call, GROUP_SIZE=sync.size, COMM_PROGRAMS=comm,
         TILE=(block_m, block_n, block_k, config.group_m), COPY_K=COPY_K, VEC=common.row_vector_width(gathered),
         TMA=tma, num_warps=config.num_warps, num_stages=config.stages())
-    return common.add_bias(out, bias, caller)
+    return common.add_bias(ctx, out, bias, caller)
 
 
 def _send_rows(schedule, a, gathered, arrived, go, chunk_rows):

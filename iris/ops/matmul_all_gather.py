@@ -190,7 +190,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         common.bulk_gemm(gathered[sync.index], a, b, config)
         ctx.ccl.all_gather(gathered, gathered[sync.index], group=group)
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
-        return common.add_bias(out, bias, caller)
+        return common.add_bias(ctx, out, bias, caller)
     tma = descriptors_fit(a, b)
     engines = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
                and out.is_contiguous() and outs is ctx.heap_bases)
@@ -215,13 +215,14 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         schedule = CopySchedule(ctx, sync, caller)
         schedule.send_bands(out, engine_bands, band_counts, sent, config.num_warps,
                             col_offset=sync.index * n_local)  # our column block
-    call = fingerprint(ctx, caller, (a, b, out), launch=dict(programs=programs, tile=(block_m, block_n, block_k),
-                                                             group_m=config.group_m, engine_bands=len(engine_bands)
-                                                             if copy_engine else 0), sync=sync)
+    described = fingerprint(ctx, caller, (a, b, out), launch=dict(programs=programs, tile=(block_m, block_n, block_k),
+                                                                  group_m=config.group_m,
+                                                                  engine_bands=len(engine_bands) if copy_engine else 0),
+                            sync=sync)
     with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_all_gather_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
-            (M, n_local, K), sync.args(ctx, call, (ctx.heap_bases, outs)),
+            (M, n_local, K), sync.args(ctx, described, (ctx.heap_bases, outs)),
             ctx.tracing.device_args(),
             (partials, part_flags, full, stream),
             (band_counts, band_cols, sum(band.tiles for band in engine_bands)), GROUP_SIZE=sync.size,
@@ -230,5 +231,5 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
             num_warps=config.num_warps, num_stages=config.stages())
     if schedule:
         schedule.join(arrived=sent)
-    return common.add_bias(out, bias, caller)
+    return common.add_bias(ctx, out, bias, caller)
 

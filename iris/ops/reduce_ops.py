@@ -320,13 +320,14 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
                             row_offset=sync.index * m_local)
     else:
         outbox, band_counts, band_flags = staging, tile_flags, tile_flags
-    call = fingerprint(ctx, caller, (a, b, out), launch=dict(programs=programs, tile=(block_m, block_n, block_k),
-                                                             group_m=config.group_m, lag=lag, copy_engine=copy_engine,
-                                                             out_bands=len(out_bands)), sync=sync)
+    described = fingerprint(ctx, caller, (a, b, out), launch=dict(programs=programs, tile=(block_m, block_n, block_k),
+                                                                  group_m=config.group_m, lag=lag,
+                                                                  copy_engine=copy_engine, out_bands=len(out_bands)),
+                            sync=sync)
     with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_reduce_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
-            (m_local, N, a.shape[1]), sync.args(ctx, call),
+            (m_local, N, a.shape[1]), sync.args(ctx, described),
             (staging, tile_flags, call, lag),
             (outbox, band_counts, band_flags, band_cols, sum(band.tiles for band in out_bands)), GROUP_SIZE=sync.size,
             TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, ALL_REDUCE=all_reduce,
@@ -369,7 +370,7 @@ def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
     common.check_operands(caller, out, a, b)
     common.expect_shape(caller, "out", out, (a.shape[0], b.shape[1]), "[A rows, B columns]")
     _run(ctx, caller, out, a, b, group, config, all_reduce=True)
-    return common.add_bias(out, bias, caller)
+    return common.add_bias(ctx, out, bias, caller)
 
 
 def matmul_reduce_scatter(ctx, out, a, b, bias=None, group=None, config=None):
@@ -385,4 +386,4 @@ def matmul_reduce_scatter(ctx, out, a, b, bias=None, group=None, config=None):
     m_local = common.divisible(caller, "M (rows of A)", a.shape[0], size)
     common.expect_shape(caller, "out", out, (m_local, b.shape[1]), f"[A rows / group size {size}, B columns]")
     _run(ctx, caller, out, a, b, group, config, all_reduce=False)
-    return common.add_bias(out, bias, caller)
+    return common.add_bias(ctx, out, bias, caller)

@@ -190,7 +190,7 @@ class MoEDispatcher:
         key = launches.key_of(caller, self._group, self._config, per_call[:3])
         if not self._launches.run(self._ctx, key, self._group, self._config, per_call):  # iris/host/launches.py
             self._launches.put(key, self._group, self._config, self._dispatch_launches(tokens))(*per_call)
-            self._ctx.groups.check("iris.ccl.moe_dispatch")
+        self._ctx.groups.check("iris.ccl.moe_dispatch")  # a mismatch its kernels found (common.done)
         handle = DispatchHandle(self._dest_row, topk_weight.detach().to(torch.float32).contiguous(), self._meta, T,
                                 self.hidden_dim, self.topk, self._call)
         buf = (self._buf, self._scales) if self.fp8 else self._buf
@@ -245,7 +245,7 @@ class MoEDispatcher:
         if not self._launches.run(self._ctx, key, self._group, self._config, per_call):
             self._launches.put(key, self._group, self._config, self._combine_launches(expert_out, T, weighted))(
                 *per_call)
-            self._ctx.groups.check("iris.ccl.moe_combine")
+        self._ctx.groups.check("iris.ccl.moe_combine")
         return out
 
     def _combine_launches(self, expert_out, T, weighted):
