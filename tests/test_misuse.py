@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 import iris
+from conftest import on_gpu
 from rank_utils import error_message, new_context
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -330,6 +331,15 @@ def _config_case(ctx, case):
     raise ValueError(case)
 
 
+def _call_and_settle(ctx, call):
+    """The call; on GPUs, where its kernels run after it returns, also the wait for them and the context's next
+    call, which raises what they found (the watchdog's error may land anywhere in here first)."""
+    call()
+    if ctx.get_device().type == "cuda":
+        torch.cuda.synchronize()
+        ctx.barrier()
+
+
 def _refused_body(build, cases, watchdog=True):
     """Each case on a fresh context: ``{case: (error, tensors written, seconds)}``."""
     import os
@@ -344,7 +354,7 @@ def _refused_body(build, cases, watchdog=True):
             before = [t.clone() for t in watched]
             ctx.barrier()
             start = time.monotonic()
-            message = error_message(call)
+            message = error_message(_call_and_settle, ctx, call)
             seconds = time.monotonic() - start
             written = [i for i, (t, b) in enumerate(zip(watched, before)) if not torch.equal(t, b)]
             later = error_message(ctx.barrier)  # the context refuses what follows
@@ -385,7 +395,11 @@ FUSED_CASES = ["matmul_all_gather", "all_gather_matmul", "all_gather_matmul copy
 
 
 def test_fused_ops_moe_and_copy_engines_refuse_an_operand_at_another_offset(pools):
-    _assert_refused(pools(2).run(_refused_body, _fused_case, FUSED_CASES), FUSED_CASES)
+    # On GPUs a refused call through the copy engines leaves its side stream waiting for good (a stream wait cannot
+    # be called off without letting its copies go, into a peer's heap at this rank's offsets): README says so; the
+    # cpu backend's copy queue is a thread whose waits check the context, so there the case runs
+    cases = [case for case in FUSED_CASES if not (on_gpu() and case.endswith("copy engine"))]
+    _assert_refused(pools(2).run(_refused_body, _fused_case, cases), cases)
 
 
 CONFIG_CASES = ["all_reduce comm_sms", "all_reduce algorithm", "all_gather block_size", "reduce_scatter algorithm",

@@ -136,8 +136,8 @@ def wait_until(flag, target, rank, peer, what: tl.constexpr = "wait_until", RELA
             if DEBUG:
                 check_wait(spins, rank, peer, seen, target, what)
             seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
-            if spins % ABORT_POLLS == 0:
-                stop = tl.atomic_add(abort, 0, sem="relaxed", scope="sys") != 0
+            if spins % ABORT_POLLS == 0:  # (in the spin's order: a relaxed barrier's loads all stay relaxed)
+                stop = tl.atomic_add(abort, 0, sem=SEM, scope="sys") != 0
     return seen
 
 
@@ -198,11 +198,24 @@ def wait_all(flags, members, rank, own, GROUP_SIZE: tl.constexpr, RELAXED: tl.co
     if match is not None:
         mark, summary, record, alarm = match
         if (ahead != 0) & (ok != 0):  # ordered after the acquire of the word that was ahead
-            if tl.atomic_add(summary, 0, sem="relaxed", scope="sys") != 0:
+            if tl.atomic_add(summary, 0, sem="relaxed" if RELAXED else "acquire", scope="sys") != 0:
                 ok = 0
         if ok == 0:
-            tl.atomic_xchg(alarm, 1, sem="relaxed", scope="sys")
+            raise_alarm(alarm)
     return ok != 0
+
+
+@triton.jit
+def raise_alarm(alarm):
+    """Set the context's alarm word (``alarm``: its address, in host memory, ``GroupTable.alarm``) to 1: a
+    system-scope store, not an atomic (device atomics on host memory need PCIe atomics, which hosts do not all
+    have)."""
+    word = tl.cast(tl.cast(alarm, tl.int64), tl.pointer_type(tl.int64))
+    if INTERPRETED:
+        tl.atomic_xchg(word, 1, sem="relaxed", scope="sys")
+    else:
+        tl.inline_asm_elementwise("st.relaxed.sys.global.b64 [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,l",
+                                  [word, tl.cast(1, tl.int64)], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit

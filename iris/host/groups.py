@@ -85,13 +85,14 @@ class GroupSync:
         group_index, world_size, fingerprint, tables, alarm`` (our rank and the world size are ``ctx``'s;
         ``fingerprint`` the call's, from ``iris.ccl.common.fingerprint``, which a kernel's barriers carry to the
         members; ``tables`` the bases tables of the operands peers read and of those they write,
-        ``ctx.symmetric_table``: the heap's unless a tensor comes from another provider; ``alarm`` the word a
-        barrier raises on a mismatch, ``GroupTable.alarm``). The sync flags and the library's workspaces are always
-        translated with ``heap_bases``."""
+        ``ctx.symmetric_table``: the heap's unless a tensor comes from another provider; ``alarm`` the address of the
+        word a barrier raises on a mismatch, ``GroupTable.alarm``: an int, since Triton's launcher spends a call of
+        ``data_ptr()`` and a driver query on every tensor argument). The sync flags and the library's workspaces are
+        always translated with ``heap_bases``."""
         if tables is None:
             tables = (ctx.heap_bases, ctx.heap_bases)
         return (self.flags, ctx.heap_bases, self.members, ctx.cur_rank, self.index, ctx.num_ranks, fingerprint,
-                tables, ctx.groups.alarm)
+                tables, ctx.groups.alarm.data_ptr())
 
 
 class GroupTable:
@@ -124,7 +125,7 @@ class GroupTable:
         # Raised (set to 1) by a kernel whose barrier found the members' calls disagreeing (``iris/device/sync.py``):
         # host memory the kernels write (pinned, mapped into the device, on GPUs), read by ``check`` at every call
         self.alarm = torch.zeros(1, dtype=torch.int64, pin_memory=device.type == "cuda")
-        self._alarm = self.alarm.numpy()
+        self._alarm = memoryview(self.alarm.numpy())  # its one word read in ~30 ns (a numpy index: ~55)
         if device.type == "cuda":
             # Made now, not when a peer fails: creating a stream while a kernel of ours spins blocked for
             # good on H200s shared by two rank processes (simulation), and so may a pinned allocation.
