@@ -150,7 +150,7 @@ def _lanes(group_size):
 def wait_all(flags, members, rank, own, GROUP_SIZE: tl.constexpr, RELAXED: tl.constexpr = False,
              KERNEL_END: tl.constexpr = False, heap_bases=None, match=None):
     """Spin until every member's word on our heap has reached ``own``'s count of signals (our word after our
-    signal): acquire, sys scope. Returns 1 when every member made our call (always without ``match``), else 0.
+    signal): acquire, sys scope. Returns whether every member made our call (always, without ``match``).
 
     With ``match`` (``call_match``'s, our call's), a member whose word is at our count but differs from ``own``
     made another call: recorded (``record_mismatch``). A member past our count has compared our word itself and
