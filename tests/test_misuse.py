@@ -442,3 +442,40 @@ def test_a_triggered_plan_refuses_buffers_at_other_offsets(pools):
             (rank, message)
         assert "allocate symmetric tensors in the same order and sizes on every rank" in message, message
         assert untouched and seconds < 10, (rank, untouched, seconds)
+
+
+def _ahead_body():
+    """Rank 0 alone calls, with rank 1's words preset past its count (as if rank 1 had been through the barrier and
+    signalled again): the wait cannot compare them and reads the group's summary record, which rank 1 would have
+    written had the calls differed. Empty, the call runs; set, it is refused and writes nothing."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["IRIS_WATCHDOG"] = "0"  # no thread reading the preset records before the call does
+    try:
+        ctx = new_context()
+    finally:
+        os.environ.pop("IRIS_WATCHDOG", None)
+    rank = ctx.get_rank()
+    inp, out = ctx.full((N,), rank + 1.0), ctx.full((N,), -7.0)
+    flags = ctx.groups.get([0, 1], "test").flags  # [ROWS, world + 1]: words, then the row's record
+    dist.barrier()
+    ran = refused = None
+    if rank == 0:
+        one_shot = iris.ccl.CollectiveConfig(algorithm="one_shot")
+        flags[:, 1] = 3 << 32  # both barriers of the call find rank 1 a signal or more ahead
+        ran = (error_message(ctx.ccl.all_reduce, out, inp, config=one_shot), bool((out == 3.0).all()))
+        out.fill_(-7.0)
+        flags[:, 1] = 5 << 32
+        flags[0, 2] = flags[1, 2] = (1 << 62) | (1 << 32) | 123  # the summary and program 0's record
+        refused = (error_message(ctx.ccl.all_reduce, out, inp, config=one_shot), bool((out == -7.0).all()))
+    dist.barrier()
+    return ran, refused
+
+
+def test_a_member_past_our_count_is_matched_through_its_record(pools):
+    ran, refused = pools(2).run(_ahead_body)[0]
+    assert ran == ("no error", True), ran
+    assert refused[0].startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree: rank 0 called"), refused
+    assert refused[1], "the refused call wrote out"
