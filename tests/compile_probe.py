@@ -193,7 +193,8 @@ def gather_args(a, gathered, b, out_desc, dtype=torch.bfloat16):
 
 
 def engines_args(a, gathered, b, out_desc):
-    return (a, gathered, b, out_desc, ROW_MAJOR, (SIZE, SIZE, SIZE), SYNC, ptr(torch.int32), ptr(torch.int32))
+    return (a, gathered, ptr(torch.bfloat16), b, out_desc, ROW_MAJOR, (SIZE, SIZE, SIZE), SYNC, ptr(torch.int32),
+            ptr(torch.int32), ptr(torch.int32))
 
 
 # all_gather_matmul: communication programs copy A rows to peers; GEMM programs run the TMA mainloop.

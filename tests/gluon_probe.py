@@ -92,7 +92,8 @@ def tma_summary(members, rows, block_m, cols, warps):
     layout = NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)
     slot = TensorDescriptor(torch.empty(rows * cols, dtype=torch.bfloat16), [rows, cols], [cols, 1], [block_m, cols],
                             layout)
-    kernel = launch_compile(_all_gather_tma_kernel, ptr(torch.bfloat16), rows, SYNC, *[slot] * members,
+    kernel = launch_compile(_all_gather_tma_kernel, ptr(torch.bfloat16), ptr(torch.bfloat16), rows, SYNC,
+                            *[slot] * members,
                             *[None] * (MAX_MEMBERS - members), GROUP_SIZE=members, BLOCK_M=block_m, COLS=cols,
                             VEC=8, LANES_N=32, BITS=16, STAGES=STAGES, num_warps=warps)
     text = kernel.asm["ptx"]

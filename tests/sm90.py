@@ -46,4 +46,4 @@ def ptr(dtype=torch.bfloat16):
 # A group's sync tuple as ``GroupSync.args`` makes it: rank 5 at index 3 of a world of 6 (values that are neither 1
 # nor multiples of 16, so that none is specialised away).
 SYNC = (ptr(torch.int64), ptr(torch.int64), ptr(torch.int32), 5, 3, 6, 21,  # GroupSync.args (fingerprint 21: 0b10101)
-        (ptr(torch.int64), ptr(torch.int64)))  # the operands' tables
+        (ptr(torch.int64), ptr(torch.int64)), 0x7F0000001000)  # the operands' tables, the alarm's address

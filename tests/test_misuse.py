@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 import iris
+from conftest import on_gpu
 from rank_utils import error_message, new_context
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -341,15 +342,17 @@ def _shape_body():
     message = error_message(_all_reduce_and_settle, ctx, out, inp)
     seconds = time.monotonic() - start
     later = error_message(ctx.ccl.all_reduce, out, inp)  # the context refuses what follows
+    untouched = bool((out == -7.0).all())
     ctx.close()
-    return message, seconds, later
+    return message, seconds, later, untouched
 
 
 def test_the_same_element_count_in_another_shape_is_a_mismatch(pools):
     # shapes are compared, not element counts: [32, 32] where the others pass [1024] is a mistake in the program
     results = pools(3).run(_shape_body)
-    for rank, (message, seconds, later) in enumerate(results):
+    for rank, (message, seconds, later, untouched) in enumerate(results):
         assert message.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree: rank "), (rank, message)
+        assert untouched, f"rank {rank}: the refused call wrote out"
         assert "same op, dtypes, shapes and root" in message, message
         assert later.startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree"), (rank, later)
         assert seconds < 30, f"rank {rank}: the error took {seconds:.1f} s"
@@ -540,3 +543,287 @@ def test_advice_fits_the_debug_setting(monkeypatch, caplog):
     assert "IRIS_DEBUG=1" not in lines[True], lines[True]
     assert "rerun with IRIS_DEBUG=1" in bad_address_hint(False)
     assert "IRIS_DEBUG=1" not in bad_address_hint(True) and "debug mode, which was on" in bad_address_hint(True)
+
+
+# ---- every operand, every config: a call that differs on one rank is refused on every rank and writes nothing ----
+#
+# Each case makes a fresh context (a refused call leaves its context refusing), then the call; rank 0 allocates a
+# small tensor that the others do not (``_extra``) just before the operand the case moves, or passes another config.
+# Every tensor the call could write is poisoned first and compared after.
+
+N = 1000
+TILE = dict(block_m=32, block_n=32, block_k=32)  # the fused ops' interpreter tiles (tests/test_ops.py)
+
+
+def _extra(ctx):
+    """1 KiB that only rank 0 allocates: every later heap allocation of rank 0 sits 1 KiB further on."""
+    if ctx.get_rank() == 0:
+        ctx.zeros(256)
+
+
+def _collective_case(ctx, case):
+    """``(call, watched)`` for ``case``: the call to make and the tensors it must leave as they are."""
+    rank, ccl = ctx.get_rank(), ctx.ccl
+    Config = iris.ccl.CollectiveConfig
+    if case in ("all_reduce one_shot", "all_reduce two_shot"):
+        algorithm = case.split()[1]
+        first = ctx.empty(N)  # one-shot: peers read inp only, so inp is the one moved; two-shot: out, written
+        _extra(ctx)
+        second = ctx.empty(N)
+        out, inp = (first, second) if algorithm == "one_shot" else (second, first)
+        out.fill_(-7.0)
+        inp.fill_(rank + 1.0)
+        return lambda: ccl.all_reduce(out, inp, config=Config(algorithm=algorithm)), [out, inp]
+    if case in ("all_gather", "all_gather gluon", "all_to_all", "all_to_all gluon"):
+        gluon = case.endswith("gluon")
+        config = Config(use_gluon=True, num_warps=4, block_size=128) if gluon else None
+        inp = ctx.full((2 * 128,), rank + 1.0)  # (the Gluon kernels' block of 128 fits each rank's part)
+        _extra(ctx)
+        if case.startswith("all_gather"):
+            out = ctx.full((4 * 128,), -7.0)
+            return lambda: ccl.all_gather(out, inp, config=config), [out, inp]
+        out = ctx.full((2 * 128,), -7.0)
+        return lambda: ccl.all_to_all(out, inp, config=config), [out, inp]
+    if case in ("reduce_scatter pull", "reduce_scatter push"):
+        out = ctx.full((N,), -7.0)
+        _extra(ctx)  # moves inp (pull) and the push's staging, made at its first call
+        inp = ctx.full((2 * N,), rank + 1.0)
+        algorithm = case.split()[1]
+        return lambda: ccl.reduce_scatter(out, inp, config=Config(algorithm=algorithm)), [out, inp]
+    if case == "reduce_scatter tiles":
+        out = ctx.full((64, 64), -7.0)
+        _extra(ctx)
+        inp = ctx.full((64, 64), rank + 1.0)
+        return lambda: ccl.reduce_scatter(out, inp), [out, inp]
+    if case == "all_reduce_rmsnorm":
+        out, residual_out = ctx.full((8, 32), -7.0), ctx.full((8, 32), -7.0)
+        _extra(ctx)
+        inp, residual, weight = ctx.full((8, 32), rank + 1.0), ctx.full((8, 32), 1.0), ctx.full((32,), 1.0)
+        return lambda: ccl.all_reduce_rmsnorm(out, residual_out, inp, residual, weight), [out, residual_out, inp]
+    if case == "broadcast":
+        _extra(ctx)
+        tensor = ctx.full((N,), rank + 1.0)
+        return lambda: ccl.broadcast(tensor, src=0), [tensor]
+    if case in ("scatter", "gather", "reduce"):
+        out = ctx.full((N,) if case == "scatter" else (2 * N,) if case == "gather" else (N,), -7.0)
+        _extra(ctx)
+        inp = ctx.full((2 * N,) if case == "scatter" else (N,), rank + 1.0)
+        call = getattr(ccl, case)
+        return (lambda: call(out, inp, src=0)) if case == "scatter" else (lambda: call(out, inp, dst=0)), [out, inp]
+    if case == "send/recv":
+        _extra(ctx)
+        tensor = ctx.full((N,), rank + 1.0)
+        call = (lambda: ccl.send(tensor, dst=1)) if rank == 0 else (lambda: ccl.recv(tensor, src=0))
+        return call, [tensor]
+    raise ValueError(case)
+
+
+def _fused_case(ctx, case):
+    """``(call, watched)`` for a fused op, the MoE dispatch or a copy-engine transfer (``_collective_case``)."""
+    rank, world, ops = ctx.get_rank(), ctx.get_num_ranks(), ctx.ops
+    M_LOCAL, N_LOCAL, K = 32, 32, 32
+    M, N = world * M_LOCAL, world * N_LOCAL
+    fused = iris.ops.OpsConfig(variant="fused", copy_engine=False, **TILE)
+    if case == "matmul_all_gather":  # peers write out
+        a, b = ctx.full((M, K), 1.0), ctx.full((K, N_LOCAL), rank + 1.0)
+        _extra(ctx)
+        out = ctx.full((M, N), -7.0)
+        return lambda: ops.matmul_all_gather(out, a, b, config=fused), [out]
+    if case in ("all_gather_matmul", "all_gather_matmul copy engine"):  # peers write the gathered workspace
+        config = iris.ops.OpsConfig(variant="fused", copy_engine=case.endswith("engine"), **TILE)
+        out = torch.full((M, N), -7.0)
+        a, b = ctx.full((M_LOCAL, K), rank + 1.0), ctx.full((K, N), 1.0)
+        _extra(ctx)
+        return lambda: ops.all_gather_matmul(out, a, b, config=config), [out]
+    if case in ("matmul_all_reduce", "matmul_reduce_scatter"):  # peers write out (all_reduce) and the staging
+        a, b = ctx.full((M, K), rank + 1.0), ctx.full((K, N), 1.0)
+        _extra(ctx)
+        if case == "matmul_all_reduce":
+            out = ctx.full((M, N), -7.0)
+            return lambda: ops.matmul_all_reduce(out, a, b, config=fused), [out]
+        out = torch.full((M_LOCAL, N), -7.0)
+        return lambda: ops.matmul_reduce_scatter(out, a, b, config=fused), [out]
+    if case == "moe_dispatch":  # peers write the dispatcher's count table, rows and origins
+        _extra(ctx)
+        d = ctx.ccl.moe_dispatcher(20, 4, 2, 4)
+        d._buf.fill_(-7.0)
+        tokens = torch.full((4, 20), rank + 1.0, dtype=torch.bfloat16)
+        idx = torch.tensor([[0, 1], [1, 2], [2, 3], [3, 0]], dtype=torch.int32)
+        weights = torch.full((4, 2), 0.5)
+        return lambda: d.dispatch(tokens, idx, weights), [d._buf, d._meta.slice_sizes, d._meta.slice_offs]
+    raise ValueError(case)
+
+
+def _config_case(ctx, case):
+    """``(call, watched)`` for a call whose config differs on rank 0 (``_collective_case``)."""
+    rank, Config = ctx.get_rank(), iris.ccl.CollectiveConfig
+    out, inp = ctx.full((N,), -7.0), ctx.full((N,), rank + 1.0)
+    if case == "all_reduce comm_sms":  # rank 0 launches 4 programs, rank 1 two: two of rank 0's have no namesake
+        config = Config(comm_sms=4 if rank == 0 else 2)
+        return lambda: ctx.ccl.all_reduce(out, inp, config=config), [out, inp]
+    if case == "all_reduce algorithm":  # two kernels, one barrier each of a different kind
+        config = Config(algorithm="one_shot" if rank == 0 else "two_shot")
+        return lambda: ctx.ccl.all_reduce(out, inp, config=config), [out, inp]
+    if case == "all_gather block_size":
+        gathered = ctx.full((2 * N,), -7.0)
+        config = Config(block_size=256 if rank == 0 else 128)
+        return lambda: ctx.ccl.all_gather(gathered, inp, config=config), [gathered, inp]
+    if case == "reduce_scatter algorithm":
+        half = ctx.full((N // 2,), -7.0)
+        config = Config(algorithm="pull" if rank == 0 else "push")
+        return lambda: ctx.ccl.reduce_scatter(half, inp, config=config), [half, inp]
+    if case == "matmul_all_reduce variant":  # fused on rank 0; GEMM then ccl.all_reduce on rank 1
+        a, b, reduced = ctx.full((64, 32), rank + 1.0), ctx.full((32, 64), 1.0), ctx.full((64, 64), -7.0)
+        config = iris.ops.OpsConfig(variant="fused" if rank == 0 else "bulk", copy_engine=False, **TILE)
+        return lambda: ctx.ops.matmul_all_reduce(reduced, a, b, config=config), [reduced]
+    raise ValueError(case)
+
+
+def _call_and_settle(ctx, call):
+    """The call; on GPUs, where its kernels run after it returns, also the wait for them and the context's next
+    call, which raises what they found (the watchdog's error may land anywhere in here first)."""
+    call()
+    if ctx.get_device().type == "cuda":
+        torch.cuda.synchronize()
+        ctx.barrier()
+
+
+def _refused_body(build, cases, watchdog=True):
+    """Each case on a fresh context: ``{case: (error, tensors written, seconds)}``."""
+    import os
+
+    if not watchdog:
+        os.environ["IRIS_WATCHDOG"] = "0"  # read as the context starts
+    results = {}
+    try:
+        for case in cases:
+            ctx = new_context()
+            call, watched = build(ctx, case)
+            before = [t.clone() for t in watched]
+            ctx.barrier()
+            start = time.monotonic()
+            message = error_message(_call_and_settle, ctx, call)
+            seconds = time.monotonic() - start
+            written = [i for i, (t, b) in enumerate(zip(watched, before)) if not torch.equal(t, b)]
+            later = error_message(ctx.barrier)  # the context refuses what follows
+            results[case] = (message, written, seconds, later)
+            ctx.close()
+    finally:
+        os.environ.pop("IRIS_WATCHDOG", None)
+    return results
+
+
+def _assert_refused(results, cases):
+    for rank, found in enumerate(results):
+        for case in cases:
+            message, written, seconds, later = found[case]
+            assert message.startswith("MismatchError: ") and "the ranks' calls disagree: rank " in message, \
+                (rank, case, message)
+            assert written == [], f"rank {rank}, {case}: the refused call wrote its tensors {written}"
+            assert seconds < 20, f"rank {rank}, {case}: the error took {seconds:.1f} s"
+            assert later.startswith("MismatchError: "), (rank, case, later)
+
+
+COLLECTIVE_CASES = ["all_reduce one_shot", "all_reduce two_shot", "all_gather", "all_gather gluon", "all_to_all",
+                    "all_to_all gluon", "reduce_scatter pull", "reduce_scatter push", "reduce_scatter tiles",
+                    "all_reduce_rmsnorm", "broadcast", "scatter", "gather", "reduce", "send/recv"]
+
+
+def test_collectives_refuse_an_operand_at_another_offset(pools):
+    results = pools(2).run(_refused_body, _collective_case, COLLECTIVE_CASES)
+    _assert_refused(results, COLLECTIVE_CASES)
+    # the message names both calls, alike but for the offsets
+    message = results[0]["all_reduce two_shot"][0]
+    assert "rank 0 called ccl.all_reduce(float32[1000], float32[1000], 'sum', 'two_shot') with programs=4" in message
+    assert "so their tensors lie at different heap offsets" in message, message
+
+
+FUSED_CASES = ["matmul_all_gather", "all_gather_matmul", "all_gather_matmul copy engine", "matmul_all_reduce",
+               "matmul_reduce_scatter", "moe_dispatch"]
+
+
+def test_fused_ops_moe_and_copy_engines_refuse_an_operand_at_another_offset(pools):
+    # On GPUs a refused call through the copy engines leaves its side stream waiting for good (a stream wait cannot
+    # be called off without letting its copies go, into a peer's heap at this rank's offsets): README says so; the
+    # cpu backend's copy queue is a thread whose waits check the context, so there the case runs
+    cases = [case for case in FUSED_CASES if not (on_gpu() and case.endswith("copy engine"))]
+    _assert_refused(pools(2).run(_refused_body, _fused_case, cases), cases)
+
+
+CONFIG_CASES = ["all_reduce comm_sms", "all_reduce algorithm", "all_gather block_size", "reduce_scatter algorithm",
+                "matmul_all_reduce variant"]
+
+
+def test_calls_whose_configs_differ_are_refused(pools):
+    results = pools(2).run(_refused_body, _config_case, CONFIG_CASES)
+    _assert_refused(results, CONFIG_CASES)
+    message = results[1]["all_reduce comm_sms"][0]
+    assert "with programs=2, block=256, but rank 0 called" in message and "with programs=4, block=256" in message
+
+
+def _any_case(ctx, case):
+    build = _collective_case if case in COLLECTIVE_CASES else _fused_case if case in FUSED_CASES else _config_case
+    return build(ctx, case)
+
+
+def test_mismatches_are_refused_without_the_watchdog(pools):
+    # IRIS_WATCHDOG=0: no thread reads the records; each call's check reads the alarm the kernels raise
+    cases = ["all_reduce two_shot", "all_reduce comm_sms", "matmul_all_gather"]
+    _assert_refused(pools(2).run(_refused_body, _any_case, cases, watchdog=False), cases)
+
+
+def _triggered_offsets_body():
+    import iris.triggered as tr
+
+    ctx = iris.iris(1 << 21, timeout_s=15)
+    _extra(ctx)
+    buffer = ctx.full((8, 16), -1, dtype=torch.int32)
+    schedules = [tr.whole(buffer[4 * r:4 * (r + 1)], base=buffer) for r in range(ctx.get_num_ranks())]
+    start = time.monotonic()
+    message = error_message(tr.TriggeredPlan, ctx, buffer, schedules)
+    return message, time.monotonic() - start, bool((buffer == -1).all())
+
+
+def test_a_triggered_plan_refuses_buffers_at_other_offsets(pools):
+    for rank, (message, seconds, untouched) in enumerate(pools(2).run(_triggered_offsets_body)):
+        assert message.startswith("ValueError: TriggeredPlan: the ranks' buffers lie at different heap offsets"), \
+            (rank, message)
+        assert "allocate symmetric tensors in the same order and sizes on every rank" in message, message
+        assert untouched and seconds < 10, (rank, untouched, seconds)
+
+
+def _ahead_body():
+    """Rank 0 alone calls, with rank 1's words preset past its count (as if rank 1 had been through the barrier and
+    signalled again): the wait cannot compare them and reads the group's summary record, which rank 1 would have
+    written had the calls differed. Empty, the call runs; set, it is refused and writes nothing."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["IRIS_WATCHDOG"] = "0"  # no thread reading the preset records before the call does
+    try:
+        ctx = new_context()
+    finally:
+        os.environ.pop("IRIS_WATCHDOG", None)
+    rank = ctx.get_rank()
+    inp, out = ctx.full((N,), rank + 1.0), ctx.full((N,), -7.0)
+    flags = ctx.groups.get([0, 1], "test").flags  # [ROWS, world + 1]: words, then the row's record
+    dist.barrier()
+    ran = refused = None
+    if rank == 0:
+        one_shot = iris.ccl.CollectiveConfig(algorithm="one_shot")
+        flags[:, 1] = 3 << 32  # both barriers of the call find rank 1 a signal or more ahead
+        ran = (error_message(ctx.ccl.all_reduce, out, inp, config=one_shot), bool((out == 3.0).all()))
+        out.fill_(-7.0)
+        flags[:, 1] = 5 << 32
+        flags[0, 2] = flags[1, 2] = (1 << 62) | (1 << 32) | 123  # the summary and program 0's record
+        refused = (error_message(ctx.ccl.all_reduce, out, inp, config=one_shot), bool((out == -7.0).all()))
+    dist.barrier()
+    return ran, refused
+
+
+def test_a_member_past_our_count_is_matched_through_its_record(pools):
+    ran, refused = pools(2).run(_ahead_body)[0]
+    assert ran == ("no error", True), ran
+    assert refused[0].startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree: rank 0 called"), refused
+    assert refused[1], "the refused call wrote out"

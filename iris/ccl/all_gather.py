@@ -10,24 +10,25 @@ import triton.language as tl
 
 from iris.ccl import common
 from iris.device.group import first_block, program_row, store_to_group, tail_mask
-from iris.device.sync import group_barrier
+from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
 
 
 @triton.jit
 def _all_gather_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, out, tables[1])  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((out, tables[1]),))  # peers write out (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # no rank still uses its out
-    slot = out + tl.cast(group_index, tl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
-    for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
-        offs = tl.arange(0, BLOCK)
-        mask = tail_mask(start, n, BLOCK)
-        x = tl.load(inp + start + offs, mask=mask)  # [BLOCK]
-        store_to_group(slot + start + offs, x, rank, tables[1], members, group_index, GROUP_SIZE, mask=mask,
-                       hint=HINT)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in our out
+    # no rank still uses its out
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)[1]:
+        slot = out + tl.cast(group_index, tl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
+        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+            offs = tl.arange(0, BLOCK)
+            mask = tail_mask(start, n, BLOCK)
+            x = tl.load(inp + start + offs, mask=mask)  # [BLOCK]
+            store_to_group(slot + start + offs, x, rank, tables[1], members, group_index, GROUP_SIZE, mask=mask,
+                           hint=HINT)
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in out
 
 
 def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
@@ -51,7 +52,8 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
     common.expect_numel(out, p.sync.size * n, caller, "out", f"group size {p.sync.size} * inp.numel() {n}")
     # A slot starts at group_index * n elements: 16-byte aligned only when n keeps it so.
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
-    fp = common.fingerprint(ctx, caller, (out, inp), p.config.use_gluon and p.config.gluon_path)
+    fp = common.fingerprint(ctx, caller, (out, inp), p.config.use_gluon and p.config.gluon_path, launch=p.launch,
+                            sync=p.sync)
     if p.config.use_gluon:
         from iris.ccl.gluon import all_gather, all_gather_tma
 

@@ -16,7 +16,7 @@ import triton.language as tl
 from iris.ccl import common
 from iris.ccl.config import ALL_REDUCE_ALGORITHMS
 from iris.device.group import first_block, program_row, reduce_from_group, store_to_group, tail_mask
-from iris.device.sync import group_barrier
+from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
 
 
@@ -24,41 +24,43 @@ from iris.host import launches
 def _all_reduce_one_shot_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
                                 HINT: tl.constexpr, BLOCK: tl.constexpr, SLICED: tl.constexpr = False):
     # SLICED: ``inp`` is slice ``group_index`` (of ``n`` elements) of a heap tensor (reduce_scatter's pull)
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
     anchor = inp - group_index * n if SLICED else inp
-    match = (fingerprint, world_size, anchor, tables[0])  # matched with the members' calls (iris/device/sync.py)
+    match = call_match(sync, ((anchor, tables[0]),))  # peers read inp (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every rank's input is ready
-    for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
-        offs = tl.arange(0, BLOCK)
-        mask = tail_mask(start, n, BLOCK)
-        acc = reduce_from_group(inp + start, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, OP,
-                                ACC_FP32, HINT)  # [BLOCK]
-        tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
-    # no rank reads our inp
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)
+    # every rank's input is ready
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)[1]:
+        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+            offs = tl.arange(0, BLOCK)
+            mask = tail_mask(start, n, BLOCK)
+            acc = reduce_from_group(inp + start, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, OP,
+                                    ACC_FP32, HINT)  # [BLOCK]
+            tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
+        # no rank reads our inp
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)
 
 
 @triton.jit
 def _all_reduce_two_shot_kernel(out, inp, n, shard, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
                                 ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, inp, tables[0])  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((inp, tables[0]), (out, tables[1])))  # peers read inp, write out (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every rank's input is ready
-    # Our shard, read from every rank and reduced, then stored straight into every rank's out: the
-    # reduce-scatter and the all-gather in one pass, with no barrier between them. In place is safe: only
-    # we read shard ``group_index`` of any rank's input, and each element before we overwrite it.
-    shard_start = tl.cast(group_index, tl.int64) * shard
-    shard_end = tl.minimum(shard_start + shard, n)
-    for start in range(shard_start + first_block(BLOCK), shard_end, tl.num_programs(0) * BLOCK):
-        offs = tl.arange(0, BLOCK)
-        mask = tail_mask(start, shard_end, BLOCK)
-        acc = reduce_from_group(inp + start, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, OP,
-                                ACC_FP32, HINT).to(out.dtype.element_ty)  # [BLOCK]
-        store_to_group(out + start + offs, acc, rank, tables[1], members, group_index, GROUP_SIZE, mask=mask,
-                       hint=HINT, PEERS_FIRST=True)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every shard landed; no rank reads our inp
+    # every rank's input is ready
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)[1]:
+        # Our shard, read from every rank and reduced, then stored straight into every rank's out: the
+        # reduce-scatter and the all-gather in one pass, with no barrier between them. In place is safe: only
+        # we read shard ``group_index`` of any rank's input, and each element before we overwrite it.
+        shard_start = tl.cast(group_index, tl.int64) * shard
+        shard_end = tl.minimum(shard_start + shard, n)
+        for start in range(shard_start + first_block(BLOCK), shard_end, tl.num_programs(0) * BLOCK):
+            offs = tl.arange(0, BLOCK)
+            mask = tail_mask(start, shard_end, BLOCK)
+            acc = reduce_from_group(inp + start, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, OP,
+                                    ACC_FP32, HINT).to(out.dtype.element_ty)  # [BLOCK]
+            store_to_group(out + start + offs, acc, rank, tables[1], members, group_index, GROUP_SIZE, mask=mask,
+                           hint=HINT, PEERS_FIRST=True)
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every shard landed; no rank reads inp
 
 
 def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
@@ -90,7 +92,7 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
     if algorithm == "one_shot" and in_place:
         raise ValueError(f"{caller}: the one-shot algorithm cannot run in place (peers still read inp while out is "
                          "written); use algorithm='two_shot' or 'auto', or a separate out")
-    fp = common.fingerprint(ctx, caller, (out, inp), op, algorithm)
+    fp = common.fingerprint(ctx, caller, (out, inp), op, algorithm, launch=p.launch, sync=p.sync)
     meta = dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=common.accumulate_in_fp32(inp.dtype),
                 HINT=common.vector_hint(inp, out), BLOCK=p.block, num_warps=p.warps)
     nbytes = n * inp.element_size()

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from iris.ccl import common
 from iris.device.group import program_row, reduce_from_group
-from iris.device.sync import group_barrier
+from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
 
 # A row is held whole in one program's registers: 32768 fp32 values over 16 warps are 64 per thread.
@@ -32,25 +32,27 @@ NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 @triton.jit
 def _all_reduce_rmsnorm_kernel(out, residual_out, inp, residual, weight, rows, hidden, eps, sync,
                                GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK_H: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, inp, tables[0])  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((inp, tables[0]),))  # peers read inp (iris/device/sync.py)
     row_flags = program_row(flags, world_size)
-    group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every input is ready
-    cols = tl.arange(0, BLOCK_H)
-    mask = cols < hidden
-    w = tl.load(weight + cols, mask=mask, other=0.0).to(tl.float32)  # [BLOCK_H] fp32
-    for row in range(tl.program_id(0), rows, tl.num_programs(0)):
-        offs = tl.cast(row, tl.int64) * hidden + cols  # 64-bit: rows * hidden may pass 2**31 in prefill
-        # ---- all-reduce: every rank's row, summed in fp32, plus our residual
-        acc = reduce_from_group(inp, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, "sum", True,
-                                HINT)  # [BLOCK_H] fp32
-        acc += tl.load(residual + offs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(residual_out + offs, acc.to(residual_out.dtype.element_ty), mask=mask)
-        # ---- RMSNorm of the unrounded sum
-        acc = tl.where(mask, acc, 0.0)
-        inv_rms = tl.rsqrt(tl.sum(acc * acc, axis=0) / hidden + eps)
-        tl.store(out + offs, (acc * inv_rms * w).to(out.dtype.element_ty), mask=mask)
-    group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # no rank reads our inp
+    # every input is ready
+    if open_call(row_flags, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)[1]:
+        cols = tl.arange(0, BLOCK_H)
+        mask = cols < hidden
+        w = tl.load(weight + cols, mask=mask, other=0.0).to(tl.float32)  # [BLOCK_H] fp32
+        for row in range(tl.program_id(0), rows, tl.num_programs(0)):
+            offs = tl.cast(row, tl.int64) * hidden + cols  # 64-bit: rows * hidden may pass 2**31 in prefill
+            # ---- all-reduce: every rank's row, summed in fp32, plus our residual
+            acc = reduce_from_group(inp, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, "sum", True,
+                                    HINT)  # [BLOCK_H] fp32
+            acc += tl.load(residual + offs, mask=mask, other=0.0).to(tl.float32)
+            tl.store(residual_out + offs, acc.to(residual_out.dtype.element_ty), mask=mask)
+            # ---- RMSNorm of the unrounded sum
+            acc = tl.where(mask, acc, 0.0)
+            inv_rms = tl.rsqrt(tl.sum(acc * acc, axis=0) / hidden + eps)
+            tl.store(out + offs, (acc * inv_rms * w).to(out.dtype.element_ty), mask=mask)
+        # no rank reads our inp
+        group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)
 
 
 def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, group=None, config=None):
@@ -70,6 +72,7 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
     caller = "ccl.all_reduce_rmsnorm"
     key = launches.key_of(caller, group, config, (out, residual_out, inp, residual, weight), eps)
     if ctx.launches.run(ctx, key, group, config, (out, residual_out, inp, residual, weight)):  # iris/host/launches.py
+        common.done(ctx, False)
         return out, residual_out
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"{caller}: eps={eps!r} must be a number >= 0 (RMSNorm adds it to the mean square)")
@@ -107,11 +110,13 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
     warps = resolved.num_warps or (4 if on_cpu else min(16, max(4, block_h // 512)))
     programs = max(1, min(rows, resolved.comm_sms or (4 if on_cpu else 64)))
     hint = common.vector_hint(out, residual_out, inp, residual) if hidden % 16 == 0 else None
-    fp = common.fingerprint(ctx, caller, (out, residual_out, inp, residual, weight), float(eps))
+    fp = common.fingerprint(ctx, caller, (out, residual_out, inp, residual, weight), float(eps),
+                            launch=dict(programs=programs), sync=sync)
     if rows:
         launch = launches.Launch(_all_reduce_rmsnorm_kernel, (programs,), (rows, hidden, float(eps),
                                                                           sync.args(ctx, fp, (ins, ins))),
                                  dict(GROUP_SIZE=sync.size, HINT=hint, BLOCK_H=block_h, num_warps=warps))
         ctx.launches.put(key, group, config, launch, symmetric=((2, inp.numel() * inp.element_size(), ins),))(
             out, residual_out, inp, residual, weight)
+    common.done(ctx, False)
     return out, residual_out

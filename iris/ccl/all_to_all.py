@@ -20,7 +20,7 @@ import triton.language as tl
 from iris.ccl import common
 from iris.device.group import program_row, tail_mask
 from iris.device.rma import store
-from iris.device.sync import group_barrier
+from iris.device.sync import call_match, group_barrier, open_call
 
 
 @triton.jit
@@ -28,12 +28,21 @@ def _all_to_all_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: tl.con
                        BLOCK: tl.constexpr):
     # out / inp: [rows, GROUP_SIZE, n]; the programs form a (programs / col_programs) x col_programs grid over
     # (rows, blocks of n), so a dim-1 call with short rows still spreads over every program
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, out, tables[1])  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((out, tables[1]),))  # peers write out (iris/device/sync.py)
     row_program = tl.program_id(0) // col_programs
     row_programs = tl.num_programs(0) // col_programs
     col_first = tl.cast(tl.program_id(0) % col_programs, tl.int64) * BLOCK
-    group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)
+    if open_call(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)[1]:
+        _all_to_all_push(out, inp, rows, n, col_programs, row_program, row_programs, col_first, members, rank,
+                         group_index, tables[1], GROUP_SIZE, HINT, BLOCK)
+        group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, call=match)  # landed
+
+
+@triton.jit
+def _all_to_all_push(out, inp, rows, n, col_programs, row_program, row_programs, col_first, members, rank,
+                     group_index, out_bases, GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's blocks: ``inp[r, q, block]`` into ``out[r, group_index, block]`` of member q."""
     n64 = tl.cast(n, tl.int64)  # slice offsets pass 2**31 elements in large calls
     for r in range(row_program, rows, row_programs):
         row_in = inp + tl.cast(r, tl.int64) * (GROUP_SIZE * n64)
@@ -50,10 +59,9 @@ def _all_to_all_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: tl.con
                 if i < GROUP_SIZE:
                     following = (group_index + i + 1) % GROUP_SIZE
                     x_next = tl.load(row_in + following * n64 + start + offs, mask=mask)
-                store(my_slice + start + offs, x, rank, peer, tables[1], mask=mask, hint=HINT)
+                store(my_slice + start + offs, x, rank, peer, out_bases, mask=mask, hint=HINT)
                 if i < GROUP_SIZE:
                     dest, x = following, x_next
-    group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, call=match)  # slices landed
 
 
 def _launch(ctx, out, inp, dim, group, async_op, config, caller):
@@ -81,7 +89,8 @@ def _launch(ctx, out, inp, dim, group, async_op, config, caller):
     col_programs = min(p.programs, triton.cdiv(max(n, 1), block))
     programs = col_programs * max(1, min(p.programs // col_programs, rows))
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
-    fp = common.fingerprint(ctx, caller, (out, inp), p.config.use_gluon)
+    fp = common.fingerprint(ctx, caller, (out, inp), p.config.use_gluon, launch=dict(programs=programs, block=block),
+                            sync=p.sync)
     if p.config.use_gluon:
         from iris.ccl.gluon.all_to_all import launch
 

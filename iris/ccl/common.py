@@ -83,6 +83,11 @@ class Plan:
     def grid(self):
         return (self.programs,)
 
+    @property
+    def launch(self):
+        """What of the plan every member must launch alike (``fingerprint``)."""
+        return dict(programs=self.programs, block=self.block)
+
 
 GLUON_COLLECTIVES = ("ccl.all_gather", "ccl.all_to_all", "ccl.all_to_all_single")  # those with a kernel in iris/ccl/gluon/
 
@@ -153,18 +158,24 @@ def check_across_ranks(caller, signature, group):
                              f"{rank} passed {theirs[1]} ({theirs[0]}); every rank must pass the same shapes and dtype")
 
 
-def fingerprint(ctx, caller, tensors, *extra):
+def fingerprint(ctx, caller, tensors, *extra, launch=None, sync=None):
     """The call's fingerprint, which its kernel's barriers carry to the members (``iris/device/sync.py``): a hash
     of what every member must pass alike: the caller, each tensor's dtype and shape (None stands for an absent
-    one), and ``extra`` (op, root, ...); the barriers mix in a symmetric operand's heap offset. 27 bits above four
-    bits 0101: Triton specialises an integer argument on being 1 or a multiple of 16, so every fingerprint
-    compiles alike. Also describes the call, for the error that names it (``ctx.groups.last_text``). On a cached
-    launch's general path only, or per call where a launcher caches nothing (a few microseconds)."""
+    one), ``extra`` (op, root, ...), ``launch`` (a dict of what shapes the kernel's grid and protocol: programs,
+    block, algorithm) and the group (``sync``, a ``GroupSync``); the kernel mixes in its operands' offsets
+    (``call_match``). 27 bits above four bits 0101: Triton specialises an integer argument on being 1 or a multiple
+    of 16, so every fingerprint compiles alike. Also describes the call, for the error that names it
+    (``ctx.groups.last_text``). On a cached launch's general path only, or per call where a launcher caches nothing
+    (a few microseconds)."""
     described = ", ".join("None" if t is None else f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
                           for t in tensors)
     text = f"{caller}({described}{''.join(f', {value!r}' for value in extra)})"
+    if launch:
+        text += " with " + ", ".join(f"{name}={value!r}" for name, value in launch.items())
+    if sync is not None and sync.size != ctx.num_ranks:
+        text += f" in the group {sync.ranks}"
     ctx.groups.last_text = text
-    return (zlib.crc32(text.encode()) & 0x7FFFFFF) << 4 | 5
+    return (zlib.crc32(f"{text} {None if sync is None else sync.ranks}".encode()) & 0x7FFFFFF) << 4 | 5
 
 
 def vector_hint(*tensors):

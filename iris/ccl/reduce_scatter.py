@@ -31,7 +31,7 @@ from iris.ccl.reduce_scatter_tiles import reduce_scatter_tiles
 from iris.device.group import combine, finish, peer_at, program_row, tail_mask
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
-from iris.device.sync import fence_release_sys, group_barrier, wait_until
+from iris.device.sync import call_match, fence_release_sys, open_call, wait_until
 from iris.host import launches
 
 SEGMENT_BLOCKS = 4  # blocks per flagged segment: one sys fence per 4 x 16 KiB of bf16 on the large shape
@@ -47,13 +47,24 @@ PUSH_MIN_BYTES = 64 << 20
 @triton.jit
 def _reduce_scatter_push_kernel(out, inp, n, staged, segments, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
                                 ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr, SEGMENT: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
     staging, segment_flags, flag_stride = staged  # our row of staging on a peer: staging + group_index * n
-    match = (fingerprint, world_size, staging, heap_bases)  # matched with the members' calls (iris/device/sync.py)
+    match = call_match(sync, ((staging, heap_bases), (segment_flags, heap_bases)))  # peers write both
     row = program_row(flags, world_size)
     # Every member has started this call, so its last call's reads of its staging are over. The epoch stamps
     # this call's segment flags: segment s is always program s % programs's, on every rank, so one row's count.
-    epoch = group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)
+    epoch, ok = open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)
+    if ok:
+        _push_and_reduce(out, inp, n, staged, segments, epoch, members, rank, group_index, heap_bases, GROUP_SIZE, OP,
+                         ACC_FP32, HINT, BLOCK, SEGMENT)
+
+
+@triton.jit
+def _push_and_reduce(out, inp, n, staged, segments, epoch, members, rank, group_index, heap_bases,
+                     GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr, HINT: tl.constexpr,
+                     BLOCK: tl.constexpr, SEGMENT: tl.constexpr):
+    """This program's segments: push the peers' slices, raise their flags, reduce ours as the peers' arrive."""
+    staging, segment_flags, flag_stride = staged
     n64 = tl.cast(n, tl.int64)  # slice offsets pass 2**31 elements in large calls; block starts are 64-bit too
     for s in range(tl.program_id(0), segments, tl.num_programs(0)):
         first = tl.cast(s, tl.int64) * (SEGMENT * BLOCK)
@@ -163,7 +174,6 @@ def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, ke
     p = common.plan(ctx, caller, n, group, config)
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {p.sync.size}")
     acc_fp32 = common.accumulate_in_fp32(inp.dtype)
-    fp = common.fingerprint(ctx, caller, (out, inp), op)
     aligned = (n * inp.element_size()) % 16 == 0
     if pushes(p, n * inp.element_size(), caller):
         if p.large:
@@ -181,11 +191,14 @@ def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, ke
         segment_flags = ctx.workspaces.peer_flags(f"{caller}.flags.{programs}", ranks, segments, stable=True)
         hint = common.vector_hint(out, inp, staging) if aligned else None
         staged = (staging, segment_flags, segment_flags.shape[1])
+        fp = common.fingerprint(ctx, caller, (out, inp), op, "push", launch=dict(programs=programs, block=p.block),
+                                sync=p.sync)
         _reduce_scatter_push_kernel[(programs,)](out_flat, inp_flat, n, staged, segments, p.sync.args(ctx, fp),
                                                  GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=acc_fp32, HINT=hint,
                                                  BLOCK=p.block, SEGMENT=SEGMENT_BLOCKS, num_warps=p.warps)
         return common.done(ctx, async_op)
     ins = ctx.symmetric_table(inp, caller, "inp")
+    fp = common.fingerprint(ctx, caller, (out, inp), op, "pull", launch=p.launch, sync=p.sync)
     start = p.sync.index * n
     hint = common.vector_hint(out, inp_flat[start:start + n]) if aligned else None
     launch = launches.SlicedLaunch(_all_reduce_one_shot_kernel, p.grid, (n, p.sync.args(ctx, fp, (ins, ins))),

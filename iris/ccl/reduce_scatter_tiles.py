@@ -19,7 +19,7 @@ import triton.language as tl
 from iris.ccl import common
 from iris.device.group import combine, finish, program_row
 from iris.device.rma import load
-from iris.device.sync import group_barrier
+from iris.device.sync import call_match, group_barrier, open_call
 
 
 @dataclass(frozen=True)
@@ -62,27 +62,29 @@ def _tile_coords(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GR
 def _reduce_scatter_tiles_kernel(out, inp, M, N, stride_out, stride_in, owned, sync, GROUP_SIZE: tl.constexpr,
                                  OP: tl.constexpr, ACC_FP32: tl.constexpr, BLOCK_M: tl.constexpr,
                                  BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, inp, tables[0])  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((inp, tables[0]),))  # peers read inp (iris/device/sync.py)
     first, count, step = owned
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)  # every rank's input is ready
-    for t in range(tl.program_id(0), count, tl.num_programs(0)):
-        pid_m, pid_n = _tile_coords(first + t * step, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (rm[:, None] < M) & (rn[None, :] < N)
-        rows64 = rm[:, None].to(tl.int64)  # row offsets pass 2**31 elements on large outputs
-        src = inp + rows64 * stride_in + rn[None, :]
-        # members in order 0..W-1 on every rank: the same bits wherever a tile is reduced
-        acc = load(src, rank, tl.load(members), heap_bases, mask=mask)  # [BLOCK_M, BLOCK_N]
-        if ACC_FP32:
-            acc = acc.to(tl.float32)
-        for i in tl.static_range(1, GROUP_SIZE):
-            acc = combine(acc, load(src, rank, tl.load(members + i), tables[0], mask=mask).to(acc.dtype), OP)
-        acc = finish(acc, OP, GROUP_SIZE)
-        tl.store(out + rows64 * stride_out + rn[None, :], acc.to(out.dtype.element_ty), mask=mask)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)  # inputs free
+    # every rank's input is ready
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)[1]:
+        for t in range(tl.program_id(0), count, tl.num_programs(0)):
+            pid_m, pid_n = _tile_coords(first + t * step, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask = (rm[:, None] < M) & (rn[None, :] < N)
+            rows64 = rm[:, None].to(tl.int64)  # row offsets pass 2**31 elements on large outputs
+            src = inp + rows64 * stride_in + rn[None, :]
+            # members in order 0..W-1 on every rank: the same bits wherever a tile is reduced
+            acc = load(src, rank, tl.load(members), tables[0], mask=mask)  # [BLOCK_M, BLOCK_N]
+            if ACC_FP32:
+                acc = acc.to(tl.float32)
+            for i in tl.static_range(1, GROUP_SIZE):
+                acc = combine(acc, load(src, rank, tl.load(members + i), tables[0], mask=mask).to(acc.dtype), OP)
+            acc = finish(acc, OP, GROUP_SIZE)
+            tl.store(out + rows64 * stride_out + rn[None, :], acc.to(out.dtype.element_ty), mask=mask)
+        # inputs free
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)
 
 
 def layout_of(config):
@@ -106,12 +108,13 @@ def reduce_scatter_tiles(ctx, out, inp, op, group, async_op, config, caller):
     ins = ctx.symmetric_table(inp, caller, "inp")
     p = common.plan(ctx, caller, inp.numel(), group, config)
     first, count, step = layout.owned(M, N, p.sync.index, p.sync.size)
-    programs = max(1, min(p.programs, count))
+    # the same grid on every rank (program p meets program p of every member): sized by the most tiles a rank owns
+    most = layout.owned(M, N, 0, p.sync.size)[1]
+    programs = max(1, min(p.programs, most))
     if M * N:
+        fp = common.fingerprint(ctx, caller, (out, inp), op, layout, launch=dict(programs=programs), sync=p.sync)
         _reduce_scatter_tiles_kernel[(programs,)](
-            out, inp, M, N, N, N, (first, count, step),
-            p.sync.args(ctx, common.fingerprint(ctx, caller, (out, inp), op, layout.block_m, layout.block_n),
-                        (ins, ins)),
+            out, inp, M, N, N, N, (first, count, step), p.sync.args(ctx, fp, (ins, ins)),
             GROUP_SIZE=p.sync.size, OP=op,
             ACC_FP32=common.accumulate_in_fp32(inp.dtype), BLOCK_M=layout.block_m, BLOCK_N=layout.block_n,
             GROUP_M=layout.group_m, num_warps=4)

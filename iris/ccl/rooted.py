@@ -15,50 +15,50 @@ import triton.language as tl
 from iris.ccl import common
 from iris.device.group import first_block, program_row, reduce_from_group, tail_mask
 from iris.device.rma import get
-from iris.device.sync import group_barrier
+from iris.device.sync import call_match, group_barrier, open_call
 
 
 @triton.jit
 def _pull_from_root_kernel(dst, src, anchor, n, root, root_index, sync, GROUP_SIZE: tl.constexpr,
                            ROOT_COPIES: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, anchor, tables[0])  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((anchor, tables[0]),))  # peers read the root's src (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # the root's data is ready
-    if group_index != root_index:
-        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
-            offs = tl.arange(0, BLOCK)
-            get(src + start + offs, dst + start + offs, rank, root, tables[0], mask=tail_mask(start, n, BLOCK),
-                hint=HINT)
-    elif ROOT_COPIES:  # scatter: the root's own slice
-        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
-            offs = tl.arange(0, BLOCK)
-            mask = tail_mask(start, n, BLOCK)
-            tl.store(dst + start + offs, tl.load(src + start + offs, mask=mask), mask=mask)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # nobody still reads the root's data
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match)[1]:  # the root's data is ready
+        if group_index != root_index:
+            for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+                offs = tl.arange(0, BLOCK)
+                get(src + start + offs, dst + start + offs, rank, root, tables[0], mask=tail_mask(start, n, BLOCK),
+                    hint=HINT)
+        elif ROOT_COPIES:  # scatter: the root's own slice
+            for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+                offs = tl.arange(0, BLOCK)
+                mask = tail_mask(start, n, BLOCK)
+                tl.store(dst + start + offs, tl.load(src + start + offs, mask=mask), mask=mask)
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # nobody still reads the root's data
 
 
 @triton.jit
 def _root_pulls_kernel(out, inp, n, root_index, sync, GROUP_SIZE: tl.constexpr, REDUCE: tl.constexpr, OP: tl.constexpr,
                        ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, inp, tables[0])  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((inp, tables[0]),))  # the root reads inp (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every input is ready
-    if group_index == root_index:
-        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
-            offs = tl.arange(0, BLOCK)
-            mask = tail_mask(start, n, BLOCK)
-            if REDUCE:
-                acc = reduce_from_group(inp + start, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE,
-                                        OP, ACC_FP32, HINT)  # [BLOCK]
-                tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
-            else:
-                for i in range(GROUP_SIZE):
-                    peer = tl.load(members + i)
-                    get(inp + start + offs, out + i * tl.cast(n, tl.int64) + start + offs, rank, peer, tables[0],
-                        mask=mask, hint=HINT)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # nobody still reads an input
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match)[1]:  # every input is ready
+        if group_index == root_index:
+            for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+                offs = tl.arange(0, BLOCK)
+                mask = tail_mask(start, n, BLOCK)
+                if REDUCE:
+                    acc = reduce_from_group(inp + start, offs, mask, tables[0], members, rank, group_index,
+                                            GROUP_SIZE, OP, ACC_FP32, HINT)  # [BLOCK]
+                    tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
+                else:
+                    for i in range(GROUP_SIZE):
+                        peer = tl.load(members + i)
+                        get(inp + start + offs, out + i * tl.cast(n, tl.int64) + start + offs, rank, peer,
+                            tables[0], mask=mask, hint=HINT)
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # nobody still reads an input
 
 
 def _root_index(sync, root, caller, name):
@@ -70,11 +70,14 @@ def _root_index(sync, root, caller, name):
     return sync.ranks.index(root)
 
 
-def _pull(ctx, caller, dst, src, n, root, group, config, async_op, fp, anchor, table, sync=None):
-    """``dst`` on every rank of the group becomes the root's ``src`` (``n`` elements); ``anchor``: the symmetric
-    tensor ``src`` lies in, at one offset of its allocation on every rank, and ``table`` its bases table."""
+def _pull(ctx, caller, dst, src, n, root, group, config, async_op, call, anchor, table, sync=None):
+    """``dst`` on every rank of the group becomes the root's ``src`` (``n`` elements); ``call``: ``(name, tensors,
+    extra)`` that the fingerprint hashes; ``anchor``: the symmetric tensor ``src`` lies in, at one offset of its
+    allocation on every rank, and ``table`` its bases table."""
     p = common.plan(ctx, caller, n, group, config, sync=sync)
     root_index = _root_index(p.sync, root, caller, "src")
+    name, tensors, extra = call
+    fp = common.fingerprint(ctx, name, tensors, *extra, launch=p.launch, sync=p.sync)
     _pull_from_root_kernel[p.grid](dst, src, anchor, n, root, root_index, p.sync.args(ctx, fp, (table, table)),
                                    GROUP_SIZE=p.sync.size, ROOT_COPIES=dst.data_ptr() != src.data_ptr(), HINT=common.vector_hint(dst, src),
                                    BLOCK=p.block, num_warps=p.warps)
@@ -91,8 +94,8 @@ def broadcast(ctx, tensor, src=0, group=None, async_op=False, config=None):
     common.precheck(caller, group, config, (tensor,), src)
     flat = common.flat(tensor, caller, "tensor")
     table = ctx.symmetric_table(tensor, caller, "tensor")
-    fp = common.fingerprint(ctx, caller, (tensor,), src)
-    return _pull(ctx, caller, flat, flat, flat.numel(), src, group, config, async_op, fp, flat, table)
+    return _pull(ctx, caller, flat, flat, flat.numel(), src, group, config, async_op, (caller, (tensor,), (src,)), flat,
+                 table)
 
 
 def scatter(ctx, out, inp, src=0, group=None, async_op=False, config=None):
@@ -111,8 +114,8 @@ def scatter(ctx, out, inp, src=0, group=None, async_op=False, config=None):
     n = common.split_rows(inp, sync.size, caller, "inp")
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {sync.size}")
     mine = inp_flat[sync.index * n:]
-    fp = common.fingerprint(ctx, caller, (out, inp), src)
-    return _pull(ctx, caller, out_flat, mine, n, src, group, config, async_op, fp, inp_flat, table)
+    return _pull(ctx, caller, out_flat, mine, n, src, group, config, async_op, (caller, (out, inp), (src,)), inp_flat,
+                 table)
 
 
 def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
@@ -126,7 +129,7 @@ def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
     expected = n if op else p.sync.size * n
     common.expect_numel(out, expected, caller, "out", "inp.numel()" if op else f"group size {p.sync.size} * "
                         f"inp.numel() {n}")
-    fp = common.fingerprint(ctx, caller, (inp,), dst, op)
+    fp = common.fingerprint(ctx, caller, (inp,), dst, op, launch=p.launch, sync=p.sync)
     _root_pulls_kernel[p.grid](out_flat, inp_flat, n, root_index, p.sync.args(ctx, fp, (table, table)),
                                GROUP_SIZE=p.sync.size, REDUCE=op is not None, OP=op or "sum", ACC_FP32=common.accumulate_in_fp32(inp.dtype),
                                HINT=common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None,
@@ -178,5 +181,5 @@ def _point_to_point(ctx, caller, tensor, peer, sender, config, async_op):
     flat = common.flat(tensor, caller, "tensor")
     table = ctx.symmetric_table(tensor, caller, "tensor")
     pair = _pair(ctx, caller, peer)
-    fp = common.fingerprint(ctx, "ccl.send/recv", (tensor,), sender)  # alike on both ends
-    return _pull(ctx, caller, flat, flat, flat.numel(), sender, None, config, async_op, fp, flat, table, sync=pair)
+    call = ("ccl.send/recv", (tensor,), (sender,))  # alike on both ends
+    return _pull(ctx, caller, flat, flat, flat.numel(), sender, None, config, async_op, call, flat, table, sync=pair)

@@ -2,22 +2,32 @@
 
 ``flags`` is one row of a group's sync array (``iris/host/groups.py``): ``int64[world_size + 1]``. On rank q's heap,
 ``flags[r]`` is the word rank r advances with its signals to q on this row; ``flags[world_size]`` is q's own
-mismatch record (below).
+mismatch record of the row, and row 0's (``device_barrier``'s row, which compares nothing) is the group's summary
+record: set with any row's.
 
-A signal adds ``2**32 + mark`` to the word, where ``mark`` (24 bits) fingerprints the call that signals: the
-operation, dtypes, element counts and root the launcher hashed (``iris/ccl/common.py``, ``fingerprint``), mixed
-with the heap offset of one symmetric operand (``call_mark``); 0 for a barrier with no call (``device_barrier``).
-A member's word is thus ``(signals << 32) + sum of its marks``, and after the same calls every member holds the
-same word: a rank that has signalled as often as we have holds *our* word, unless one of its calls differed
-(another operation, size or dtype, or a tensor at another heap offset: a heap allocated differently). A wait
-compares the member's word with our own after our signal: ``behind`` by more than ``2**31`` (a whole signal) it
-waits; equal, the calls match; within ``2**31`` but not equal, the member made another call with as many
-signals, which the wait records (``record_mismatch``) and then passes, so the host raises (the watchdog, and on
-the cpu backend the call itself) instead of returning a wrong result or waiting on a row the other call never
-signals. More than ``2**31`` ahead, the member has gone on to its next barrier and the words cannot be compared:
-the member itself compares ours (one of any two members sees the other at its own count: the one that signalled
-its next barrier first passed this one after the other signalled it). One 64-bit add per member and no extra
-round trip: the fingerprint rides on the signal the barrier sends anyway.
+A signal adds ``2**32 + mark`` to the word, where ``mark`` (24 bits) fingerprints the call that signals
+(``call_match``): the launcher's hash of the operation, every tensor's dtype and shape, root, op, the launch
+shape (programs, block, algorithm: anything that changes the grid or the protocol) and the group
+(``iris/ccl/common.py``, ``fingerprint``), mixed in the kernel with the offset of every operand that peers read or
+write in its allocation; 0 for a barrier with no call (``device_barrier``). A member's word is thus
+``(signals << 32) + sum of its marks``, and after the same calls every member holds the same word: a rank that has
+signalled as often as we have holds *our* word, unless one of its calls differed (another operation, shape,
+dtype or config, or an operand at another offset: a heap allocated differently). A wait compares the member's
+word with our own after our signal: ``behind`` by more than ``2**31`` (a whole signal) it waits; equal, the calls
+match; within ``2**31`` but not equal, the member made another call with as many signals, which the wait records
+on both heaps (``record_mismatch``). More than ``2**31`` ahead, the member has gone on to its next signal and the
+words cannot be compared: the member itself compared ours (one of any two members sees the other at its own
+count: the one that signalled again first passed this barrier after the other signalled it) and recorded any
+mismatch on our heap before signalling again, so the wait reads our summary record after the acquire. So at a
+kernel's first barrier (``open_call``) every member of a mismatched call finds it, before any data moves, and
+skips the rest of the kernel: nothing is stored, no later barrier is waited for. A member whose programs have no
+namesake on another rank (the grids differ) ends its wait when the summary shows the mismatch its other programs
+found. One 64-bit add per member and no extra round trip: the fingerprint rides on the signal the barrier sends
+anyway; the operands cost a load of our base and a few integer operations each, before the signal.
+
+A barrier that finds a mismatch also raises the context's alarm, a word in host memory (pinned on GPUs) that
+every call's host check reads (``GroupTable.check``): the host raises ``MismatchError`` at the context's next call
+after the kernel ran, with or without the watchdog thread (which also reads the records).
 
 Words wrap (2**31 signals); every compare is wrap-safe, a difference in the words' own width (``behind``): the
 rule of ``cuStreamWaitValue``'s GEQ. Barriers keep waiters within a few signals of the words they poll. The
@@ -43,6 +53,9 @@ SIGNAL = tl.constexpr(1 << 32)
 SAME_COUNT = tl.constexpr(1 << 31)
 MARK_MASK = tl.constexpr((1 << 24) - 1)  # a mark's bits
 MISMATCH = tl.constexpr(1 << 62)  # set in a mismatch record: ``MISMATCH | rank << 32 | that rank's mark``
+# Polls of a word between two reads of the summary record (``wait_until``'s ``abort``): a poll is ~1 us on an H200
+# (a sys-scope atomic on local memory), so a wait whose namesake never comes ends within ~0.1 ms of the mismatch.
+ABORT_POLLS = tl.constexpr(128)
 
 
 @triton.jit
@@ -98,23 +111,32 @@ def behind(seen, target):
 
 
 @triton.jit
-def wait_until(flag, target, rank, peer, what: tl.constexpr = "wait_until", RELAXED: tl.constexpr = False):
+def wait_until(flag, target, rank, peer, what: tl.constexpr = "wait_until", RELAXED: tl.constexpr = False, abort=None):
     """Spin until the local counter ``flag`` (which ``peer`` advances) reaches ``target`` (wrap-safe: ``behind``):
     acquire (relaxed with ``RELAXED``), sys scope: what this program reads after it, the peer wrote before its
-    release that reached ``target``. One thread polls (an atomic on one address). In debug mode (``IRIS_DEBUG=1``)
-    the spin is bounded (``IRIS_DEBUG_SPIN_LIMIT`` polls) and then stops the kernel naming ``what``, both ranks and
-    the values. Returns the value that ended the wait. ``iris.wait_until`` for users' kernels."""
+    release that reached ``target``. One thread polls (an atomic on one address). With ``abort`` (a local int64
+    word), every ``ABORT_POLLS`` polls the word is read too, and a nonzero word ends the wait unreached: the
+    caller tells the two apart with ``behind``. In debug mode (``IRIS_DEBUG=1``) the spin is bounded
+    (``IRIS_DEBUG_SPIN_LIMIT`` polls) and then stops the kernel naming ``what``, both ranks and the values. Returns
+    the value that ended the wait. ``iris.wait_until`` for users' kernels."""
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
     seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
-    if DEBUG:
-        spins = 0
+    spins = 0
+    if abort is None:
         while behind(seen, target):
-            spins += 1
-            check_wait(spins, rank, peer, seen, target, what)
+            if DEBUG:
+                spins += 1
+                check_wait(spins, rank, peer, seen, target, what)
             seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
     else:
-        while behind(seen, target):
+        stop = seen != seen  # False, as a scalar of the loop's type
+        while behind(seen, target) & (stop == 0):
+            spins += 1
+            if DEBUG:
+                check_wait(spins, rank, peer, seen, target, what)
             seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
+            if spins % ABORT_POLLS == 0:  # (in the spin's order: a relaxed barrier's loads all stay relaxed)
+                stop = tl.atomic_add(abort, 0, sem=SEM, scope="sys") != 0
     return seen
 
 
@@ -125,14 +147,20 @@ def _lanes(group_size):
 
 @triton.jit
 def wait_all(flags, members, rank, own, GROUP_SIZE: tl.constexpr, RELAXED: tl.constexpr = False,
-             KERNEL_END: tl.constexpr = False, heap_bases=None, record=None, mark=0):
+             KERNEL_END: tl.constexpr = False, heap_bases=None, match=None):
     """Spin until every member's word on our heap has reached ``own``'s count of signals (our word after our
-    signal): acquire, sys scope. With ``record`` (and our call's ``mark``), a member whose word is at our count
-    but differs from ``own`` made another call: recorded (``record_mismatch``), and the wait passes (module
-    docstring). With ``RELAXED`` the spins are relaxed and one acquire load of every member's word, all
-    members at once (one lane each), ends the wait: an acquire spin is slower to poll (4.5 against 3.6 us per
-    ping-pong round trip on 2 x H200), and a spin per member in turn would pay one acquire per member in
-    sequence, since each orders what follows it.
+    signal): acquire, sys scope. Returns whether every member made our call (always, without ``match``).
+
+    With ``match`` (``call_match``'s, our call's), a member whose word is at our count but differs from ``own``
+    made another call: recorded (``record_mismatch``). A member past our count has compared our word itself and
+    recorded there if the calls differ: the group's summary record, read after the acquire, says so. A wait also
+    ends, unreached, once the summary shows a mismatch found by another program (the members' grids may differ,
+    leaving ours without a namesake). On a mismatch the host's alarm word is raised (module docstring).
+
+    With ``RELAXED`` the spins are relaxed and one acquire load of every member's word, all members at once (one
+    lane each), ends the wait: an acquire spin is slower to poll (4.5 against 3.6 us per ping-pong round trip on
+    2 x H200), and a spin per member in turn would pay one acquire per member in sequence, since each orders what
+    follows it.
 
     Why the last read must be an acquire even at a kernel's start: the peer's signal is relaxed, but it follows
     the peer's earlier kernels, whose writes the stream completes (at sys scope, as a peer or the host reading
@@ -145,42 +173,118 @@ def wait_all(flags, members, rank, own, GROUP_SIZE: tl.constexpr, RELAXED: tl.co
     signals to be acknowledged. ``KERNEL_END``: nothing follows the wait in this kernel, so a relaxed wait needs no
     acquire (the stream orders the next kernel after it)."""
     target = own - (SAME_COUNT - 1)  # reached once at most 2**31 - 1 below our word: at our count or past it
+    ok = 1
+    ahead = 0
     for i in range(GROUP_SIZE):
         peer = tl.load(members + i)
-        seen = wait_until(flags + peer, target, rank, peer, "barrier", RELAXED)
-        if record is not None:
+        if match is not None:
+            mark, summary, record, alarm = match
+            seen = wait_until(flags + peer, target, rank, peer, "barrier", RELAXED, abort=summary)
             apart = seen - own
-            if (apart != 0) & (apart < SAME_COUNT):
-                record_mismatch(record, heap_bases, rank, peer, mark, apart)
+            if behind(seen, target):  # ended by the summary
+                ok = 0
+            elif (apart != 0) & (apart < SAME_COUNT):
+                record_mismatch(record, summary, heap_bases, rank, peer, mark, apart)
+                ok = 0
+            elif apart != 0:
+                ahead = 1
+        else:
+            wait_until(flags + peer, target, rank, peer, "barrier", RELAXED)
     if RELAXED and not KERNEL_END:
         lanes = tl.arange(0, _lanes(GROUP_SIZE))
         peers = tl.load(members + lanes, mask=lanes < GROUP_SIZE, other=rank)
         tl.atomic_add(flags + peers, 0, mask=lanes < GROUP_SIZE, sem="acquire", scope="sys")
+    if match is not None:
+        mark, summary, record, alarm = match
+        if (ahead != 0) & (ok != 0):  # ordered after the acquire of the word that was ahead
+            if tl.atomic_add(summary, 0, sem="relaxed" if RELAXED else "acquire", scope="sys") != 0:
+                ok = 0
+        if ok == 0:
+            raise_alarm(alarm)
+    return ok != 0
 
 
 @triton.jit
-def record_mismatch(record, heap_bases, rank, peer, mark, apart):
+def raise_alarm(alarm):
+    """Set the context's alarm word (``alarm``: its address, in host memory, ``GroupTable.alarm``) to 1: a
+    system-scope store, not an atomic (device atomics on host memory need PCIe atomics, which hosts do not all
+    have)."""
+    word = tl.cast(tl.cast(alarm, tl.int64), tl.pointer_type(tl.int64))
+    if INTERPRETED:
+        tl.atomic_xchg(word, 1, sem="relaxed", scope="sys")
+    else:
+        tl.inline_asm_elementwise("st.relaxed.sys.global.b64 [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,l",
+                                  [word, tl.cast(1, tl.int64)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def record_mismatch(record, summary, heap_bases, rank, peer, mark, apart):
     """``peer``'s word differs from ours by ``apart`` at our count: its last mark was ``mark + apart`` (when the
-    calls before matched). Record on our heap what the peer made, and on the peer's what we made, so that each
-    host raises, the peer too when it passed this barrier before seeing our word (module docstring)."""
+    calls before matched). Record on our heap what the peer made, and on the peer's what we made, in the row's
+    record and in the group's summary, so that each host raises, the peer too when it passed this barrier before
+    seeing our word (module docstring). The fence orders the records before this program's later signals."""
     theirs = (tl.cast(mark, tl.int64) + apart) & MARK_MASK
     # The tensor first: a constexpr on the left of ``|`` makes a constexpr holding a tensor in newer Triton
-    tl.atomic_xchg(record, (tl.cast(peer, tl.int64) << 32) | theirs | MISMATCH, sem="relaxed", scope="sys")
+    found = (tl.cast(peer, tl.int64) << 32) | theirs | MISMATCH
+    tl.atomic_xchg(record, found, sem="relaxed", scope="sys")
+    tl.atomic_xchg(summary, found, sem="relaxed", scope="sys")
     ours = (tl.cast(rank, tl.int64) << 32) | (tl.cast(mark, tl.int64) & MARK_MASK) | MISMATCH
     atomic_xchg(record, ours, rank, peer, heap_bases, sem="relaxed", scope="sys")
+    atomic_xchg(summary, ours, rank, peer, heap_bases, sem="relaxed", scope="sys")
+    fence_release_sys()
 
 
 @triton.jit
-def call_mark(fingerprint, anchor, bases, rank):
-    """This call's mark (24 bits): the launcher's ``fingerprint`` of the call mixed with the offset of ``anchor``, a
-    symmetric operand, in its allocation (``bases``: its table, the heap's or another provider's). A rank whose heap
-    was allocated differently holds the operand at another offset. ``anchor`` is the group's ``flags`` where the
-    kernel holds no plain pointer to an operand (TMA descriptors): the same offset everywhere."""
-    address = tl.cast(anchor, tl.uint64)
-    offset = (address - tl.load(bases + rank).to(tl.uint64)).to(tl.int64)
-    h = tl.cast(fingerprint >> 4, tl.int64) * 1099511628211 + tl.where(address == 0, 0, offset)  # empty tensors: 0
-    h = (h ^ (h >> 29)) * 2685821657736338717
+def call_match(sync, operands):
+    """What a kernel's barriers compare (``group_barrier``'s ``call``): this call's mark, from the launcher's
+    fingerprint of the call (``GroupSync.args``) mixed with the offset of every operand in ``operands``, a tuple of
+    ``(pointer, bases)`` pairs: each symmetric tensor that peers read or write, with the table it is translated
+    with (the heap's or another provider's). A rank whose heap was allocated differently holds an operand at
+    another offset. A few integer operations and one load of our base per operand, all independent."""
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync
+    return (call_mark(fingerprint, operands, rank), flags + world_size, world_size, alarm)
+
+
+@triton.jit
+def call_mark(fingerprint, operands, rank):
+    """The mark (24 bits) of a call: ``fingerprint`` mixed with each operand's offset in its allocation
+    (``call_match``). An empty tensor's pointer is 0 and mixes in 0."""
+    h = tl.cast(fingerprint >> 4, tl.int64)
+    for i in tl.static_range(len(operands)):
+        pointer, bases = operands[i]
+        address = tl.cast(pointer, tl.uint64)
+        offset = (address - tl.load(bases + rank).to(tl.uint64)).to(tl.int64)
+        h = h * 1099511628211 + tl.where(address == 0, 0, offset)
+        h = h ^ (h >> 29)
+    h = h * 2685821657736338717
     return (h >> 32) & MARK_MASK
+
+
+@triton.jit
+def group_mismatched(sync):
+    """Whether a barrier of the group has found the members' calls disagreeing (its summary record): for a kernel
+    that stores to peers before its first barrier, after an earlier kernel of the same call opened it
+    (``open_call``), which every member then finds mismatched alike."""
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync
+    return tl.atomic_add(flags + world_size, 0, sem="relaxed", scope="sys") != 0
+
+
+@triton.jit
+def _barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RELAXED: tl.constexpr,
+             KERNEL_END: tl.constexpr, call):
+    """``group_barrier``'s work: ``(epoch, ok)``."""
+    SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
+    if call is not None:
+        mark, summary, world_size, alarm = call
+        signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED, mark=mark)
+        own = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")
+        ok = wait_all(flags, members, rank, own, GROUP_SIZE, RELAXED, KERNEL_END, heap_bases,
+                      (mark, summary, flags + world_size, alarm))
+    else:
+        signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED)
+        own = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")
+        ok = wait_all(flags, members, rank, own, GROUP_SIZE, RELAXED, KERNEL_END)
+    return (own >> 32).to(tl.int32), ok
 
 
 @triton.jit
@@ -189,10 +293,9 @@ def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RE
     """All members' same-numbered programs meet here. Returns the epoch: the upper half of our word after our
     signal, the same number on every member (module docstring); a kernel can stamp per-call flags with it.
 
-    ``call``, ``(fingerprint, world_size, anchor, anchor_bases)``: the launcher's fingerprint (``GroupSync.args``)
-    and a symmetric operand with the bases table it is translated with, matches this call with the members'
-    (module docstring); without it the barrier carries mark 0 and compares
-    nothing (``device_barrier``).
+    ``call`` (``call_match``'s) matches this call with the members' (module docstring); without it the barrier
+    carries mark 0 and compares nothing (``device_barrier``). A kernel's first barrier is ``open_call``, which
+    also says whether the calls matched.
 
     By default the barrier releases and acquires at sys scope: what a program wrote to any heap before it is
     visible after it. ``RELAXED`` drops the release fence and polls relaxed, ending with one acquire of every
@@ -202,18 +305,16 @@ def group_barrier(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, RE
     we signalled), as the kernel's last operation (``KERNEL_END``: no acquire either). On 2 x H200 the one-shot
     all_reduce, whose two barriers are both of these, takes 3.9 us at 8 KiB with them relaxed and 7.5 us with
     them fenced (the opening one's final acquire not counted)."""
-    SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
-    if call is not None:
-        fingerprint, world_size, anchor, anchor_bases = call
-        mark = call_mark(fingerprint, anchor, anchor_bases, rank)
-        signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED, mark=mark)
-        own = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")
-        wait_all(flags, members, rank, own, GROUP_SIZE, RELAXED, KERNEL_END, heap_bases, flags + world_size, mark)
-    else:
-        signal_all(flags, heap_bases, members, rank, GROUP_SIZE, RELEASE=not RELAXED)
-        own = tl.atomic_add(flags + rank, 0, sem=SEM, scope="sys")
-        wait_all(flags, members, rank, own, GROUP_SIZE, RELAXED, KERNEL_END)
-    return (own >> 32).to(tl.int32)
+    return _barrier(flags, heap_bases, members, rank, GROUP_SIZE, RELAXED, KERNEL_END, call)[0]
+
+
+@triton.jit
+def open_call(flags, heap_bases, members, rank, GROUP_SIZE: tl.constexpr, call, RELAXED: tl.constexpr = False):
+    """A kernel's first barrier (``group_barrier`` with ``call``), before any store to a user's tensor or a peer:
+    returns ``(epoch, ok)``, ``ok`` true when every member made this call. Otherwise the kernel skips everything after
+    (its data phase and its later barriers: every member of the call finds the mismatch here, module docstring),
+    so a mismatched call writes nothing, and the host raises ``MismatchError``."""
+    return _barrier(flags, heap_bases, members, rank, GROUP_SIZE, RELAXED, False, call)
 
 
 @triton.jit

@@ -28,6 +28,7 @@ so every wait for it completes, and from then on the table refuses to hand out s
 ``device_barrier`` and host barrier raises ``PeerError``.
 """
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -83,15 +84,17 @@ class GroupSync:
 
     def args(self, ctx, fingerprint, tables=None):
         """The group's kernel argument, one tuple that kernels unpack as ``flags, heap_bases, members, rank,
-        group_index, world_size, fingerprint, tables`` (our rank and the world size are ``ctx``'s; ``fingerprint``
-        the call's, from ``iris.ccl.common.fingerprint``, which a kernel's barriers carry to the members; ``tables``
-        the bases tables of the operands peers read and of those they write, ``ctx.symmetric_table``: the heap's
-        unless a tensor comes from another provider). The sync flags and the library's workspaces are always
-        translated with ``heap_bases``."""
+        group_index, world_size, fingerprint, tables, alarm`` (our rank and the world size are ``ctx``'s;
+        ``fingerprint`` the call's, from ``iris.ccl.common.fingerprint``, which a kernel's barriers carry to the
+        members; ``tables`` the bases tables of the operands peers read and of those they write,
+        ``ctx.symmetric_table``: the heap's unless a tensor comes from another provider; ``alarm`` the address of the
+        word a barrier raises on a mismatch, ``GroupTable.alarm``: an int, since Triton's launcher spends a call of
+        ``data_ptr()`` and a driver query on every tensor argument). The sync flags and the library's workspaces are
+        always translated with ``heap_bases``."""
         if tables is None:
             tables = (ctx.heap_bases, ctx.heap_bases)
         return (self.flags, ctx.heap_bases, self.members, ctx.cur_rank, self.index, ctx.num_ranks, fingerprint,
-                tables)
+                tables, ctx.groups.alarm.data_ptr())
 
 
 class GroupTable:
@@ -122,7 +125,11 @@ class GroupTable:
         self._peer_flags = []  # (int32 tensor [group size, n], group ranks): kernels' own per-peer flag rows
         self._poisoned = set()  # peers whose waits ``poison`` has released
         self._poison_stream = self._host_copy = None
-        self._relaxed = False  # the watchdog thread's capture mode (``_relax``)
+        self._relaxed = set()  # threads whose capture mode is relaxed (``_relax``)
+        # Raised (set to 1) by a kernel whose barrier found the members' calls disagreeing (``iris/device/sync.py``):
+        # host memory the kernels write (pinned, mapped into the device, on GPUs), read by ``check`` at every call
+        self.alarm = torch.zeros(1, dtype=torch.int64, pin_memory=device.type == "cuda")
+        self._alarm = memoryview(self.alarm.numpy())  # its one word read in ~30 ns (a numpy index: ~55)
         if device.type == "cuda":
             # Made now, not when a peer fails: creating a stream while a kernel of ours spins blocked for
             # good on H200s shared by two rank processes (simulation), and so may a pinned allocation.
@@ -134,12 +141,13 @@ class GroupTable:
 
     def check(self, caller, entering=True):
         """Raise ``PeerError`` once a peer has failed (a call that waits for peers would wait forever), and a
-        ``RuntimeError`` once the context is closed (a kernel would run on memory it gave back). On the cpu backend
-        also ``MismatchError`` once a call's barriers found the ranks' calls disagreeing (``on_mismatch``)."""
+        ``RuntimeError`` once the context is closed (a kernel would run on memory it gave back). Also
+        ``MismatchError`` once a kernel's barrier found the ranks' calls disagreeing and raised the alarm
+        (``on_mismatch``): on the cpu backend the call that disagreed raises (its kernels ran in this thread), on
+        GPUs the first call after its kernel ran."""
         if entering:  # a check after a launch (``entering=False``) leaves the call's own name
             self.last_call = caller
-        if self.failure is None and self.on_mismatch is not None and self.device.type == "cpu" and not self.closed \
-                and self.mismatches():
+        if self._alarm[0] and self.failure is None and self.on_mismatch is not None and not self.closed:
             self.on_mismatch()
         if self.failure is not None:
             self.reraise(self.failure_type(f"{caller}: {self.failure}"))
@@ -256,7 +264,7 @@ class GroupTable:
         found = []
         for ranks, sync in list(self._groups.items()):
             records = self._on_host(sync.flags).numpy()[:, -1]
-            for row in records.nonzero()[0]:
+            for row in records[1:].nonzero()[0] + 1:  # row 0's record is the group's summary of the others
                 value = int(records[row])
                 found.append((tuple(ranks), int(row), (value & ~MISMATCH) >> 32, value & MARK_MASK))
         return found
@@ -276,11 +284,13 @@ class GroupTable:
         return host
 
     def _relax(self):
-        """Once, in the watchdog thread (the only one that reads or poisons): its copies and synchronisations must
-        not break a graph capture another thread runs, nor be refused by it (``cuda_driver.relax_capture_mode``)."""
-        if not self._relaxed:
+        """Once per thread that reads or poisons (the watchdog's, and the context's when its check finds the alarm
+        raised): its copies and synchronisations must not break a graph capture another thread runs, nor be refused
+        by it (``cuda_driver.relax_capture_mode``)."""
+        thread = threading.get_ident()
+        if thread not in self._relaxed:
             cuda_driver.relax_capture_mode()
-            self._relaxed = True
+            self._relaxed.add(thread)
 
     def _grow_host_copy(self, nbytes):
         """Pinned host buffer of ``nbytes`` or more for ``_on_host`` and ``poison``'s round trip."""

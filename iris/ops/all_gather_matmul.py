@@ -33,7 +33,7 @@ from iris.ccl.common import fingerprint
 from iris.device.group import peer_at, program_row
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
-from iris.device.sync import call_epoch, fence_async_proxy, finish_call, group_barrier, next_tile, wait_until
+from iris.device.sync import call_epoch, call_match, fence_async_proxy, finish_call, next_tile, open_call, wait_until
 from iris.ops import common
 from iris.host.copy_engine.schedule import CopySchedule, copy_sms
 from iris.ops.upstream_layouts import all_gather_matmul_k, is_k_sharded
@@ -47,9 +47,10 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, stride
                               GROUP_SIZE: tl.constexpr, COMM_PROGRAMS: tl.constexpr, TILE: tl.constexpr,
                               COPY_K: tl.constexpr, VEC: tl.constexpr, TMA: tl.constexpr):
     # a / gathered: descriptors (TMA) or pointers; a_rows / gathered_rows: the same as pointers, for the copies.
-    # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size)
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync
-    match = (fingerprint, world_size, gathered_rows, heap_bases)  # matched with the members' calls (iris/device/sync.py)
+    # shape: (M_local, N, K); sync: the group's (GroupSync.args); call: int32[5], the launch counter, the programs
+    # done, the tile tickets, and the verdict of the opening barrier (the epoch it was given at, a mismatch flag)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync
+    match = call_match(sync, ((gathered_rows, heap_bases), (ready, heap_bases)))  # peers write both
     M_local, N, K = shape
     BLOCK_M: tl.constexpr = TILE[0]
     stride_am = strides[0][0]
@@ -57,26 +58,32 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, stride
     M = GROUP_SIZE * M_local
     blocks = M_local // BLOCK_M  # row blocks per rank
     epoch = call_epoch(call)
+    ok = pid >= 0  # the communication programs' own barrier decides; the others read its verdict (_verdict)
     if pid < COMM_PROGRAMS:
         # ---- communication: our A, row block by row block, into every peer's gathered A
         # peers' previous call no longer reads their gathered A
-        group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, call=match)
-        rows = tl.arange(0, BLOCK_M)
-        for blk in range(pid, blocks, COMM_PROGRAMS):
-            src = corner(a_rows, blk * BLOCK_M, 0, stride_am, 1)  # the block's first row, here and on the peers
-            dst = corner(gathered_rows, group_index * M_local + blk * BLOCK_M, 0, K, 1)
-            for step in range(1, GROUP_SIZE):
-                peer = peer_at(members, group_index, step, GROUP_SIZE)
-                for k0 in range(0, K, COPY_K):
-                    cols = k0 + tl.arange(0, COPY_K)
-                    mask = cols[None, :] < K
-                    piece = tl.load(src + rows[:, None] * stride_am + cols[None, :], mask=mask)  # [BLOCK_M, COPY_K]
-                    store(dst + rows[:, None] * K + cols[None, :], piece, rank, peer, heap_bases, mask=mask,
-                          hint=(1, VEC))
-                atomic_xchg(ready + group_index * blocks + blk, epoch, rank, peer, heap_bases, sem="release",
-                            scope="sys")
+        ok = open_call(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, match)[1]
+        if pid == 0:
+            _publish_verdict(call + 3, epoch, ok)
+        if ok:
+            rows = tl.arange(0, BLOCK_M)
+            for blk in range(pid, blocks, COMM_PROGRAMS):
+                src = corner(a_rows, blk * BLOCK_M, 0, stride_am, 1)  # the block's first row, here and on the peers
+                dst = corner(gathered_rows, group_index * M_local + blk * BLOCK_M, 0, K, 1)
+                for step in range(1, GROUP_SIZE):
+                    peer = peer_at(members, group_index, step, GROUP_SIZE)
+                    for k0 in range(0, K, COPY_K):
+                        cols = k0 + tl.arange(0, COPY_K)
+                        mask = cols[None, :] < K
+                        piece = tl.load(src + rows[:, None] * stride_am + cols[None, :], mask=mask)  # [BLOCK_M, COPY_K]
+                        store(dst + rows[:, None] * K + cols[None, :], piece, rank, peer, heap_bases, mask=mask,
+                              hint=(1, VEC))
+                    atomic_xchg(ready + group_index * blocks + blk, epoch, rank, peer, heap_bases, sem="release",
+                                scope="sys")
     # ---- GEMM, in every program (the communication programs join once their blocks are sent): output tiles
-    # by ticket, our own row blocks first (local A), then rank group_index + 1's, and so on
+    # by ticket, our own row blocks first (local A), then rank group_index + 1's, and so on. A program that has
+    # not opened the call itself reads the verdict before its first store or wait, after its first tile's K loop.
+    known = pid < COMM_PROGRAMS
     num_pid_n = tl.cdiv(N, TILE[1])
     per_rank = blocks * num_pid_n
     t = next_tile(call)
@@ -87,15 +94,41 @@ def _all_gather_matmul_kernel(a, a_rows, gathered, gathered_rows, b, out, stride
         # one mainloop for both sources, so its shared-memory ring is allocated once
         src, src_m, src_rows, src_stride = a, pid_m, M_local, stride_am  # our own rows: local A, no wait
         if step != 0:
-            wait_until(ready + owner * blocks + pid_m, epoch, rank, tl.load(members + owner), "all_gather_matmul")
-            if TMA:  # the rows arrived by ordinary stores; the descriptor loads below read via the async proxy
-                fence_async_proxy()
+            if not known:
+                ok = _verdict(call + 3, epoch, rank)
+                known = pid >= 0
+            if ok:
+                wait_until(ready + owner * blocks + pid_m, epoch, rank, tl.load(members + owner), "all_gather_matmul")
+                if TMA:  # the rows arrived by ordinary stores; the descriptor loads below read via the async proxy
+                    fence_async_proxy()
             src, src_m, src_rows, src_stride = gathered, owner * blocks + pid_m, M, K
         acc = mainloop(src, b, ((src_stride, strides[0][1]), strides[1]), src_rows, N, K, src_m, pid_n, TILE,
                        TMA=TMA)
-        store_tile(out, acc, owner * blocks + pid_m, pid_n, M, N, strides[2], TILE, TMA)
-        t = next_tile(call)
+        if not known:
+            ok = _verdict(call + 3, epoch, rank)
+            known = pid >= 0
+        if ok:
+            store_tile(out, acc, owner * blocks + pid_m, pid_n, M, N, strides[2], TILE, TMA)
+            t = next_tile(call)
+        else:
+            t = GROUP_SIZE * per_rank
     finish_call(call, TICKETS=True)
+
+
+@triton.jit
+def _publish_verdict(verdict, epoch, ok):
+    """The opening barrier's verdict for this launch's other programs, in ``verdict`` (int32[2]): a mismatch flag
+    (``verdict[1]``, which stays set: the context refuses later calls), then the launch's epoch (``verdict[0]``)."""
+    if not ok:
+        tl.atomic_xchg(verdict + 1, 1, sem="relaxed", scope="gpu")
+    tl.atomic_xchg(verdict, epoch, sem="release", scope="gpu")
+
+
+@triton.jit
+def _verdict(verdict, epoch, rank):
+    """Whether this launch's opening barrier matched the members' calls (``_publish_verdict``)."""
+    wait_until(verdict, epoch, rank, rank, "all_gather_matmul verdict")
+    return tl.atomic_add(verdict + 1, 0, sem="relaxed", scope="gpu") == 0
 
 
 @triton.jit
@@ -117,16 +150,33 @@ def _tiles(src, src_rows, src_stride, src_block, b, out, strides, out_block, lo,
 
 
 @triton.jit
-def _all_gather_matmul_engines_kernel(a, gathered, b, out, strides, shape, sync, arrived, go,
+def _all_gather_matmul_engines_kernel(a, gathered, gathered_rows, b, out, strides, shape, sync, arrived, go, call,
                                       GROUP_SIZE: tl.constexpr, TILE: tl.constexpr, TMA: tl.constexpr):
-    # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size)
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync
-    match = (fingerprint, world_size, flags, heap_bases)  # matched with the members' calls; gathered may be a descriptor
-    M_local, N, K = shape
+    # shape: (M_local, N, K); sync: the group's (GroupSync.args); call: int32[4], the launch counter, the programs
+    # done and the opening barrier's verdict
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync
+    # peers' copy engines write gathered_rows and arrived (iris/device/sync.py)
+    match = call_match(sync, ((gathered_rows, heap_bases), (arrived, heap_bases)))
+    epoch = call_epoch(call)
     if tl.program_id(0) == 0:
-        # peers' previous call no longer reads their gathered A: the copy engines may write it
-        group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, call=match)
-        tl.atomic_xchg(go, 1, sem="relaxed", scope="sys")
+        # peers' previous call no longer reads their gathered A: the copy engines may write it (on a mismatch go
+        # stays 0, so no copy leaves: the side stream waits until the context is given up)
+        ok = open_call(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, match)[1]
+        if ok:
+            tl.atomic_xchg(go, 1, sem="relaxed", scope="sys")
+        _publish_verdict(call + 2, epoch, ok)
+    # every program learns the verdict before it stores a tile
+    if _verdict(call + 2, epoch, rank):
+        _engines_gemm(a, gathered, b, out, strides, shape, arrived, members, rank, group_index, GROUP_SIZE, TILE,
+                      TMA)
+    finish_call(call)
+
+
+@triton.jit
+def _engines_gemm(a, gathered, b, out, strides, shape, arrived, members, rank, group_index, GROUP_SIZE: tl.constexpr,
+                  TILE: tl.constexpr, TMA: tl.constexpr):
+    """``_all_gather_matmul_engines_kernel``'s GEMM: our own rows' tiles, then each peer's chunk as it arrives."""
+    M_local, N, K = shape
     M = GROUP_SIZE * M_local
     blocks = M_local // TILE[0]  # row blocks per rank
     num_pid_n = tl.cdiv(N, TILE[1])
@@ -183,7 +233,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         slot.copy_(a)
         ctx.ccl.all_gather(gathered, slot, group=group)
         common.bulk_gemm(out, gathered, b, config)
-        return common.add_bias(out, bias, caller)
+        return common.add_bias(ctx, out, bias, caller)
     tma = descriptors_fit(a, b, out)
     copy_engine = config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
     programs = num_programs(ctx.get_device(), tiles, spare=copy_sms(ctx, copy_engine), sms=ctx.get_agreed_cu_count())
@@ -191,28 +241,35 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         chunks = triton.cdiv(m_local // block_m, config.group_m)
         arrived = ctx.workspaces.peer_flags("all_gather_matmul.arrived", sync.ranks, chunks)  # row i: member i's
         go = ctx.workspaces.get("all_gather_matmul.go", sync.ranks, (1,), torch.int32, zero=True)
+        call = ctx.workspaces.get("all_gather_matmul.engines_call", sync.ranks, (4,), torch.int32, zero=True)
         schedule = CopySchedule(ctx, sync, caller)
         _send_rows(schedule, a, gathered, arrived, go, config.group_m * block_m)
+        described = fingerprint(ctx, caller, (a, b, out), launch=dict(programs=programs, engines=chunks,
+                                                                      tile=(block_m, block_n, block_k),
+                                                                      group_m=config.group_m), sync=sync)
         with schedule.launch(go):
             _all_gather_matmul_engines_kernel[(programs,)](
-                operand(a, (block_m, block_k), tma), operand(gathered, (block_m, block_k), tma),
+                operand(a, (block_m, block_k), tma), operand(gathered, (block_m, block_k), tma), gathered,
                 operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), strides(a, b, out),
-                (m_local, N, K), sync.args(ctx, fingerprint(ctx, caller, (a, b, out))), arrived, go,
+                (m_local, N, K), sync.args(ctx, described), arrived, go, call,
                 GROUP_SIZE=sync.size,
                 TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, num_warps=config.num_warps,
                 num_stages=config.stages())
         schedule.join(consumed=[arrived])  # every peer's copies have landed: the kernel waited for each chunk
-        return common.add_bias(out, bias, caller)
+        return common.add_bias(ctx, out, bias, caller)
     ready = ctx.workspaces.peer_flags("all_gather_matmul.ready", sync.ranks, m_local // block_m)
-    call = ctx.workspaces.get("all_gather_matmul.call", sync.ranks, (3,), torch.int32, zero=True)
+    call = ctx.workspaces.get("all_gather_matmul.call", sync.ranks, (5,), torch.int32, zero=True)
     comm = common.comm_programs(programs)
+    described = fingerprint(ctx, caller, (a, b, out), launch=dict(programs=programs, comm=comm,
+                                                                  tile=(block_m, block_n, block_k),
+                                                                  group_m=config.group_m), sync=sync)
     _all_gather_matmul_kernel[(programs,)](
         operand(a, (block_m, block_k), tma), a, operand(gathered, (block_m, block_k), tma), gathered,
         operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma), strides(a, b, out), (m_local, N, K),
-        sync.args(ctx, fingerprint(ctx, caller, (a, b, out))), ready, call, GROUP_SIZE=sync.size, COMM_PROGRAMS=comm,
+        sync.args(ctx, described), ready, call, GROUP_SIZE=sync.size, COMM_PROGRAMS=comm,
         TILE=(block_m, block_n, block_k, config.group_m), COPY_K=COPY_K, VEC=common.row_vector_width(gathered),
         TMA=tma, num_warps=config.num_warps, num_stages=config.stages())
-    return common.add_bias(out, bias, caller)
+    return common.add_bias(ctx, out, bias, caller)
 
 
 def _send_rows(schedule, a, gathered, arrived, go, chunk_rows):

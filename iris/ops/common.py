@@ -100,8 +100,11 @@ def bulk_gemm(out, a, b, config):
     return matmul(out, a, b, config)
 
 
-def add_bias(out, bias, caller):
-    """``out += bias`` (a row vector [N], broadcast over rows); no-op for None."""
+def add_bias(ctx, out, bias, caller):
+    """``out += bias`` (a row vector [N], broadcast over rows); no-op for None. First the check every call ends
+    with (``iris.ccl.common.done``): a mismatch the op's kernels found raises here on the cpu backend, where they
+    have run, before the add touches ``out``."""
+    ctx.groups.check(caller, entering=False)
     if bias is not None:
         if bias.dim() != 1 or bias.shape[0] != out.shape[1]:
             raise ValueError(f"{caller}: bias is {tuple(bias.shape)}, expected ({out.shape[1]},) (one per column)")

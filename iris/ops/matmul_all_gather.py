@@ -22,7 +22,7 @@ import triton.language as tl
 
 from iris.ccl.common import fingerprint
 from iris.device.group import program_row, store_to_group
-from iris.device.sync import count_published, group_barrier
+from iris.device.sync import call_match, count_published, group_barrier, open_call
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
@@ -41,7 +41,7 @@ def _scatter_tile(acc, pid_m, pid_n, out, out_strides, M, N_local, sync, trace, 
     carry to the peers once the count is full."""
     BLOCK_M: tl.constexpr = TILE[0]
     BLOCK_N: tl.constexpr = TILE[1]
-    _, heap_bases, members, rank, group_index, _, _, tables = sync
+    _, heap_bases, members, rank, group_index, _, _, tables, _ = sync
     stride_om, stride_on = out_strides
     tile_out = acc.to(out.dtype.element_ty)  # [BLOCK_M, BLOCK_N]
     rows = tl.arange(0, BLOCK_M)
@@ -125,37 +125,37 @@ def _matmul_all_gather_kernel(a, b, out, strides, shape, sync, trace, stream_k, 
                               COPY_ENGINE: tl.constexpr, WARPS: tl.constexpr):
     # shape: (M, N_local, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size);
     # stream_k: (partials, part_flags, full, stream); engines: (band_counts, band_cols, engine_tiles)
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync
-    match = (fingerprint, world_size, out, tables[1])  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync
+    match = call_match(sync, ((out, tables[1]),))  # peers write out (iris/device/sync.py)
     M, N_local, K = shape
     full = stream_k[2]
     engine_tiles = engines[2]
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's out is free to write
-    tiles = tl.cdiv(M, TILE[0]) * tl.cdiv(N_local, TILE[1])
-    p = tl.program_id(0)
-    programs = tl.num_programs(0)
-    # ---- whole tiles: compute one tile of A @ B_local, scatter it, next. Flattened, the compiler pipelines
-    # across tiles: the next tile's first operand loads are in flight while this one's stores go out (a traced
-    # call runs unflattened: Triton 3.6 fails to fuse the nest with the records). With
-    # COPY_ENGINE the tiles before ``engine_tiles`` (whole bands) are the copy engines' to carry, in a loop of
-    # their own: a branch between the two kinds of tile inside one flattened loop fails to compile (Triton 3.6).
-    first = p
-    if COPY_ENGINE:
-        for tile in tl.range(p, engine_tiles, programs, flatten=not TRACE):
-            _whole_tile(tile, a, b, out, strides, shape, sync, trace, engines, GROUP_SIZE, TILE, VEC, TRACE, TMA,
-                        True, WARPS)
-        first = first_unit(p, programs, engine_tiles)
-    for tile in tl.range(first, full, programs, flatten=not TRACE):
-        _whole_tile(tile, a, b, out, strides, shape, sync, trace, engines, GROUP_SIZE, TILE, VEC, TRACE, TMA, False,
-                    WARPS)
-    # ---- the last wave, stream-K (split_tail)
-    if full < tiles:
-        _stream_k(a, b, out, strides, shape, sync, trace, stream_k, engines, GROUP_SIZE, TILE, VEC, TRACE, TMA,
-                  WARPS)
-    # every rank's tiles stored from its SMs have landed in our out (those the copy engines carry, the host's
-    # streams wait for)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match)[1]:  # every rank's out is free to write
+        tiles = tl.cdiv(M, TILE[0]) * tl.cdiv(N_local, TILE[1])
+        p = tl.program_id(0)
+        programs = tl.num_programs(0)
+        # ---- whole tiles: compute one tile of A @ B_local, scatter it, next. Flattened, the compiler pipelines
+        # across tiles: the next tile's first operand loads are in flight while this one's stores go out (a traced
+        # call runs unflattened: Triton 3.6 fails to fuse the nest with the records). With
+        # COPY_ENGINE the tiles before ``engine_tiles`` (whole bands) are the copy engines' to carry, in a loop of
+        # their own: a branch between the two kinds of tile inside one flattened loop fails to compile (Triton 3.6).
+        first = p
+        if COPY_ENGINE:
+            for tile in tl.range(p, engine_tiles, programs, flatten=not TRACE):
+                _whole_tile(tile, a, b, out, strides, shape, sync, trace, engines, GROUP_SIZE, TILE, VEC, TRACE, TMA,
+                            True, WARPS)
+            first = first_unit(p, programs, engine_tiles)
+        for tile in tl.range(first, full, programs, flatten=not TRACE):
+            _whole_tile(tile, a, b, out, strides, shape, sync, trace, engines, GROUP_SIZE, TILE, VEC, TRACE, TMA, False,
+                        WARPS)
+        # ---- the last wave, stream-K (split_tail)
+        if full < tiles:
+            _stream_k(a, b, out, strides, shape, sync, trace, stream_k, engines, GROUP_SIZE, TILE, VEC, TRACE, TMA,
+                      WARPS)
+        # every rank's tiles stored from its SMs have landed in our out (those the copy engines carry, the host's
+        # streams wait for)
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)
 
 
 def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
@@ -190,7 +190,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         common.bulk_gemm(gathered[sync.index], a, b, config)
         ctx.ccl.all_gather(gathered, gathered[sync.index], group=group)
         out.view(M, sync.size, n_local).copy_(gathered.permute(1, 0, 2))
-        return common.add_bias(out, bias, caller)
+        return common.add_bias(ctx, out, bias, caller)
     tma = descriptors_fit(a, b)
     engines = (config.uses_copy_engine(out.device.type, sync.size, ctx.tracing.enabled, ctx.shares_gpu)
                and out.is_contiguous() and outs is ctx.heap_bases)
@@ -215,10 +215,14 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         schedule = CopySchedule(ctx, sync, caller)
         schedule.send_bands(out, engine_bands, band_counts, sent, config.num_warps,
                             col_offset=sync.index * n_local)  # our column block
+    described = fingerprint(ctx, caller, (a, b, out), launch=dict(programs=programs, tile=(block_m, block_n, block_k),
+                                                                  group_m=config.group_m,
+                                                                  engine_bands=len(engine_bands) if copy_engine else 0),
+                            sync=sync)
     with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_all_gather_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
-            (M, n_local, K), sync.args(ctx, fingerprint(ctx, caller, (a, b, out)), (ctx.heap_bases, outs)),
+            (M, n_local, K), sync.args(ctx, described, (ctx.heap_bases, outs)),
             ctx.tracing.device_args(),
             (partials, part_flags, full, stream),
             (band_counts, band_cols, sum(band.tiles for band in engine_bands)), GROUP_SIZE=sync.size,
@@ -227,5 +231,5 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
             num_warps=config.num_warps, num_stages=config.stages())
     if schedule:
         schedule.join(arrived=sent)
-    return common.add_bias(out, bias, caller)
+    return common.add_bias(ctx, out, bias, caller)
 

@@ -41,7 +41,7 @@ from iris.ccl.common import fingerprint
 from iris.device.group import program_row, store_to_group
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
-from iris.device.sync import call_epoch, count_published, finish_call, group_barrier, wait_until
+from iris.device.sync import call_epoch, call_match, count_published, finish_call, group_barrier, open_call, wait_until
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.host.copy_engine.schedule import CopySchedule, bands_before, copy_sms, output_bands
@@ -82,7 +82,7 @@ def _own_unit(acc, t, pid_m, pid_n, band, out, out_strides, shape, sync, reduce,
     BLOCK_M: tl.constexpr = TILE[0]
     BLOCK_N: tl.constexpr = TILE[1]
     M_local, N, _ = shape
-    _, heap_bases, members, rank, group_index, _, _, tables = sync
+    _, heap_bases, members, rank, group_index, _, _, tables, _ = sync
     staging, tile_flags, _, _ = reduce
     _, band_counts, band_flags, _, _ = engines
     stride_om, stride_on = out_strides
@@ -149,9 +149,13 @@ def _matmul_reduce_kernel(a, b, out, strides, shape, sync, reduce, engines, GROU
     # shape: (M_local, N, K); sync: the group's (flags, heap_bases, members, rank, group_index, world_size);
     # reduce: (staging, tile_flags, call, lag); engines: (outbox, band_counts, band_flags, band_cols, engine_tiles);
     # VEC: (STAGE_VEC, OUT_VEC), the widths of the vectors into staging and out (``common.row_vector_width``)
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync
     staging, tile_flags, call, lag = reduce
-    match = (fingerprint, world_size, staging, heap_bases)  # matched with the members' calls (iris/device/sync.py)
+    # peers write our staging and tile flags, and all_reduce's out (iris/device/sync.py)
+    if ALL_REDUCE:
+        match = call_match(sync, ((staging, heap_bases), (tile_flags, heap_bases), (out, tables[1])))
+    else:
+        match = call_match(sync, ((staging, heap_bases), (tile_flags, heap_bases)))
     outbox, band_counts, _, band_cols, engine_tiles = engines
     M_local, N, K = shape
     BLOCK_M: tl.constexpr = TILE[0]
@@ -161,81 +165,81 @@ def _matmul_reduce_kernel(a, b, out, strides, shape, sync, reduce, engines, GROU
     OUT_VEC: tl.constexpr = VEC[1]
     row = program_row(flags, world_size)
     # staging is free: every rank has started this call, so its last call (all of whose reads) is over
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)
-    epoch = call_epoch(call)  # stamps this call's tile flags: the same number in every program of every rank
-    num_pid_m = M_local // BLOCK_M  # row blocks per rank
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    tiles = num_pid_m * num_pid_n
-    bands = tl.cdiv(num_pid_m, GROUP_M) * tl.cdiv(num_pid_n, band_cols)  # of a row block (COPY_ENGINE)
-    M = GROUP_SIZE * M_local
-    offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
-    p = tl.program_id(0)
-    programs = tl.num_programs(0)
-    # One pass over every (row block, tile) unit, so the programs fill the waves of all blocks together
-    # (separate passes would round each block up to whole waves). reduce_scatter takes our unit of a tile
-    # ``lag`` tiles after the peers' units of it (two waves by default): by then their partials have landed.
-    # all_reduce goes tile by tile (each tile's units for the peers' blocks, then ours), so the stores of
-    # finished tiles to every rank spread over the kernel instead of all following the last GEMM wave.
-    # Either way a unit of ours waits only on peers' units of lower index, and those never wait, so any order
-    # of resident programs completes. Programs run one at a time (the interpreter) need each program to wait
-    # only on units of the same program number, earlier in its sequence (``_run`` picks the count).
-    if COPY_ENGINE:
-        # Every peer unit first (lag = tiles), then ours: each kind of unit in a loop of its own, dealt round robin
-        # as one walk, so that the compiler can flatten each (a branch between kinds inside one
-        # flattened loop fails to compile in Triton 3.6). Partials go to our outbox, counted on their band.
-        peer_units = (GROUP_SIZE - 1) * tiles
-        for u in tl.range(p, peer_units, programs, flatten=True):
-            step = u // tiles + 1
-            t = u % tiles
-            pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-            block_index = (group_index + step) % GROUP_SIZE
-            acc = mainloop(a, b, strides, M, N, K, block_index * num_pid_m + pid_m, pid_n, TILE, TMA=TMA)
-            slot = corner(outbox, block_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
-            tl.store(slot + offs, acc.to(outbox.dtype.element_ty),
-                     mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N)
-            count_published(band_counts + (step - 1) * bands + band_of(pid_m, pid_n, num_pid_n, GROUP_M, band_cols),
-                            WARPS)
-        # our units: all_reduce's tiles before ``engine_tiles`` (whole bands) for the copy engines, the rest from
-        # the SMs (reduce_scatter: engine_tiles is 0)
-        _own_units(peer_units, peer_units + engine_tiles, a, b, out, strides, shape, sync, reduce, engines, epoch,
-                   GROUP_SIZE, TILE, TMA, ALL_REDUCE, OUT_VEC, True, WARPS)
-        _own_units(peer_units + engine_tiles, GROUP_SIZE * tiles, a, b, out, strides, shape, sync, reduce, engines,
-                   epoch, GROUP_SIZE, TILE, TMA, ALL_REDUCE, OUT_VEC, False, WARPS)
-    else:
-        # A release waits until the program's stores have reached the peer, and a wave's partials leave together,
-        # so a flag raised right after its tile's stores stalls the program for the link's time on the whole wave.
-        # reduce_scatter raises the flag of a pushed partial one unit later, after that unit's K loop, by when the
-        # stores have drained: still before the program waits on anything, so no two programs wait on each other.
-        pending = -1  # reduce_scatter: the flag (index into tile_flags on rank pending_dest) not yet raised
-        pending_dest = rank
-        for u in range(p, GROUP_SIZE * tiles, programs):
-            step, t = _unit(u, tiles, lag, GROUP_SIZE)
-            pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-            block_index = (group_index + step) % GROUP_SIZE
-            acc = mainloop(a, b, strides, M, N, K, block_index * num_pid_m + pid_m, pid_n, TILE, TMA=TMA)
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match)[1]:
+        epoch = call_epoch(call)  # stamps this call's tile flags: the same number in every program of every rank
+        num_pid_m = M_local // BLOCK_M  # row blocks per rank
+        num_pid_n = tl.cdiv(N, BLOCK_N)
+        tiles = num_pid_m * num_pid_n
+        bands = tl.cdiv(num_pid_m, GROUP_M) * tl.cdiv(num_pid_n, band_cols)  # of a row block (COPY_ENGINE)
+        M = GROUP_SIZE * M_local
+        offs = tl.arange(0, BLOCK_M)[:, None] * N + tl.arange(0, BLOCK_N)[None, :]  # inside a staging tile
+        p = tl.program_id(0)
+        programs = tl.num_programs(0)
+        # One pass over every (row block, tile) unit, so the programs fill the waves of all blocks together
+        # (separate passes would round each block up to whole waves). reduce_scatter takes our unit of a tile
+        # ``lag`` tiles after the peers' units of it (two waves by default): by then their partials have landed.
+        # all_reduce goes tile by tile (each tile's units for the peers' blocks, then ours), so the stores of
+        # finished tiles to every rank spread over the kernel instead of all following the last GEMM wave.
+        # Either way a unit of ours waits only on peers' units of lower index, and those never wait, so any order
+        # of resident programs completes. Programs run one at a time (the interpreter) need each program to wait
+        # only on units of the same program number, earlier in its sequence (``_run`` picks the count).
+        if COPY_ENGINE:
+            # Every peer unit first (lag = tiles), then ours: each kind of unit in a loop of its own, dealt round robin
+            # as one walk, so that the compiler can flatten each (a branch between kinds inside one
+            # flattened loop fails to compile in Triton 3.6). Partials go to our outbox, counted on their band.
+            peer_units = (GROUP_SIZE - 1) * tiles
+            for u in tl.range(p, peer_units, programs, flatten=True):
+                step = u // tiles + 1
+                t = u % tiles
+                pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+                block_index = (group_index + step) % GROUP_SIZE
+                acc = mainloop(a, b, strides, M, N, K, block_index * num_pid_m + pid_m, pid_n, TILE, TMA=TMA)
+                slot = corner(outbox, block_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
+                tl.store(slot + offs, acc.to(outbox.dtype.element_ty),
+                         mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N)
+                count_published(band_counts + (step - 1) * bands + band_of(pid_m, pid_n, num_pid_n, GROUP_M, band_cols),
+                                WARPS)
+            # our units: all_reduce's tiles before ``engine_tiles`` (whole bands) for the copy engines, the rest from
+            # the SMs (reduce_scatter: engine_tiles is 0)
+            _own_units(peer_units, peer_units + engine_tiles, a, b, out, strides, shape, sync, reduce, engines, epoch,
+                       GROUP_SIZE, TILE, TMA, ALL_REDUCE, OUT_VEC, True, WARPS)
+            _own_units(peer_units + engine_tiles, GROUP_SIZE * tiles, a, b, out, strides, shape, sync, reduce, engines,
+                       epoch, GROUP_SIZE, TILE, TMA, ALL_REDUCE, OUT_VEC, False, WARPS)
+        else:
+            # A release waits until the program's stores have reached the peer, and a wave's partials leave together,
+            # so a flag raised right after its tile's stores stalls the program for the link's time on the whole wave.
+            # reduce_scatter raises the flag of a pushed partial one unit later, after that unit's K loop, by when the
+            # stores have drained: still before the program waits on anything, so no two programs wait on each other.
+            pending = -1  # reduce_scatter: the flag (index into tile_flags on rank pending_dest) not yet raised
+            pending_dest = rank
+            for u in range(p, GROUP_SIZE * tiles, programs):
+                step, t = _unit(u, tiles, lag, GROUP_SIZE)
+                pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+                block_index = (group_index + step) % GROUP_SIZE
+                acc = mainloop(a, b, strides, M, N, K, block_index * num_pid_m + pid_m, pid_n, TILE, TMA=TMA)
+                if pending >= 0:
+                    atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
+                    pending = -1
+                if step < GROUP_SIZE:
+                    # ---- a peer's row block: push the partial to the owner's staging slot for us, stamp its flag
+                    dest = tl.load(members + block_index)
+                    slot = corner(staging, group_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
+                    store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases,
+                          mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N, hint=(1, STAGE_VEC))
+                    if not ALL_REDUCE:
+                        pending = group_index * tiles + t
+                        pending_dest = dest
+                    else:
+                        atomic_xchg(tile_flags + group_index * tiles + t, epoch, rank, dest, heap_bases, sem="release",
+                                    scope="sys")
+                else:
+                    _own_unit(acc, t, pid_m, pid_n, 0, out, strides[2], shape, sync, reduce, engines, epoch, tiles,
+                              bands, GROUP_SIZE, TILE, ALL_REDUCE, OUT_VEC, False, False, WARPS)
             if pending >= 0:
                 atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
-                pending = -1
-            if step < GROUP_SIZE:
-                # ---- a peer's row block: push the partial to the owner's staging slot for us, stamp its flag
-                dest = tl.load(members + block_index)
-                slot = corner(staging, group_index * M_local + pid_m * BLOCK_M, pid_n * BLOCK_N, N, 1)
-                store(slot + offs, acc.to(staging.dtype.element_ty), rank, dest, heap_bases,
-                      mask=pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] < N, hint=(1, STAGE_VEC))
-                if not ALL_REDUCE:
-                    pending = group_index * tiles + t
-                    pending_dest = dest
-                else:
-                    atomic_xchg(tile_flags + group_index * tiles + t, epoch, rank, dest, heap_bases, sem="release",
-                                scope="sys")
-            else:
-                _own_unit(acc, t, pid_m, pid_n, 0, out, strides[2], shape, sync, reduce, engines, epoch, tiles, bands,
-                          GROUP_SIZE, TILE, ALL_REDUCE, OUT_VEC, False, False, WARPS)
-        if pending >= 0:
-            atomic_xchg(tile_flags + pending, epoch, rank, pending_dest, heap_bases, sem="release", scope="sys")
-    if ALL_REDUCE:
-        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's tiles are in our out
-    finish_call(call)
+        if ALL_REDUCE:
+            group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's tiles are in our out
+        finish_call(call)
 
 
 def _walk_order(all_reduce, programs, group_size, own_tiles):
@@ -316,10 +320,14 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
                             row_offset=sync.index * m_local)
     else:
         outbox, band_counts, band_flags = staging, tile_flags, tile_flags
+    described = fingerprint(ctx, caller, (a, b, out), launch=dict(programs=programs, tile=(block_m, block_n, block_k),
+                                                                  group_m=config.group_m, lag=lag,
+                                                                  copy_engine=copy_engine, out_bands=len(out_bands)),
+                            sync=sync)
     with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
         _matmul_reduce_kernel[(programs,)](
             operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
-            (m_local, N, a.shape[1]), sync.args(ctx, fingerprint(ctx, caller, (a, b, out))),
+            (m_local, N, a.shape[1]), sync.args(ctx, described),
             (staging, tile_flags, call, lag),
             (outbox, band_counts, band_flags, band_cols, sum(band.tiles for band in out_bands)), GROUP_SIZE=sync.size,
             TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, ALL_REDUCE=all_reduce,
@@ -362,7 +370,7 @@ def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
     common.check_operands(caller, out, a, b)
     common.expect_shape(caller, "out", out, (a.shape[0], b.shape[1]), "[A rows, B columns]")
     _run(ctx, caller, out, a, b, group, config, all_reduce=True)
-    return common.add_bias(out, bias, caller)
+    return common.add_bias(ctx, out, bias, caller)
 
 
 def matmul_reduce_scatter(ctx, out, a, b, bias=None, group=None, config=None):
@@ -378,4 +386,4 @@ def matmul_reduce_scatter(ctx, out, a, b, bias=None, group=None, config=None):
     m_local = common.divisible(caller, "M (rows of A)", a.shape[0], size)
     common.expect_shape(caller, "out", out, (m_local, b.shape[1]), f"[A rows / group size {size}, B columns]")
     _run(ctx, caller, out, a, b, group, config, all_reduce=False)
-    return common.add_bias(out, bias, caller)
+    return common.add_bias(ctx, out, bias, caller)

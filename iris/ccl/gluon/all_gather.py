@@ -13,7 +13,7 @@ from triton.experimental.gluon import language as gl
 
 from iris.device.group import program_row
 from iris.device.rma import store
-from iris.device.sync import group_barrier
+from iris.device.sync import call_match, group_barrier, open_call
 
 WARP_SIZE = 32
 
@@ -21,21 +21,21 @@ WARP_SIZE = 32
 @gluon.jit
 def _all_gather_gluon_kernel(out, inp, n, sync, GROUP_SIZE: gl.constexpr, HINT: gl.constexpr, BLOCK: gl.constexpr,
                              THREADS_PER_WARP: gl.constexpr, VEC: gl.constexpr):
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, out, tables[1])  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((out, tables[1]),))  # peers write out (iris/device/sync.py)
     row = program_row(flags, world_size)
     # the strict barrier: the relaxed one's all-members acquire builds a layout-less block, which Gluon refuses
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # no rank still uses its out
-    layout: gl.constexpr = gl.BlockedLayout([VEC], [THREADS_PER_WARP], [gl.num_warps()], [0])
-    slot = out + group_index.to(gl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
-    for start in range(gl.program_id(0).to(gl.int64) * BLOCK, n, gl.num_programs(0) * BLOCK):
-        offs = gl.arange(0, BLOCK, layout=layout)
-        mask = offs < gl.minimum(n - start, BLOCK).to(gl.int32)
-        x = gl.load(inp + start + offs, mask=mask)  # [BLOCK] in layout
-        for i in gl.static_range(GROUP_SIZE):
-            peer = gl.load(members + (group_index + i) % GROUP_SIZE)
-            store(slot + start + offs, x, rank, peer, tables[1], mask=mask, hint=HINT)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in our out
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match)[1]:  # no rank still uses its out
+        layout: gl.constexpr = gl.BlockedLayout([VEC], [THREADS_PER_WARP], [gl.num_warps()], [0])
+        slot = out + group_index.to(gl.int64) * n  # 64-bit: past 2**31 elements from the third rank's slot on
+        for start in range(gl.program_id(0).to(gl.int64) * BLOCK, n, gl.num_programs(0) * BLOCK):
+            offs = gl.arange(0, BLOCK, layout=layout)
+            mask = offs < gl.minimum(n - start, BLOCK).to(gl.int32)
+            x = gl.load(inp + start + offs, mask=mask)  # [BLOCK] in layout
+            for i in gl.static_range(GROUP_SIZE):
+                peer = gl.load(members + (group_index + i) % GROUP_SIZE)
+                store(slot + start + offs, x, rank, peer, tables[1], mask=mask, hint=HINT)
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in out
 
 
 def launch(ctx, out_flat, inp_flat, n, plan, hint, fingerprint, tables):

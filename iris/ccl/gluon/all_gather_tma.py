@@ -32,7 +32,7 @@ from triton.experimental.gluon.language.nvidia import hopper
 from triton.experimental.gluon.language.nvidia.hopper import tma
 
 from iris.device.group import program_row
-from iris.device.sync import group_barrier
+from iris.device.sync import call_match, group_barrier, open_call
 from iris.device.translate import INTERPRETED
 
 MAX_MEMBERS = 8  # tensor maps are kernel parameters, one per member (d0..d7): the GPUs of one node
@@ -71,52 +71,53 @@ def _proxy_fence():
 
 
 @gluon.jit
-def _all_gather_tma_kernel(inp, rows, sync, d0, d1, d2, d3, d4, d5, d6, d7, GROUP_SIZE: gl.constexpr,
+def _all_gather_tma_kernel(inp, out, rows, sync, d0, d1, d2, d3, d4, d5, d6, d7, GROUP_SIZE: gl.constexpr,
                            BLOCK_M: gl.constexpr, COLS: gl.constexpr, VEC: gl.constexpr, LANES_N: gl.constexpr,
                            BITS: gl.constexpr, STAGES: gl.constexpr):
-    # d<i>: the tensor map over member (group_index + i) % GROUP_SIZE's out slot ``group_index``, [rows, COLS]
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, flags, heap_bases)  # matched with the members' calls; out is in the descriptors
+    # d<i>: the tensor map over member (group_index + i) % GROUP_SIZE's out slot ``group_index``, [rows, COLS];
+    # out: our out, which the descriptors write on every member (its offset is matched; nothing else reads it)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((out, heap_bases),))  # peers write out (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # no rank still uses its out
-    _proxy_fence()  # ... and the copy engine's writes into it come after that
-    layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // LANES_N, LANES_N], [gl.num_warps(), 1], [1, 0])
-    smem_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=BITS, rank=2)
-    smem = gl.allocate_shared_memory(inp.dtype.element_ty, [STAGES, BLOCK_M, COLS], smem_layout)
-    offs_m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
-    offs_n = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
-    offs = offs_m[:, None] * COLS + offs_n[None, :]  # [BLOCK_M, COLS] int32 within a tile
-    tiles = gl.cdiv(rows, BLOCK_M)
-    step = 0
-    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
-        row0 = tile * BLOCK_M
-        mask = (offs_m < rows - row0)[:, None] & (offs_n < COLS)[None, :]
-        x = gl.load(inp + row0.to(gl.int64) * COLS + offs, mask=mask)  # [BLOCK_M, COLS]
-        buf = smem.index(step % STAGES)
-        # the stores issued STAGES tiles ago, GROUP_SIZE of them, have read this buffer; then every thread may write
-        tma.store_wait((STAGES - 1) * GROUP_SIZE)
-        _cta_barrier()
-        buf.store(x)
-        hopper.fence_async_shared()  # our st.shared before the copy engine's reads (async proxy)
-        _cta_barrier()  # every thread's part of the tile is in buf before the store is issued
-        tma.async_copy_shared_to_global(d0, [row0, 0], buf)  # ourselves first, then the members after us
-        if GROUP_SIZE > 1:
-            tma.async_copy_shared_to_global(d1, [row0, 0], buf)
-        if GROUP_SIZE > 2:
-            tma.async_copy_shared_to_global(d2, [row0, 0], buf)
-        if GROUP_SIZE > 3:
-            tma.async_copy_shared_to_global(d3, [row0, 0], buf)
-        if GROUP_SIZE > 4:
-            tma.async_copy_shared_to_global(d4, [row0, 0], buf)
-        if GROUP_SIZE > 5:
-            tma.async_copy_shared_to_global(d5, [row0, 0], buf)
-        if GROUP_SIZE > 6:
-            tma.async_copy_shared_to_global(d6, [row0, 0], buf)
-        if GROUP_SIZE > 7:
-            tma.async_copy_shared_to_global(d7, [row0, 0], buf)
-        step += 1
-    _wait_writes()  # the writes, not only the reads of shared memory, before the barrier releases them
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in our out
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match)[1]:  # no rank still uses its out
+        _proxy_fence()  # ... and the copy engine's writes into it come after that
+        layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // LANES_N, LANES_N], [gl.num_warps(), 1], [1, 0])
+        smem_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=BITS, rank=2)
+        smem = gl.allocate_shared_memory(inp.dtype.element_ty, [STAGES, BLOCK_M, COLS], smem_layout)
+        offs_m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+        offs_n = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+        offs = offs_m[:, None] * COLS + offs_n[None, :]  # [BLOCK_M, COLS] int32 within a tile
+        tiles = gl.cdiv(rows, BLOCK_M)
+        step = 0
+        for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+            row0 = tile * BLOCK_M
+            mask = (offs_m < rows - row0)[:, None] & (offs_n < COLS)[None, :]
+            x = gl.load(inp + row0.to(gl.int64) * COLS + offs, mask=mask)  # [BLOCK_M, COLS]
+            buf = smem.index(step % STAGES)
+            # the stores issued STAGES tiles ago, GROUP_SIZE of them, have read this buffer; then every thread may write
+            tma.store_wait((STAGES - 1) * GROUP_SIZE)
+            _cta_barrier()
+            buf.store(x)
+            hopper.fence_async_shared()  # our st.shared before the copy engine's reads (async proxy)
+            _cta_barrier()  # every thread's part of the tile is in buf before the store is issued
+            tma.async_copy_shared_to_global(d0, [row0, 0], buf)  # ourselves first, then the members after us
+            if GROUP_SIZE > 1:
+                tma.async_copy_shared_to_global(d1, [row0, 0], buf)
+            if GROUP_SIZE > 2:
+                tma.async_copy_shared_to_global(d2, [row0, 0], buf)
+            if GROUP_SIZE > 3:
+                tma.async_copy_shared_to_global(d3, [row0, 0], buf)
+            if GROUP_SIZE > 4:
+                tma.async_copy_shared_to_global(d4, [row0, 0], buf)
+            if GROUP_SIZE > 5:
+                tma.async_copy_shared_to_global(d5, [row0, 0], buf)
+            if GROUP_SIZE > 6:
+                tma.async_copy_shared_to_global(d6, [row0, 0], buf)
+            if GROUP_SIZE > 7:
+                tma.async_copy_shared_to_global(d7, [row0, 0], buf)
+            step += 1
+        _wait_writes()  # the writes, not only the reads of shared memory, before the barrier releases them
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in our out
 
 
 TILE_BYTES = 32 << 10  # a tile's shared buffer at most: STAGES of them stay under the 227 KiB an H200 SM offers
@@ -171,6 +172,7 @@ def launch(ctx, out_flat, inp_flat, n, plan, fingerprint):
     descriptors += [None] * (MAX_MEMBERS - sync.size)
     vec = min(16 // element_size, cols)  # one 16-byte vector a thread, as the register path's layout
     programs = min(plan.programs, -(-rows // block_m))
-    _all_gather_tma_kernel[(programs,)](inp_flat, rows, sync.args(ctx, fingerprint), *descriptors, GROUP_SIZE=sync.size,
+    _all_gather_tma_kernel[(programs,)](inp_flat, out_flat, rows, sync.args(ctx, fingerprint), *descriptors,
+                                        GROUP_SIZE=sync.size,
                                         BLOCK_M=block_m, COLS=cols, VEC=vec, LANES_N=min(32, cols // vec),
                                         BITS=8 * element_size, STAGES=STAGES, num_warps=plan.warps)

@@ -12,7 +12,7 @@ from triton.experimental.gluon import language as gl
 from iris.device.group import program_row
 from iris.ccl.gluon.all_gather import WARP_SIZE, check_block, vector_width
 from iris.device.rma import store
-from iris.device.sync import group_barrier
+from iris.device.sync import call_match, group_barrier, open_call
 
 
 @gluon.jit
@@ -20,10 +20,19 @@ def _all_to_all_gluon_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: 
                              BLOCK: gl.constexpr, THREADS_PER_WARP: gl.constexpr, VEC: gl.constexpr):
     # out / inp: [rows, GROUP_SIZE, n]; the programs form a (programs / col_programs) x col_programs grid over
     # (rows, blocks of n), as the Triton kernel's
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, out, tables[1])  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((out, tables[1]),))  # peers write out (iris/device/sync.py)
     row = program_row(flags, world_size)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # no rank still uses its out
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match)[1]:  # no rank still uses its out
+        _push(out, inp, rows, n, col_programs, members, rank, group_index, tables[1], GROUP_SIZE, HINT, BLOCK,
+              THREADS_PER_WARP, VEC)
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every slice has landed in our out
+
+
+@gluon.jit
+def _push(out, inp, rows, n, col_programs, members, rank, group_index, out_bases, GROUP_SIZE: gl.constexpr,
+          HINT: gl.constexpr, BLOCK: gl.constexpr, THREADS_PER_WARP: gl.constexpr, VEC: gl.constexpr):
+    """This program's blocks: ``inp[r, q, block]`` into ``out[r, group_index, block]`` of member q."""
     layout: gl.constexpr = gl.BlockedLayout([VEC], [THREADS_PER_WARP], [gl.num_warps()], [0])
     row_program = gl.program_id(0) // col_programs
     row_programs = gl.num_programs(0) // col_programs
@@ -39,8 +48,7 @@ def _all_to_all_gluon_kernel(out, inp, rows, n, col_programs, sync, GROUP_SIZE: 
                 dest = (group_index + i) % GROUP_SIZE
                 peer = gl.load(members + dest)
                 x = gl.load(row_in + dest * n64 + start + offs, mask=mask)  # [BLOCK] in layout
-                store(my_slice + start + offs, x, rank, peer, tables[1], mask=mask, hint=HINT)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slice has landed in our out
+                store(my_slice + start + offs, x, rank, peer, out_bases, mask=mask, hint=HINT)
 
 
 def launch(ctx, out_flat, inp_flat, rows, n, col_programs, programs, block, plan, hint, fingerprint, tables):

@@ -190,7 +190,7 @@ class MoEDispatcher:
         key = launches.key_of(caller, self._group, self._config, per_call[:3])
         if not self._launches.run(self._ctx, key, self._group, self._config, per_call):  # iris/host/launches.py
             self._launches.put(key, self._group, self._config, self._dispatch_launches(tokens))(*per_call)
-            self._ctx.groups.check("iris.ccl.moe_dispatch")
+        self._ctx.groups.check("iris.ccl.moe_dispatch")  # a mismatch its kernels found (common.done)
         handle = DispatchHandle(self._dest_row, topk_weight.detach().to(torch.float32).contiguous(), self._meta, T,
                                 self.hidden_dim, self.topk, self._call)
         buf = (self._buf, self._scales) if self.fp8 else self._buf
@@ -200,7 +200,8 @@ class MoEDispatcher:
         """The three launches of a dispatch (``moe_kernels.py``), for tokens aligned as ``tokens`` is."""
         E, k, fp8 = self.num_experts, self.topk, self.fp8
         # what every shard passes alike: the token counts may differ
-        fp = common.fingerprint(self._ctx, "moe_dispatch", (), E, k, self.hidden_dim, str(tokens.dtype), fp8)
+        fp = common.fingerprint(self._ctx, "moe_dispatch", (), E, k, self.hidden_dim, str(tokens.dtype), fp8,
+                                self.max_tokens, launch=dict(programs=self._grid()), sync=self._sync)
         sync = self._sync.args(self._ctx, fp)
         route = launches.Launch(_route_kernel, (self._n_blocks,), (self._rank_in_block, self._block_counts, E),
                                 dict(BLOCK=ROUTE_BLOCK, BLOCK_X=min(128, triton.next_power_of_2(E))))
@@ -209,7 +210,8 @@ class MoEDispatcher:
         counts = launches.Launch(
             _counts_kernel, (1,),
             (self._count_table, self._block_counts, self._n_blocks, E, self._perm, self._segment_first, self._excl,
-             self._start, meta.slice_sizes, meta.slice_offs, self._local_first, self._n_local, sync),
+             self._start, meta.slice_sizes, meta.slice_offs, self._local_first, self._n_local, sync,
+             (_bits(self._buf), self._origins, _bits(self._scales) if fp8 else self._origins)),
             dict(GROUP_SIZE=self._sync.size, N_BLOCKS=blocks,
                  BLOCK_X=max(1, min(triton.next_power_of_2(E), 4096 // blocks)),
                  BLOCK_P=min(1024, triton.next_power_of_2(E))))
@@ -243,7 +245,7 @@ class MoEDispatcher:
         if not self._launches.run(self._ctx, key, self._group, self._config, per_call):
             self._launches.put(key, self._group, self._config, self._combine_launches(expert_out, T, weighted))(
                 *per_call)
-            self._ctx.groups.check("iris.ccl.moe_combine")
+        self._ctx.groups.check("iris.ccl.moe_combine")
         return out
 
     def _combine_launches(self, expert_out, T, weighted):
@@ -253,7 +255,9 @@ class MoEDispatcher:
         push = launches.Launch(
             _combine_push_kernel, (self._grid(),),
             (_bits(self._combine), self._origins, self._meta.slice_offs[-1:], H, self.slots,
-             self._sync.args(self._ctx, common.fingerprint(self._ctx, "moe_combine", (), H, str(expert_out.dtype)))),
+             self._sync.args(self._ctx, common.fingerprint(self._ctx, "moe_combine", (), H, str(expert_out.dtype),
+                                                           self.max_tokens, launch=dict(programs=self._grid()),
+                                                           sync=self._sync))),
             dict(GROUP_SIZE=self._sync.size, HINT=_hint(H * expert_out.element_size(), expert_out, self._combine),
                  BLOCK=block, num_warps=config.num_warps))
         reduce = None if not T else launches.Launch(

@@ -32,7 +32,7 @@ import triton.language as tl
 
 from iris.device.group import program_row, store_to_group
 from iris.device.rma import store
-from iris.device.sync import group_barrier
+from iris.device.sync import call_match, group_barrier, group_mismatched, open_call
 
 
 @triton.jit(do_not_specialize=["n_entries"])
@@ -58,16 +58,20 @@ def _route_kernel(topk_idx, n_entries, rank_in_block, block_counts, n_experts, B
 
 @triton.jit
 def _counts_kernel(count_table, block_counts, n_blocks, n_experts, perm, segment_first, excl, start, sizes, offs,
-                   local_first, n_local, sync, GROUP_SIZE: tl.constexpr, N_BLOCKS: tl.constexpr,
+                   local_first, n_local, sync, rows_to, GROUP_SIZE: tl.constexpr, N_BLOCKS: tl.constexpr,
                    BLOCK_X: tl.constexpr, BLOCK_P: tl.constexpr):
     """One program. ``block_counts [n_blocks, E]`` becomes its exclusive prefix over blocks, and the column sums
     (our count per expert) row ``group_index`` of every member's ``count_table [W, E]``. Then, from the table,
     for the experts in their owners' order (``perm``: shard by shard, local-id order; ``segment_first[p]``: the
     position of the first expert of p's shard): ``start[e]`` = the row where our rows for e begin in its owner's
     buffer (rows of e's owner's earlier experts, then of shards before us for e); and for our experts (positions
-    ``local_first .. local_first + n_local``) ``sizes[l]`` and ``offs[l]`` (``offs[n_local]``: rows received)."""
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, count_table, heap_bases)  # matched with the members' calls (iris/device/sync.py)
+    ``local_first .. local_first + n_local``) ``sizes[l]`` and ``offs[l]`` (``offs[n_local]``: rows received).
+    ``rows_to``: the buffers the rows kernel then writes on the members (rows, origins, scales), matched here with
+    the count table, so that a mismatched dispatch stops before any row moves (``group_mismatched``)."""
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    buf, origins, buf_scales = rows_to
+    match = call_match(sync, ((count_table, heap_bases), (buf, heap_bases), (origins, heap_bases),
+                              (buf_scales, heap_bases)))  # what peers write in this dispatch (iris/device/sync.py)
     row = program_row(flags, world_size)
     blocks = tl.arange(0, N_BLOCKS)
     for first in range(0, n_experts, BLOCK_X):
@@ -79,7 +83,16 @@ def _counts_kernel(count_table, block_counts, n_blocks, n_experts, perm, segment
         tl.store(excl + experts, tl.sum(counts, 0), mask=experts < n_experts)  # ours, staged locally
     tl.debug_barrier()  # the staged counts are read by other threads below
     # no member still reads its table, receive buffer or origins from the last call: it has reached this call
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)[1]:
+        _exchange_counts(count_table, n_experts, perm, segment_first, excl, start, sizes, offs, local_first,
+                         n_local, row, heap_bases, members, rank, group_index, match, GROUP_SIZE, BLOCK_X, BLOCK_P)
+
+
+@triton.jit
+def _exchange_counts(count_table, n_experts, perm, segment_first, excl, start, sizes, offs, local_first, n_local, row,
+                     heap_bases, members, rank, group_index, match, GROUP_SIZE: tl.constexpr, BLOCK_X: tl.constexpr,
+                     BLOCK_P: tl.constexpr):
+    """``_counts_kernel`` past its opening barrier: our counts into every member's table, then the starts."""
     for first in range(0, n_experts, BLOCK_X):
         experts = first + tl.arange(0, BLOCK_X)
         mask = experts < n_experts
@@ -131,9 +144,22 @@ def _dispatch_rows_kernel(tokens, topk_idx, scales, n_tokens, buf, origins, star
     slots + i`` (``slots`` = max_tokens * K) and, with ``HAS_SCALES``, its ``n_scales`` scales; ``dest_row[i]`` =
     d, or -1 for no expert (combine's reduce reads it), and ``dest_shard[i]`` = the owner. Programs take tokens in
     turn; each token's row is read once per block and stored to each of its destinations."""
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, buf, heap_bases)  # matched with the members' calls (iris/device/sync.py)
-    row = program_row(flags, world_size)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((buf, heap_bases), (origins, heap_bases), (buf_scales, heap_bases)))
+    if not group_mismatched(sync):  # the counts kernel matched this dispatch before any row moves
+        _send_rows(tokens, topk_idx, scales, n_tokens, buf, origins, start, block_prefix, rank_in_block, owner,
+                   dest_row, dest_shard, n_experts, hidden, slots, buf_scales, n_scales, members, rank, group_index,
+                   heap_bases, K, HAS_SCALES, HINT, ROUTE_BLOCK, BLOCK, BLOCK_S)
+        # every row sent to us has landed
+        group_barrier(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, call=match)
+
+
+@triton.jit
+def _send_rows(tokens, topk_idx, scales, n_tokens, buf, origins, start, block_prefix, rank_in_block, owner, dest_row,
+               dest_shard, n_experts, hidden, slots, buf_scales, n_scales, members, rank, group_index, heap_bases,
+               K: tl.constexpr, HAS_SCALES: tl.constexpr, HINT: tl.constexpr, ROUTE_BLOCK: tl.constexpr,
+               BLOCK: tl.constexpr, BLOCK_S: tl.constexpr):
+    """``_dispatch_rows_kernel``'s stores: this program's tokens' rows, scales and origins to their owners."""
     for t in range(tl.program_id(0), n_tokens, tl.num_programs(0)):
         t64 = tl.cast(t, tl.int64)  # row offsets pass 2**31 elements: 32 K rows x 7168 columns x 8 ranks
         for j in tl.static_range(K):
@@ -163,7 +189,6 @@ def _dispatch_rows_kernel(tokens, topk_idx, scales, n_tokens, buf, origins, star
                     _push_row(buf_scales + d64 * n_scales, scales + t64 * n_scales, n_scales, rank, peer, heap_bases,
                               None, BLOCK_S)
                 store(origins + d, tl.cast(group_index * slots + t * K + j, tl.int32), rank, peer, heap_bases)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every row sent to us has landed
 
 
 @triton.jit
@@ -171,20 +196,20 @@ def _combine_push_kernel(expert_out, combine_buf, origins, n_received, hidden, s
                          GROUP_SIZE: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
     """Received row r (``r < *n_received``) goes back to slot ``origins[r] % slots`` of ``combine_buf`` on shard
     ``origins[r] // slots``, as ``expert_out[r]``."""
-    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables = sync  # GroupSync.args
-    match = (fingerprint, world_size, combine_buf, heap_bases)  # matched with the members' calls (iris/device/sync.py)
+    flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
+    match = call_match(sync, ((combine_buf, heap_bases),))  # peers write combine_buf (iris/device/sync.py)
     row = program_row(flags, world_size)
     # every source has reduced the last combine out of its combine buffer: it has reached this call
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)
-    n = tl.load(n_received)
-    for r in range(tl.program_id(0), n, tl.num_programs(0)):
-        origin = tl.load(origins + r)
-        source = origin // slots
-        slot = tl.cast(origin - source * slots, tl.int64)
-        peer = tl.load(members + source)
-        _push_row(combine_buf + slot * hidden, expert_out + tl.cast(r, tl.int64) * hidden, hidden, rank, peer,
-                  heap_bases, HINT, BLOCK)
-    group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every row of ours has come back
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)[1]:
+        n = tl.load(n_received)
+        for r in range(tl.program_id(0), n, tl.num_programs(0)):
+            origin = tl.load(origins + r)
+            source = origin // slots
+            slot = tl.cast(origin - source * slots, tl.int64)
+            peer = tl.load(members + source)
+            _push_row(combine_buf + slot * hidden, expert_out + tl.cast(r, tl.int64) * hidden, hidden, rank, peer,
+                      heap_bases, HINT, BLOCK)
+        group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every row of ours has come back
 
 
 @triton.jit

@@ -118,14 +118,22 @@ class TriggeredPlan:
                     if s.offset < 0 or s.width <= 0 or s.height <= 0 or s.row_pitch < s.width or s.end > nbytes:
                         raise ValueError(f"{caller}: rank {r} batch {i} segment {s} lies outside the buffer's "
                                          f"{nbytes} bytes (or has a pitch below its width)")
-        digests = all_gather_object(repr(schedules))
-        if len(set(digests)) != 1:
-            raise ValueError(f"{caller}: the ranks passed different schedules; every rank must pass the same list")
-        self.ctx, self.buffer, self.schedules, self.timeout = ctx, buffer, schedules, timeout
-        self.first = [sum(len(s) for s in schedules[:r]) for r in range(ctx.num_ranks)]
         total = sum(len(s) for s in schedules)
         self.counts = ctx.zeros(max(total, 1), dtype=torch.int32)  # own batches: the kernel's publishes
         self.arrivals = ctx.zeros(max(total, 1), dtype=torch.int32)  # peers' batches: set to 1 by their queue
+        # the copies write each peer's buffer and arrivals at our offsets: the ranks must agree on them too
+        base = ctx.heap.bases[ctx.cur_rank]
+        offsets = tuple(t.data_ptr() - base for t in (buffer, self.counts, self.arrivals))
+        digests = all_gather_object((repr(schedules), offsets))
+        if len({d[0] for d in digests}) != 1:
+            raise ValueError(f"{caller}: the ranks passed different schedules; every rank must pass the same list")
+        if len({d[1] for d in digests}) != 1:
+            at = "; ".join(f"rank {r}: buffer {d[1][0]}, its flags {d[1][1]} and {d[1][2]}" for r, d in enumerate(digests))
+            raise ValueError(f"{caller}: the ranks' buffers lie at different heap offsets ({at}), so the copies would "
+                             "land elsewhere than the peers' buffers; allocate symmetric tensors in the same order "
+                             "and sizes on every rank")
+        self.ctx, self.buffer, self.schedules, self.timeout = ctx, buffer, schedules, timeout
+        self.first = [sum(len(s) for s in schedules[:r]) for r in range(ctx.num_ranks)]
         self.view = torch.tensor([ctx.cur_rank, ctx.num_ranks, total, self.counts.data_ptr(),
                                   self.arrivals.data_ptr(), 0], dtype=torch.int64, device=ctx.get_device())
         self.sync = ctx.group_sync(None, caller)
