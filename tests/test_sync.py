@@ -302,12 +302,13 @@ def _group_tables(world, groups_of_rank):
     posted, lock, arrived = {}, threading.Lock(), threading.Condition()
 
     def agree(rank):
-        def exchange(ranks, value, check):
+        def exchange(ranks, value, check, round=None):
+            key = (tuple(ranks), round)
             with arrived:
-                posted[(tuple(ranks), rank)] = value
+                posted[key, rank] = value
                 arrived.notify_all()
-                assert arrived.wait_for(lambda: all((tuple(ranks), r) in posted for r in ranks), timeout=30)
-                return [posted[(tuple(ranks), r)] for r in ranks]
+                assert arrived.wait_for(lambda: all((key, r) in posted for r in ranks), timeout=30)
+                return [posted[key, r] for r in ranks]
         return exchange
 
     found, errors = {}, []

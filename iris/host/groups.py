@@ -99,8 +99,9 @@ class GroupSync:
 
 class GroupTable:
     def __init__(self, region, world_size, rank, device, agree=None):
-        """``agree(ranks, value, check)``: every rank of ``ranks`` passes ``value`` and gets the list of them,
-        calling ``check`` while it waits (``StoreExchange``); needed for groups other than the world."""
+        """``agree(ranks, value, check, round=None)``: every rank of ``ranks`` passes ``value`` and gets the list of
+        them, calling ``check`` while it waits (``StoreExchange``; ``round`` tells a later agreement of the same
+        ranks from the first); needed for groups other than the world."""
         self.region = region.view(torch.int64).zero_()
         self.world_size = world_size
         self.slots = self.region.numel() // slot_words(world_size)  # group arrays the region holds

@@ -100,7 +100,8 @@ def disagreement(me, records, found):
         (a, a_group), (b, b_group) = (b, b_group), (a, a_group)
 
     def called(rank, group):
-        return f"rank {rank} called {records[rank]['call']} in the group {list(group)}"
+        call, where = records[rank]["call"], f" in the group {list(group)}"
+        return f"rank {rank} called {call}{'' if call.endswith(where) else where}"  # a subgroup's call names it
 
     ranks = [rank for rank, _, _ in loop]
     text = (f"{called(a, a_group)}, but {called(b, b_group)}; ranks {ranks} each wait for the next "
