@@ -5,6 +5,7 @@ views, or only read a tensor's shape (``empty_like``, ``new_empty``, ...), touch
 
 import numpy as np
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from iris.interpreter.race import current
@@ -37,7 +38,7 @@ def byte_addresses(t):
 
 
 def _touch(detector, t, write):
-    if t.device.type != "cpu" or t.numel() == 0:
+    if t.device.type != "cpu" or t.numel() == 0 or isinstance(t, FakeTensor):  # a tracer's tensors have no bytes
         return
     start = t.data_ptr()
     shared = detector.shared
@@ -59,6 +60,12 @@ def _tensors(value):
 
 
 class HeapAccesses(TorchDispatchMode):
+    @classmethod
+    def ignore_compile_internals(cls):
+        """torch.compile traces and compiles as if the mode were not there (dynamo skips frames under a mode that
+        does not say this); what a compiled graph runs through the dispatcher is still heard."""
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         detector = current.detector
