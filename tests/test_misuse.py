@@ -800,7 +800,7 @@ def _ahead_body():
     written had the calls differed. Empty, the call runs; set, it is refused and writes nothing."""
     import os
 
-    import torch.distributed as dist
+    import iris.ccl  # not imported by a fresh rank process before its first ctx.ccl
 
     os.environ["IRIS_WATCHDOG"] = "0"  # no thread reading the preset records before the call does
     try:
@@ -810,7 +810,9 @@ def _ahead_body():
     rank = ctx.get_rank()
     inp, out = ctx.full((N,), rank + 1.0), ctx.full((N,), -7.0)
     flags = ctx.groups.get([0, 1], "test").flags  # [ROWS, world + 1]: words, then the row's record
-    dist.barrier()
+    # The store barrier alone (no context check, which would read the records): what every rank wrote before it
+    # comes before what rank 0's call reads of rank 1's heap, for the race detector too (a gloo barrier is not its)
+    ctx._host_barrier()
     ran = refused = None
     if rank == 0:
         one_shot = iris.ccl.CollectiveConfig(algorithm="one_shot")
@@ -820,7 +822,7 @@ def _ahead_body():
         flags[:, 1] = 5 << 32
         flags[0, 2] = flags[1, 2] = (1 << 62) | (1 << 32) | 123  # the summary and program 0's record
         refused = (error_message(ctx.ccl.all_reduce, out, inp, config=one_shot), bool((out == -7.0).all()))
-    dist.barrier()
+    ctx._host_barrier()
     return ran, refused
 
 

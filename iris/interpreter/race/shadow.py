@@ -107,13 +107,27 @@ class Shared:
         self.high = np.uint64(max(bases) + size)
 
     def __enter__(self):
-        self._thread_lock.acquire()
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            self._thread_lock.acquire()
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        except BaseException:
+            # An exception raised into this thread from outside (the watchdog raises a peer's failure into the
+            # context's thread wherever it runs) right after acquire() returned: this thread holds the thread lock
+            # (a blocked acquire takes no such exception) and so no other thread of the process holds the file lock;
+            # give both back, or every rank would wait on them for good.
+            if self._thread_lock.locked():
+                try:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                finally:
+                    self._thread_lock.release()
+            raise
         return self
 
     def __exit__(self, *exc):
-        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-        self._thread_lock.release()
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
 
     def heap_of(self, address):
         """The shadow holding byte ``address`` (a local address), or None."""
