@@ -111,7 +111,8 @@ def behind(seen, target):
 
 
 @triton.jit
-def wait_until(flag, target, rank, peer, what: tl.constexpr = "wait_until", RELAXED: tl.constexpr = False, abort=None):
+def wait_until(flag, target, rank, peer, what: tl.constexpr = tl.constexpr("wait_until"), RELAXED: tl.constexpr = False,
+               abort=None):
     """Spin until the local counter ``flag`` (which ``peer`` advances) reaches ``target`` (wrap-safe: ``behind``):
     acquire (relaxed with ``RELAXED``), sys scope: what this program reads after it, the peer wrote before its
     release that reached ``target``. One thread polls (an atomic on one address). With ``abort`` (a local int64
