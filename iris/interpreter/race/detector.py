@@ -191,7 +191,7 @@ class Detector:
         relaxed_acquire = sem not in ("acquire", "acq_rel")
         with shared:
             touched = []
-            for heap in shared.heaps:
+            for heap in shared.mapped:
                 inside = addresses[(addresses >= np.uint64(heap.base)) & (addresses < np.uint64(heap.base + heap.size))]
                 if len(inside):
                     offsets = (inside - np.uint64(heap.base)).astype(np.int64)
@@ -227,7 +227,7 @@ class Detector:
         thread = self.current
         if self.paused or thread is None or thread.program >= 0:
             return
-        for heap in self.shared.heaps:
+        for heap in self.shared.mapped:
             inside = addresses[(addresses >= np.uint64(heap.base)) & (addresses < np.uint64(heap.base + heap.size))]
             if len(inside):
                 site = self.site("write" if write else "read")

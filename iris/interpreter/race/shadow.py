@@ -72,7 +72,8 @@ class HeapShadow:
 
 
 class Shared:
-    """Every rank's heap shadow, the pool of sync objects and the lock, for a context of ``world_size`` ranks.
+    """The heap shadows of this node's ranks, the node's pool of sync objects and its lock, for a context of
+    ``world_size`` ranks.
     Collective: ``exchange`` all-gathers a picklable object, ``barrier`` waits for every rank."""
 
     def __init__(self, rank, world_size, bases, size, components, exchange, barrier):
@@ -80,21 +81,26 @@ class Shared:
         layout = _layout(size, world_size)
         directory = _directory()
         own = os.path.join(directory, f"iris-race-{secrets.token_hex(16)}-r{rank}")
-        pool_path = os.path.join(directory, f"iris-race-{secrets.token_hex(16)}-pool") if rank == 0 else None
         pool_layout = [("count", np.int64, (1,)), ("owners", np.int32, (POOL_ENTRIES,)),
                        ("clocks", np.int64, (POOL_ENTRIES, ROWS, components))]
+        # The heaps this process maps are its node's (another node's base is a negative code, ``iris/host/topology.py``):
+        # those are the ones kernels and the host can touch. The node's first rank makes the pool.
+        local = [q for q in range(world_size) if bases[q] > 0]
+        leader = local[0]
+        pool_path = os.path.join(directory, f"iris-race-{secrets.token_hex(16)}-pool") if rank == leader else None
         mine = _Mapped(own, _nbytes(layout), create=True)
-        pool = _Mapped(pool_path, _nbytes(pool_layout), create=True) if rank == 0 else None
+        pool = _Mapped(pool_path, _nbytes(pool_layout), create=True) if rank == leader else None
         paths = exchange((own, pool_path))
         try:
-            self.heaps = []
-            for q, (path, _) in enumerate(paths):
-                mapped = mine if q == rank else _Mapped(path, _nbytes(layout), create=False)
-                self.heaps.append(HeapShadow(q, bases[q], size, mapped, layout))
-            pool = pool or _Mapped(paths[0][1], _nbytes(pool_layout), create=False)
+            self.heaps = [None] * world_size  # by rank; None for another node's
+            for q in local:
+                mapped = mine if q == rank else _Mapped(paths[q][0], _nbytes(layout), create=False)
+                self.heaps[q] = HeapShadow(q, bases[q], size, mapped, layout)
+            self.mapped = [self.heaps[q] for q in local]
+            pool = pool or _Mapped(paths[leader][1], _nbytes(pool_layout), create=False)
             self.pool_count, self.pool_owners, self.pool_clocks = (pool.take(d, s) for _, d, s in pool_layout)
             self._pool = pool
-            if rank == 0:
+            if rank == leader:
                 self.pool_owners.fill(-1)  # no rank's gpu-scope releases yet
             barrier()
         finally:
@@ -103,8 +109,8 @@ class Shared:
                 os.unlink(pool_path)
         self._lock_fd = pool.fd  # every process opened the pool file itself: flock excludes across processes
         self._thread_lock = threading.Lock()
-        self.low = np.uint64(min(bases))
-        self.high = np.uint64(max(bases) + size)
+        self.low = np.uint64(min(bases[q] for q in local))
+        self.high = np.uint64(max(bases[q] for q in local) + size)
 
     def __enter__(self):
         try:
@@ -131,7 +137,7 @@ class Shared:
 
     def heap_of(self, address):
         """The shadow holding byte ``address`` (a local address), or None."""
-        for heap in self.heaps:
+        for heap in self.mapped:
             if heap.base <= address < heap.base + heap.size:
                 return heap
         return None
