@@ -98,6 +98,7 @@ class RaceSanitizer:
         if distributed.on_exchange == self._exchange:
             distributed.on_exchange = None
         session.stop(self.detector)
+        self._heap = None  # the heap's release callback holds us: no cycle keeps a dropped context's heap mapped
         self.reports.raise_if_any("Iris.close")
 
 
