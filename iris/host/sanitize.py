@@ -5,7 +5,9 @@ The detector hears the kernels through the interpreter and the host's torch oper
 what only the context knows: its host barriers, the heap bytes that allocation hands out again, and which
 allocation a racing byte belongs to."""
 
+import contextlib
 import os
+import weakref
 
 from iris.errors import RaceError
 from iris.host import distributed
@@ -41,10 +43,13 @@ class RaceSanitizer:
         from iris.interpreter.race import session
 
         self._heap = heap
-        self.detector = session.start(rank, world_size, heap.bases, heap.capacity, exchange, barrier, self.describe)
+        # The detector and the exchange hook live in modules: through weak references, so that they do not keep
+        # a dropped context (the heap holds the context) from being collected and closed
+        self.detector = session.start(rank, world_size, heap.bases, heap.capacity, exchange, barrier,
+                                      _weakly(self.describe, lambda heap_rank, byte, element_bytes=1: f"byte {byte}"))
         heap.on_release(self._forget)
         self._exchanges = {}
-        distributed.on_exchange = self._exchange
+        self._exchange_hook = distributed.on_exchange = _weakly(self._exchange, lambda ranks: contextlib.nullcontext())
         self.reports = _Reports(rank, self.detector.races)
         if not _reports:
             import atexit
@@ -95,11 +100,22 @@ class RaceSanitizer:
         """Stop hearing; raise ``iris.RaceError`` if races were reported while the context was open."""
         from iris.interpreter.race import session
 
-        if distributed.on_exchange == self._exchange:
+        if distributed.on_exchange is self._exchange_hook:
             distributed.on_exchange = None
         session.stop(self.detector)
         self._heap = None  # the heap's release callback holds us: no cycle keeps a dropped context's heap mapped
         self.reports.raise_if_any("Iris.close")
+
+
+def _weakly(method, otherwise):
+    """``method`` through a weak reference to its object; ``otherwise`` once the object is gone."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args, **kwargs):
+        bound = ref()
+        return otherwise(*args, **kwargs) if bound is None else bound(*args, **kwargs)
+
+    return call
 
 
 class _Reports:
