@@ -6,6 +6,8 @@ Installed once, when the first sanitized context is made (``install``); each men
 does nothing more when no sanitized context is open.
 """
 
+import functools
+
 from iris.interpreter.race import current
 
 _SEM = {"ACQUIRE": "acquire", "RELEASE": "release", "RELAXED": "relaxed", "ACQUIRE_RELEASE": "acq_rel"}
@@ -69,22 +71,27 @@ def _hear_programs(builder):
     builder.set_grid_idx = set_grid_idx_heard
 
 
+def _listening():
+    """The detector, when one follows the calling thread (a program of a kernel it heard start); else None."""
+    detector = current.detector
+    return detector if detector is not None and detector.current is not None else None
+
+
 def _hear_memory(builder):
     masked_load, masked_store = builder.create_masked_load, builder.create_masked_store
 
     def load_heard(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
-        detector = current.detector
-        if detector is None or detector.current is None:
-            return masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+        load = functools.partial(masked_load, self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+        detector = _listening()
+        if detector is None:
+            return load()
         # a volatile load is a relaxed atomic read: it never races with atomics, and orders nothing by itself
         return detector.access(ptrs.data, _bytes(ptrs), mask.data, write=False, atomic=bool(is_volatile),
-                               sem="relaxed", scope="sys",
-                               perform=lambda: masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy,
-                                                           is_volatile))
+                               sem="relaxed", scope="sys", perform=load)
 
     def store_heard(self, ptrs, value, mask, cache_modifier, eviction_policy):
-        detector = current.detector
-        if detector is not None and detector.current is not None:
+        detector = _listening()
+        if detector is not None:
             detector.access(ptrs.data, _bytes(ptrs), mask.data, write=True, atomic=False)
         return masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy)
 
@@ -94,20 +101,19 @@ def _hear_memory(builder):
 def _hear_atomics(builder):
     atomic_rmw, atomic_cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
+    def heard(perform, ptr, mask, sem, scope):
+        detector = _listening()
+        if detector is None:
+            return perform()
+        return detector.access(ptr.data, _bytes(ptr), mask, write=True, atomic=True, sem=_name(sem, _SEM),
+                               scope=_name(scope, _SCOPE), perform=perform)
+
     def rmw_heard(self, rmwOp, ptr, val, mask, sem, scope):
-        detector = current.detector
-        if detector is None or detector.current is None:
-            return atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope)
-        return detector.access(ptr.data, _bytes(ptr), mask.data, write=True, atomic=True, sem=_name(sem, _SEM),
-                               scope=_name(scope, _SCOPE),
-                               perform=lambda: atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope))
+        return heard(functools.partial(atomic_rmw, self, rmwOp, ptr, val, mask, sem, scope), ptr, mask.data, sem,
+                     scope)
 
     def cas_heard(self, ptr, cmp, val, sem, scope):
-        detector = current.detector
-        if detector is None or detector.current is None:
-            return atomic_cas(self, ptr, cmp, val, sem, scope)
-        return detector.access(ptr.data, _bytes(ptr), None, write=True, atomic=True, sem=_name(sem, _SEM),
-                               scope=_name(scope, _SCOPE), perform=lambda: atomic_cas(self, ptr, cmp, val, sem, scope))
+        return heard(functools.partial(atomic_cas, self, ptr, cmp, val, sem, scope), ptr, None, sem, scope)
 
     builder.create_atomic_rmw, builder.create_atomic_cas = rmw_heard, cas_heard
 
