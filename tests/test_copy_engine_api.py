@@ -162,6 +162,8 @@ def _errors_body():
     messages["tiles_len"] = error_message(ctx.put_tiles, [Tile(0, 0, 1, 1, 4, 4, src.data_ptr())], 0, [], [])
     messages["tile_stride"] = error_message(ctx.put_tile, Tile(0, 0, 2, 4, 4, 8, src.data_ptr()), 0, dst.data_ptr(), 8)
     messages["untouched"] = torch.count_nonzero(dst).item() + int(flag.item())
+    # the peer's put below writes into this dst once its gate opens: the count above must be done first
+    ctx.barrier()
     # a wait that nobody releases: the blocking put gives up with the context's timeout instead of hanging
     messages["timeout"] = error_message(ctx.put, src, (rank + 1) % world, dst, wait_flag=gate.data_ptr(),
                                         wait_value=1, channel=1)

@@ -219,15 +219,16 @@ def _stale_map_body():
     start = time.monotonic()
     refused = error_message(iris.wrap_symmetric, tensor, bases)
     seconds = time.monotonic() - start
-    untouched = torch.equal(tensor, torch.full((64,), rank + 1.0)) and torch.equal(other,
-                                                                                torch.full((64,), 100.0 + rank))
+    dev = ctx.get_device()
+    untouched = torch.equal(tensor, torch.full((64,), rank + 1.0, device=dev)) and \
+        torch.equal(other, torch.full((64,), 100.0 + rank, device=dev))
     del first
     right = iris.wrap_symmetric(tensor, bases)
     reused = iris.wrap_symmetric(tensor, bases) is right
-    out = torch.full((64,), -7.0)
+    out = torch.full((64,), -7.0, device=dev)
     ctx.ccl.all_reduce(out, tensor)
     ctx.barrier()
-    total = torch.equal(out, torch.full((64,), sum(r + 1.0 for r in range(world))))
+    total = torch.equal(out, torch.full((64,), sum(r + 1.0 for r in range(world)), device=dev))
     del right, memory, other_memory
     return refused, seconds, untouched, reused, total
 
@@ -262,10 +263,11 @@ def _closed_rooms_body():
     n, rows, hidden, m, k = 8 * world, 4, 32, 8 * world, 16 * world
     t, out, piece = ctx.ones(n), ctx.zeros(n), ctx.zeros(n // world)
     square, square_out = ctx.ones(rows, 4 * world), ctx.zeros(rows, 4 * world)
-    x, residual, weight = ctx.ones(rows, hidden), ctx.ones(rows, hidden), torch.ones(hidden)
+    dev = ctx.get_device()
+    x, residual, weight = ctx.ones(rows, hidden), ctx.ones(rows, hidden), torch.ones(hidden, device=dev)
     normed, residual_out = ctx.zeros(rows, hidden), ctx.zeros(rows, hidden)
-    a_cols, b_rows = torch.ones(m, k // world), torch.ones(k // world, hidden)
-    a_rows, b = torch.ones(m // world, k), torch.ones(k, hidden)
+    a_cols, b_rows = torch.ones(m, k // world, device=dev), torch.ones(k // world, hidden, device=dev)
+    a_rows, b = torch.ones(m // world, k, device=dev), torch.ones(k, hidden, device=dev)
     full_out, slice_out = ctx.zeros(m, hidden), ctx.zeros(m // world, hidden)
     ctx.tracing.enable(64)
     rooms = {"ctx": ctx, "ccl": ctx.ccl, "ops": ctx.ops, "provider": ctx.provider, "tracing": ctx.tracing,
@@ -313,7 +315,7 @@ def _closed_rooms_body():
                 found[f"{room_name}.{name}"] = "missing from the test's arguments"
                 continue
             found[f"{room_name}.{name}"] = error_message(method, *arguments[room_name][name])
-    return found, time.monotonic() - start, torch.equal(out, torch.zeros(n)), torch.equal(t, torch.ones(n))
+    return found, time.monotonic() - start, torch.equal(out, torch.zeros(n, device=dev)), torch.equal(t, torch.ones(n, device=dev))
 
 
 def test_a_closed_context_refuses_every_method(pools):
@@ -633,7 +635,7 @@ def _fused_case(ctx, case):
         return lambda: ops.matmul_all_gather(out, a, b, config=fused), [out]
     if case in ("all_gather_matmul", "all_gather_matmul copy engine"):  # peers write the gathered workspace
         config = iris.ops.OpsConfig(variant="fused", copy_engine=case.endswith("engine"), **TILE)
-        out = torch.full((M, N), -7.0)
+        out = torch.full((M, N), -7.0, device=ctx.get_device())
         a, b = ctx.full((M_LOCAL, K), rank + 1.0), ctx.full((K, N), 1.0)
         _extra(ctx)
         return lambda: ops.all_gather_matmul(out, a, b, config=config), [out]
@@ -643,15 +645,16 @@ def _fused_case(ctx, case):
         if case == "matmul_all_reduce":
             out = ctx.full((M, N), -7.0)
             return lambda: ops.matmul_all_reduce(out, a, b, config=fused), [out]
-        out = torch.full((M_LOCAL, N), -7.0)
+        out = torch.full((M_LOCAL, N), -7.0, device=ctx.get_device())
         return lambda: ops.matmul_reduce_scatter(out, a, b, config=fused), [out]
     if case == "moe_dispatch":  # peers write the dispatcher's count table, rows and origins
         _extra(ctx)
         d = ctx.ccl.moe_dispatcher(20, 4, 2, 4)
         d._buf.fill_(-7.0)
-        tokens = torch.full((4, 20), rank + 1.0, dtype=torch.bfloat16)
-        idx = torch.tensor([[0, 1], [1, 2], [2, 3], [3, 0]], dtype=torch.int32)
-        weights = torch.full((4, 2), 0.5)
+        dev = ctx.get_device()
+        tokens = torch.full((4, 20), rank + 1.0, dtype=torch.bfloat16, device=dev)
+        idx = torch.tensor([[0, 1], [1, 2], [2, 3], [3, 0]], dtype=torch.int32, device=dev)
+        weights = torch.full((4, 2), 0.5, device=dev)
         return lambda: d.dispatch(tokens, idx, weights), [d._buf, d._meta.slice_sizes, d._meta.slice_offs]
     raise ValueError(case)
 
@@ -661,6 +664,8 @@ def _config_case(ctx, case):
     rank, Config = ctx.get_rank(), iris.ccl.CollectiveConfig
     out, inp = ctx.full((N,), -7.0), ctx.full((N,), rank + 1.0)
     if case == "all_reduce comm_sms":  # rank 0 launches 4 programs, rank 1 two: two of rank 0's have no namesake
+        # (8 Ki elements: enough for 4 programs at the GPU's smallest block of 1024 too)
+        out, inp = ctx.full((8 * 1024,), -7.0), ctx.full((8 * 1024,), rank + 1.0)
         config = Config(comm_sms=4 if rank == 0 else 2)
         return lambda: ctx.ccl.all_reduce(out, inp, config=config), [out, inp]
     if case == "all_reduce algorithm":  # two kernels, one barrier each of a different kind
@@ -736,7 +741,7 @@ def test_collectives_refuse_an_operand_at_another_offset(pools):
     _assert_refused(results, COLLECTIVE_CASES)
     # the message names both calls, alike but for the offsets
     message = results[0]["all_reduce two_shot"][0]
-    assert "rank 0 called ccl.all_reduce(float32[1000], float32[1000], 'sum', 'two_shot') with programs=4" in message
+    assert "rank 0 called ccl.all_reduce(float32[1000], float32[1000], 'sum', 'two_shot') with programs=" in message
     assert "so their tensors lie at different heap offsets" in message, message
 
 
@@ -760,7 +765,8 @@ def test_calls_whose_configs_differ_are_refused(pools):
     results = pools(2).run(_refused_body, _config_case, CONFIG_CASES)
     _assert_refused(results, CONFIG_CASES)
     message = results[1]["all_reduce comm_sms"][0]
-    assert "with programs=2, block=256, but rank 0 called" in message and "with programs=4, block=256" in message
+    assert re.search(r"with programs=2, block=\d+, but rank 0 called", message), message
+    assert re.search(r"rank 0 called ccl.all_reduce\(.*\) with programs=4, block=\d+", message), message
 
 
 def _any_case(ctx, case):
@@ -794,6 +800,15 @@ def test_a_triggered_plan_refuses_buffers_at_other_offsets(pools):
         assert untouched and seconds < 10, (rank, untouched, seconds)
 
 
+def _call_and_check(ctx, call, *args, **kwargs):
+    """``call``; on GPUs also the wait for its kernel and the host check the context's next call makes, which
+    raises what the kernel found (rank 1 makes no call here, so no collective can be that next call)."""
+    call(*args, **kwargs)
+    if ctx.get_device().type == "cuda":
+        torch.cuda.synchronize()
+        ctx.groups.check("ccl.all_reduce", entering=False)
+
+
 def _ahead_body():
     """Rank 0 alone calls, with rank 1's words preset past its count (as if rank 1 had been through the barrier and
     signalled again): the wait cannot compare them and reads the group's summary record, which rank 1 would have
@@ -817,11 +832,13 @@ def _ahead_body():
     if rank == 0:
         one_shot = iris.ccl.CollectiveConfig(algorithm="one_shot")
         flags[:, 1] = 3 << 32  # both barriers of the call find rank 1 a signal or more ahead
-        ran = (error_message(ctx.ccl.all_reduce, out, inp, config=one_shot), bool((out == 3.0).all()))
+        ran = (error_message(_call_and_check, ctx, ctx.ccl.all_reduce, out, inp, config=one_shot),
+               bool((out == 3.0).all()))
         out.fill_(-7.0)
         flags[:, 1] = 5 << 32
         flags[0, 2] = flags[1, 2] = (1 << 62) | (1 << 32) | 123  # the summary and program 0's record
-        refused = (error_message(ctx.ccl.all_reduce, out, inp, config=one_shot), bool((out == -7.0).all()))
+        refused = (error_message(_call_and_check, ctx, ctx.ccl.all_reduce, out, inp, config=one_shot),
+                   bool((out == -7.0).all()))
     ctx._host_barrier()
     return ran, refused
 
