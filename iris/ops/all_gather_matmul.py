@@ -162,8 +162,8 @@ def _all_gather_matmul_engines_kernel(a, gathered, gathered_rows, b, out, stride
         # peers' previous call no longer reads their gathered A: the copy engines may write it (on a mismatch go
         # stays 0, so no copy leaves: the side stream waits until the context is given up)
         ok = open_call(program_row(flags, world_size), heap_bases, members, rank, GROUP_SIZE, match)[1]
-        if ok:
-            tl.atomic_xchg(go, 1, sem="relaxed", scope="sys")
+        if ok:  # a release: what the peers did before their barrier (clearing their flags) precedes our copies
+            tl.atomic_xchg(go, 1, sem="release", scope="sys")
         _publish_verdict(call + 2, epoch, ok)
     # every program learns the verdict before it stores a tile
     if _verdict(call + 2, epoch, rank):
