@@ -145,6 +145,108 @@ def test_cached_launches_match_the_general_path(pools):
     assert not fails, "\n".join(fails)
 
 
+def _fused_calls_body():
+    """Each fused op twice on fresh operands and poisoned outputs: the second call a remembered launch, both
+    right; then a change of what the launch was built for (a strided A, a B at another dtype, out at another
+    offset, another shape of the op's workspaces in between) misses and is right again."""
+    from iris.ops import OpsConfig
+    from iris.ops import reference as ref_fused
+
+    ctx = new_context(1 << 24)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    cache, fails = ctx.launches, []
+    config = OpsConfig(variant="fused", copy_engine=False, block_m=32, block_n=32, block_k=32)
+    m_local, n_local, k = 32, 32, 40
+    m, n = world * m_local, world * n_local
+
+    def ranks_data(shape, salt, dtype=torch.float32):
+        return [_data(r, shape, dtype, salt) for r in range(world)]
+
+    def strided(x):  # the same values as a view with another row stride
+        wide = torch.full((x.shape[0], x.shape[1] + 8), float("nan"), dtype=x.dtype, device=dev)
+        wide[:, :x.shape[1]] = x
+        return wide[:, :x.shape[1]]
+
+    def matmul_all_gather(salt, a_view=lambda x: x, offset=0):
+        a, bs = _data(0, (m, k), torch.float32, salt), ranks_data((k, n_local), salt + 1)
+        out = ctx.empty(offset + m * n)[offset:].view(m, n).fill_(float("nan"))
+        ctx.barrier()
+        ctx.ops.matmul_all_gather(out, a_view(a.to(dev)), bs[rank].to(dev), config=config)
+        ctx.barrier()
+        return _close(out, ref_fused.matmul_all_gather(a, bs))
+
+    def all_gather_matmul(salt, a_view=lambda x: x, dtype=torch.float32):
+        a_rows, b = ranks_data((m_local, k), salt, dtype), _data(0, (k, n), dtype, salt + 1)
+        out = torch.full((m, n), float("nan"), dtype=dtype, device=dev)
+        ctx.barrier()
+        ctx.ops.all_gather_matmul(out, a_view(a_rows[rank].to(dev)), b.to(dev), config=config)
+        ctx.barrier()
+        return _close(out, ref_fused.all_gather_matmul(a_rows, b))
+
+    def reduce_op(name):
+        def check(salt, a_view=lambda x: x, offset=0):
+            a_k, b_k = ranks_data((m, k), salt), ranks_data((k, n), salt + 1)
+            if name == "matmul_all_reduce":
+                out = ctx.empty(offset + m * n)[offset:].view(m, n).fill_(float("nan"))
+                ref = ref_fused.matmul_all_reduce(a_k, b_k)
+            else:
+                out = torch.full((m_local, n), float("nan"), device=dev)
+                ref = ref_fused.matmul_reduce_scatter(a_k, b_k, rank)
+            ctx.barrier()
+            getattr(ctx.ops, name)(out, a_view(a_k[rank].to(dev)), b_k[rank].to(dev), config=config)
+            ctx.barrier()
+            return _close(out, ref)
+        return check
+
+    cases = {"matmul_all_gather": matmul_all_gather, "all_gather_matmul": all_gather_matmul,
+             "matmul_all_reduce": reduce_op("matmul_all_reduce"),
+             "matmul_reduce_scatter": reduce_op("matmul_reduce_scatter")}
+    changes = {  # (what changes, the op, its keyword arguments)
+        "a strided A": ("matmul_all_gather", dict(a_view=strided)),
+        "out at another offset": ("matmul_all_gather", dict(offset=4)),
+        "fp16 operands": ("all_gather_matmul", dict(dtype=torch.float16)),
+        "a strided A (reduce)": ("matmul_all_reduce", dict(a_view=strided)),
+        "out misaligned (reduce)": ("matmul_all_reduce", dict(offset=1)),
+    }
+    for round_, (name, check) in enumerate(cases.items()):
+        for call in range(2):
+            hits = cache.hits
+            if not check(10 * round_ + call):
+                fails.append(f"rank {rank}: {name} call {call}: wrong result")
+            if (cache.hits > hits) != (call == 1):
+                fails.append(f"rank {rank}: {name} call {call}: hit={cache.hits > hits}")
+    for what, (name, kwargs) in changes.items():
+        hits = cache.hits
+        if not cases[name](77, **kwargs):
+            fails.append(f"rank {rank}: {what}: wrong result")
+        if cache.hits > hits:
+            fails.append(f"rank {rank}: {what}: a remembered launch was taken")
+    # matmul_all_gather's flags handed out at another shape (zeroed, as a call of another shape would), then the
+    # first shape again: a miss (the flags must be zeroed at its shape again), right; and the call after a hit
+    ctx.workspaces.get("matmul_all_gather.part_flags", list(range(world)), (999,), torch.int32, zero=True)
+    for call in range(2):
+        hits = cache.hits
+        if not matmul_all_gather(91 + call):
+            fails.append(f"rank {rank}: matmul_all_gather after another shape, call {call}: wrong result")
+        if (cache.hits > hits) != (call == 1):
+            fails.append(f"rank {rank}: matmul_all_gather after another shape, call {call}: hit={cache.hits > hits}")
+    # a hit still refuses an out off the heap where peers store into it
+    a, b = torch.ones(m, k // world * world, device=dev), torch.ones(k // world * world, n, device=dev)
+    on_heap = ctx.empty(m, n)
+    ctx.ops.matmul_all_reduce(on_heap, a, b, config=config)
+    ctx.ops.matmul_all_reduce(on_heap, a, b, config=config)
+    message = error_message(ctx.ops.matmul_all_reduce, torch.empty(m, n, device=dev), a, b, config=config)
+    if "heap" not in message:
+        fails.append(f"rank {rank}: an off-heap out on a remembered key: {message}")
+    ctx.barrier()
+    return fails
+
+
+def test_fused_ops_remember_their_launches(pools):
+    fails = [f for fs in pools(2).run(_fused_calls_body) for f in fs]
+    assert not fails, "\n".join(fails)
+
+
 def test_keys_tell_calls_apart():
     """Everything a launch depends on is in the key; what it does not depend on (the data, the address beyond
     its alignment) is not."""

@@ -61,7 +61,7 @@ def checking(config):
 
 def key_of(name, group, config, tensors, *extra):
     """The key of a call on ``tensors`` (a tuple) with ``extra`` (hashable: an op name, an eps) under ``group`` and
-    ``config``: each tensor's shape, dtype, contiguity and 16-byte alignment, which tensors start where another
+    ``config``: each tensor's shape, dtype, device, contiguity and 16-byte alignment, which tensors start where another
     does (in place), and the ids. None when the call is not cached: check mode, or an argument not a tensor (the
     general path then raises its error)."""
     if checking(config):
@@ -77,7 +77,8 @@ def key_of(name, group, config, tensors, *extra):
         # Triton specialises a pointer on its 16-byte alignment (vector widths); the address mod 16, not only
         # whether it is 0, since a launch may pass an offset into the tensor (``SlicedLaunch``)
         start = t.data_ptr()
-        key += (t.shape, t.dtype, t.is_contiguous(), start & 15, starts.index(start) if start in starts else -1)
+        key += (t.shape, t.dtype, t.device, t.is_contiguous(), start & 15,
+                starts.index(start) if start in starts else -1)
         starts.append(start)
     return tuple(key)
 
@@ -137,6 +138,20 @@ class Launch:
         self._tail = tuple(tail)
         self._device = private.current_device()
         self._direct = (launcher[0], launcher[1], grid[0], grid[1], grid[2])
+
+
+class OperandLaunch(Launch):
+    """A ``Launch`` whose leading arguments ``operands(*tensors)`` makes per call from the call's tensors: a fused
+    op's TMA descriptors, which hold the tensor's address and so cannot be stored."""
+
+    __slots__ = ("operands",)
+
+    def __init__(self, kernel, grid, static, meta, operands):
+        super().__init__(kernel, grid, static, meta)
+        self.operands = operands
+
+    def __call__(self, *tensors):
+        super().__call__(*self.operands(*tensors))
 
 
 class SlicedLaunch(Launch):

@@ -4,6 +4,7 @@
 import torch
 import triton
 
+from iris.host import launches
 from iris.ops.config import FusedConfig, OpsConfig
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -18,6 +19,31 @@ def resolve_config(config, caller):
         raise TypeError(f"{caller}: config must be an iris.ops.OpsConfig (or upstream's iris.ops.FusedConfig), "
                         f"got {type(config).__name__}")
     return config
+
+
+def launch_key(ctx, caller, group, config, tensors):
+    """The key a fused op's launch on the SMs is remembered under (``iris/host/launches.py``): the collectives' key
+    of ``tensors`` (shapes, dtypes, aliasing, alignment, group, config) with their strides (the kernels take them
+    as arguments) and the workspaces' generation (the launch holds views of them, which a
+    growth or another shape replaces or must zero again). None, so never remembered, for upstream's config, a
+    plain dataclass a caller may change between calls."""
+    if (config is not None and type(config) is not OpsConfig) or ctx.tracing.enabled:  # tracing: its buffers too
+        return None
+    key = launches.key_of(caller, group, config, tensors, ctx.workspaces.generation)
+    return None if key is None else key + tuple(t.stride() for t in tensors)
+
+
+def remembered(ctx, key, group, config, tensors, bias, caller):
+    """Launch the fused op stored under ``key`` (a hit: the checks the key cannot answer, then the compiled
+    kernel) and add ``bias``: the op's result; None on a miss, where the general path runs."""
+    if ctx.launches.run(ctx, key, group, config, tensors):
+        return add_bias(ctx, tensors[0], bias, caller)
+    return None
+
+
+def span_bytes(tensor):
+    """Bytes from ``tensor``'s first element to the end of its last (a strided 2-D view's rows and the gaps between)."""
+    return (sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride())) + 1) * tensor.element_size()
 
 
 def check_operands(caller, out, a, b):

@@ -14,8 +14,6 @@ once its count is full (``iris/host/copy_engine/queue.py``), so the SMs spend no
 wave's tiles still leave from the SMs, which then have nothing else to do.
 """
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
@@ -24,6 +22,7 @@ from iris.ccl.common import fingerprint
 from iris.device.group import program_row, store_to_group
 from iris.device.sync import call_match, count_published, group_barrier, open_call
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
+from iris.host import launches
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.ops.upstream_layouts import is_row_sharded, matmul_all_gather_rows
@@ -171,7 +170,11 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         ref = torch.cat([A @ B_r for r in group], dim=1) + bias      # ours
         ref = torch.cat([A_r @ B for r in group], dim=0)             # upstream's
     """
-    caller = "ops.matmul_all_gather"
+    caller, given = "ops.matmul_all_gather", config
+    done = common.remembered(ctx, common.launch_key(ctx, caller, group, given, (out, a, b)), group, given,
+                             (out, a, b), bias, caller)
+    if done is not None:
+        return done
     config = common.resolve_config(config, caller)
     if is_row_sharded(out, a, b, ctx.group_sync(group, caller).size):
         return matmul_all_gather_rows(ctx, out, a, b, bias, group, config, caller)
@@ -219,17 +222,21 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
                                                                   group_m=config.group_m,
                                                                   engine_bands=len(engine_bands) if copy_engine else 0),
                             sync=sync)
-    with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
-        _matmul_all_gather_kernel[(programs,)](
-            operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
-            (M, n_local, K), sync.args(ctx, described, (ctx.heap_bases, outs)),
-            ctx.tracing.device_args(),
-            (partials, part_flags, full, stream),
-            (band_counts, band_cols, sum(band.tiles for band in engine_bands)), GROUP_SIZE=sync.size,
-            TILE=(block_m, block_n, block_k, config.group_m), VEC=common.row_vector_width(out, n_local),
-            TRACE=ctx.tracing.enabled, TMA=tma, COPY_ENGINE=copy_engine, WARPS=config.num_warps,
-            num_warps=config.num_warps, num_stages=config.stages())
-    if schedule:
+    launch = launches.OperandLaunch(
+        _matmul_all_gather_kernel, (programs,),
+        (strides(a, b, out), (M, n_local, K), sync.args(ctx, described, (ctx.heap_bases, outs)),
+         ctx.tracing.device_args(), (partials, part_flags, full, stream),
+         (band_counts, band_cols, sum(band.tiles for band in engine_bands))),
+        dict(GROUP_SIZE=sync.size, TILE=(block_m, block_n, block_k, config.group_m),
+             VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, COPY_ENGINE=copy_engine,
+             WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages()),
+        lambda out, a, b: (operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out))
+    if schedule:  # the copy engines' queue is per call: never remembered
+        with schedule.launch(band_counts):
+            launch(out, a, b)
         schedule.join(arrived=sent)
+    else:
+        ctx.launches.put(common.launch_key(ctx, caller, group, given, (out, a, b)), group, given, launch,
+                         symmetric=((0, common.span_bytes(out), outs),))(out, a, b)
     return common.add_bias(ctx, out, bias, caller)
 

@@ -30,8 +30,6 @@ all_reduce then stores its reduced tiles locally, counted per band too, and the 
 into the peers' ``out``; only the walk's last wave, which finishes with the GEMM, is pushed from the SMs.
 """
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
@@ -42,6 +40,7 @@ from iris.device.group import program_row, store_to_group
 from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, call_match, count_published, finish_call, group_barrier, open_call, wait_until
+from iris.host import launches
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.host.copy_engine.schedule import CopySchedule, bands_before, copy_sms, output_bands
@@ -253,8 +252,9 @@ def _walk_order(all_reduce, programs, group_size, own_tiles):
     return 0 if all_reduce else min(2 * programs // group_size, own_tiles)
 
 
-def _run(ctx, caller, out, a, b, group, config, all_reduce):
-    """Fused kernel or bulk pair, whichever ``config`` and the shape call for."""
+def _run(ctx, caller, out, a, b, group, config, all_reduce, given):
+    """Fused kernel or bulk pair, whichever ``config`` and the shape call for; a fused launch on the SMs is
+    remembered under ``given`` (the config object the caller passed)."""
     sync = ctx.group_sync(group, caller)
     M, N = a.shape[0], b.shape[1]
     m_local = common.divisible(caller, "M (rows of A)", M, sync.size)
@@ -324,19 +324,23 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce):
                                                                   group_m=config.group_m, lag=lag,
                                                                   copy_engine=copy_engine, out_bands=len(out_bands)),
                             sync=sync)
-    with schedule.launch(band_counts) if schedule else contextlib.nullcontext():
-        _matmul_reduce_kernel[(programs,)](
-            operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out, strides(a, b, out),
-            (m_local, N, a.shape[1]), sync.args(ctx, described),
-            (staging, tile_flags, call, lag),
-            (outbox, band_counts, band_flags, band_cols, sum(band.tiles for band in out_bands)), GROUP_SIZE=sync.size,
-            TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, ALL_REDUCE=all_reduce,
-            VEC=(common.row_vector_width(staging[0]), common.row_vector_width(out)), COPY_ENGINE=copy_engine,
-            WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages())
-    if schedule:
+    launch = launches.OperandLaunch(
+        _matmul_reduce_kernel, (programs,),
+        (strides(a, b, out), (m_local, N, a.shape[1]), sync.args(ctx, described), (staging, tile_flags, call, lag),
+         (outbox, band_counts, band_flags, band_cols, sum(band.tiles for band in out_bands))),
+        dict(GROUP_SIZE=sync.size, TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, ALL_REDUCE=all_reduce,
+             VEC=(common.row_vector_width(staging[0]), common.row_vector_width(out)), COPY_ENGINE=copy_engine,
+             WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages()),
+        lambda out, a, b: (operand(a, (block_m, block_k), tma), operand(b, (block_k, block_n), tma), out))
+    if schedule:  # the copy engines' queue is per call: never remembered
+        with schedule.launch(band_counts):
+            launch(out, a, b)
         # our outbox is free again once the side stream has copied it; all_reduce's out is whole once every peer's
         # side stream has copied its bands here; the band flags on our heap, all seen by the kernel, are cleared
         schedule.join(arrived=sent, consumed=[band_flags])
+    else:  # all_reduce's peers store into out: a hit must find it in the heap again
+        ctx.launches.put(common.launch_key(ctx, caller, group, given, (out, a, b)), group, given, launch,
+                         symmetric=((0, common.span_bytes(out), ctx.heap_bases),) if all_reduce else ())(out, a, b)
     return out
 
 
@@ -365,11 +369,15 @@ def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
 
         ref = sum(A_r @ B_r for r in group) + bias
     """
-    caller = "ops.matmul_all_reduce"
+    caller, given = "ops.matmul_all_reduce", config
+    done = common.remembered(ctx, common.launch_key(ctx, caller, group, given, (out, a, b)), group, given,
+                             (out, a, b), bias, caller)
+    if done is not None:
+        return done
     config = common.resolve_config(config, caller)
     common.check_operands(caller, out, a, b)
     common.expect_shape(caller, "out", out, (a.shape[0], b.shape[1]), "[A rows, B columns]")
-    _run(ctx, caller, out, a, b, group, config, all_reduce=True)
+    _run(ctx, caller, out, a, b, group, config, all_reduce=True, given=given)
     return common.add_bias(ctx, out, bias, caller)
 
 
@@ -379,11 +387,15 @@ def matmul_reduce_scatter(ctx, out, a, b, bias=None, group=None, config=None):
 
         ref = sum(A_r @ B_r for r in group).chunk(W)[group_rank] + bias
     """
-    caller = "ops.matmul_reduce_scatter"
+    caller, given = "ops.matmul_reduce_scatter", config
+    done = common.remembered(ctx, common.launch_key(ctx, caller, group, given, (out, a, b)), group, given,
+                             (out, a, b), bias, caller)
+    if done is not None:
+        return done
     config = common.resolve_config(config, caller)
     common.check_operands(caller, out, a, b)
     size = ctx.group_sync(group, caller).size
     m_local = common.divisible(caller, "M (rows of A)", a.shape[0], size)
     common.expect_shape(caller, "out", out, (m_local, b.shape[1]), f"[A rows / group size {size}, B columns]")
-    _run(ctx, caller, out, a, b, group, config, all_reduce=False)
+    _run(ctx, caller, out, a, b, group, config, all_reduce=False, given=given)
     return common.add_bias(ctx, out, bias, caller)

@@ -49,6 +49,9 @@ class Workspaces:
         self._watched = {}  # ranks -> how many live ProcessGroups of those ranks
         self._gone = collections.deque()  # ranks whose last ProcessGroup was collected (appended by finalizers)
         self._gone_here = set()  # those, waiting for every member to report the same
+        # Advanced whenever a buffer is made, grown or dropped, or a zeroed view is handed out at a new shape: a
+        # launch remembered with views of these buffers (the fused ops') is taken again only at the same value
+        self.generation = 0
         ctx.heap.ride("workspaces.gone", self._report_gone, self._release_agreed)
 
     def get(self, name, ranks, shape, dtype, zero=False):
@@ -66,6 +69,7 @@ class Workspaces:
         if zero and (made or self._shapes.get(key) != (tuple(shape), dtype)):
             view.zero_()
             self._shapes[key] = (tuple(shape), dtype)
+            self.generation += 1
         return view
 
     def peer_flags(self, name, ranks, width, stable=False):
@@ -122,6 +126,7 @@ class Workspaces:
 
     # ------------------------------------------------------------------ internals
     def _make(self, key, nbytes):
+        self.generation += 1
         size = max(MIN_BYTES, triton.next_power_of_2(nbytes))
         world = list(key[1]) == list(range(self.ctx.num_ranks))
         graph = capture.current(self.ctx.get_device())
@@ -144,6 +149,7 @@ class Workspaces:
         return buffer
 
     def _drop(self, key):
+        self.generation += 1
         self._unregister(key)
         if self.buffers.pop(key, None) is not None and key in self._offsets:
             self._area.release(self._offsets.pop(key))
