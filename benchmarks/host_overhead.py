@@ -17,7 +17,8 @@ one-shot all-reduce), all_gather and reduce_scatter at 8 KiB per rank, all_reduc
 ``torch.ops.iris.all_reduce`` at 8 KiB (against NCCL's ``dist.all_reduce``), ``ctx.empty`` at 1 KiB / 64 KiB / 1 MiB
 / 64 MiB against ``torch.empty``, a copy-engine ``ctx.put`` of 4 KiB against ``Tensor.copy_`` of the same bytes into
 the peer's heap, one ``put_tiles`` of 64 tiles of 64 KiB against 64 bare ``cuMemcpy2DAsync`` calls (the driver's
-own cost of the tiles one by one; per call, divide by 64 for a tile), and the "launch floor": a kernel that does
+own cost of the tiles one by one; per call, divide by 64 for a tile), ``ops.matmul_all_gather`` 4096^3 bf16 eager
+and replayed from a CUDA graph against cuBLAS's matmul of the same flops, and the "launch floor": a kernel that does
 nothing, with the one-shot all_reduce's parameters (two tensors, the size, the group's sync tuple, five constexprs),
 launched the way a remembered launch is (``iris/host/launches.py``: Triton's compiled launcher called directly) and
 through ``kernel[grid]`` (Triton's ``JITFunction.run``). What a collective costs above the first row is ours.
@@ -159,7 +160,45 @@ def _calls(ctx, nccl, iris_group, quick):
         "Tensor.copy_": lambda: theirs.copy_(src),
     }
     calls[f"put_tiles {TILES} x 64 KiB (per call)"] = _tiles(ctx, peer)
+    calls.update(_fused(ctx, quick))
     return calls
+
+
+def _fused(ctx, quick):
+    """matmul_all_gather's fused kernel on the SMs, eager (a remembered launch from the third call) and replayed from
+    a CUDA graph, beside cuBLAS's matmul of this rank's block (the same flops)."""
+    from iris.ops import OpsConfig
+
+    dev, world = ctx.get_device(), ctx.get_num_ranks()
+    size = 64 if quick else 4096
+    tiles = dict(block_m=32, block_n=32, block_k=32) if quick else {}
+    config = OpsConfig(variant="fused", copy_engine=False, **tiles)
+    a = torch.randn(size, size, dtype=torch.bfloat16, device=dev)
+    b = torch.randn(size, size // world, dtype=torch.bfloat16, device=dev)
+    out, local = ctx.empty(size, size, dtype=torch.bfloat16), torch.empty(size, size // world, dtype=torch.bfloat16,
+                                                                          device=dev)
+
+    def eager():
+        ctx.ops.matmul_all_gather(out, a, b, config=config)
+
+    return {f"matmul_all_gather {size}^3 bf16": {
+        "iris eager": eager,
+        "iris graphed": _graphed(eager, dev),
+        "cuBLAS matmul": lambda: torch.matmul(a, b, out=local),
+    }}
+
+
+def _graphed(fn, dev):
+    """``fn`` captured into a CUDA graph (after two eager calls), as its replay; a reason on the cpu backend."""
+    if dev.type != "cuda":
+        return "CUDA graphs need a GPU"
+    fn()
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
 
 TILES, TILE = 64, 128  # put_tiles' row: 64 tiles of 128 x 128 fp32 (64 KiB each) of a 1024 x 1024 matrix

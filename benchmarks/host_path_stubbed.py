@@ -3,7 +3,8 @@ dispatch, the copy engine's Python), not the device's.
 
     PYTHONPATH=$PWD python benchmarks/host_path_stubbed.py        # the cpu backend, world size 1
 
-- collectives and the torch bindings: every remembered launch's C launcher replaced by a function that does nothing;
+- collectives, the fused ops (their launch on the SMs) and the torch bindings: every remembered launch's C launcher
+  replaced by a function that does nothing;
 - copy-engine puts: every lane a CUDA lane (``iris/host/copy_engine/lanes.py``) over a null stream, and the driver a
   library of functions that return at once (compiled here with ``cc``; without a compiler, Python functions that do
   nothing, which leaves out the ctypes calls), so a put runs the Python and the ctypes calls it runs on GPUs;
@@ -28,6 +29,7 @@ import torch.distributed as dist
 import iris
 import iris.compile as iris_compile
 import iris.distributed as iris_distributed
+from iris.ops import OpsConfig
 from iris.copy_engine import Tile
 from iris.host.copy_engine import lanes
 from iris.platform import cuda_driver, private
@@ -124,6 +126,16 @@ def main():
         "dist.all_reduce, iris backend": lambda: dist.all_reduce(plain, group=group),
         "torch.ops.iris.all_reduce": lambda: torch.ops.iris.all_reduce(plain),
     }
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    fused = OpsConfig(variant="fused", copy_engine=False, block_m=32, block_n=32, block_k=32)
+    heap_out, plain_out = ctx.empty(64, 64), torch.empty(64, 64)
+    fused_calls = {  # 64 x 64 x 64 fp32: the matmul anchor's own time is small beside a host path
+        "ctx.ops.matmul_all_gather 64^3": lambda: ctx.ops.matmul_all_gather(heap_out, a, b, config=fused),
+        "ctx.ops.all_gather_matmul 64^3": lambda: ctx.ops.all_gather_matmul(plain_out, a, b, config=fused),
+        "ctx.ops.matmul_all_reduce 64^3": lambda: ctx.ops.matmul_all_reduce(heap_out, a, b, config=fused),
+        "ctx.ops.matmul_reduce_scatter 64^3": lambda: ctx.ops.matmul_reduce_scatter(plain_out, a, b, config=fused),
+    }
+    calls.update(fused_calls)
     for fn in calls.values():  # compile and remember
         fn()
         fn()
@@ -131,9 +143,11 @@ def main():
     driver = _stub_lanes(ctx)
     ctx.groups.on_mismatch = None  # what GPUs do per call (the module docstring)
     rows = [(name, _median_us(fn), "dist.all_reduce, gloo (real)" if "all_reduce" in name else "", None)
-            for name, fn in calls.items()]
+            for name, fn in calls.items() if name not in fused_calls]
     gloo = _median_us(lambda: dist.all_reduce(plain))
     rows = [(name, us, anchor, gloo if anchor else None) for name, us, anchor, _ in rows]
+    matmul = _median_us(lambda: torch.matmul(a, b, out=plain_out))
+    rows += [(name, _median_us(fn), "torch.matmul 64^3 (real)", matmul) for name, fn in fused_calls.items()]
     for nbytes, label in ((1 << 10, "1 KiB"), (1 << 20, "1 MiB"), (64 << 20, "64 MiB")):
         rows.append((f"ctx.empty {label}", _median_us(lambda: ctx.empty(nbytes, dtype=torch.uint8)),
                      f"torch.empty {label}", _median_us(lambda: torch.empty(nbytes, dtype=torch.uint8))))

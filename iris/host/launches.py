@@ -184,7 +184,7 @@ class LaunchCache:
         names it) each entry keeps from its general path and each hit puts back."""
         self.groups = groups
         self.limit = limit
-        self._entries = {}  # key -> (launch, group weakref or _none, config, symmetric, text)
+        self._entries = {}  # key -> (launch, group weakref or _none, config, symmetric, text, guard)
         self.hits = self.misses = 0
 
     def _entry(self, key, group, config):
@@ -201,16 +201,17 @@ class LaunchCache:
         entry = self._entry(key, group, config)
         return None if entry is None else entry[0]
 
-    def put(self, key, group, config, launch, symmetric=()):
+    def put(self, key, group, config, launch, symmetric=(), guard=None):
         """Store ``launch`` under ``key`` (nothing when the key is None) and return it. ``symmetric``: (index, bytes,
         table) of each tensor peers reach, where ``table`` is the bases table the launch translates it with
         (``ctx.symmetric_table``): a hit must find the tensor in that table's allocation again (the heap, or the
-        same live map of another provider; a tensor elsewhere takes the general path, which stores its own)."""
+        same live map of another provider; a tensor elsewhere takes the general path, which stores its own).
+        ``guard``: a function that must return True for a hit (what the launch holds beyond the key is unchanged)."""
         if key is not None:
             if len(self._entries) >= self.limit:
                 self._entries.clear()
             self._entries[key] = (launch, _none if group is None else weakref.ref(group), config, tuple(symmetric),
-                                  self.groups.last_text)
+                                  self.groups.last_text, guard)
         return launch
 
     def run(self, ctx, key, group, config, tensors):
@@ -222,13 +223,16 @@ class LaunchCache:
         if entry is None:
             self.misses += 1
             return False
-        launch, _, _, symmetric, text = entry
+        launch, _, _, symmetric, text, guard = entry
         ctx.groups.check(key[0])
         ctx.groups.last_text = text
         for index, nbytes, table in symmetric:
             if not _in_allocation(ctx, tensors[index], nbytes, table):
                 self.misses += 1
                 return False
+        if guard is not None and not guard():
+            self.misses += 1
+            return False
         self.hits += 1
         launch(*tensors)
         return True

@@ -268,7 +268,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
     described = fingerprint(ctx, caller, (a, b, out), launch=dict(programs=programs, comm=comm,
                                                                   tile=(block_m, block_n, block_k),
                                                                   group_m=config.group_m), sync=sync)
-    gathered_operand = operand(gathered, (block_m, block_k), tma)  # a workspace: the key's generation holds it
+    gathered_operand = operand(gathered, (block_m, block_k), tma)  # a workspace: the stamp below guards it
     launch = launches.OperandLaunch(
         _all_gather_matmul_kernel, (programs,), ((m_local, N, K), sync.args(ctx, described), ready, call),
         dict(GROUP_SIZE=sync.size, COMM_PROGRAMS=comm, TILE=(block_m, block_n, block_k, config.group_m), COPY_K=COPY_K,
@@ -276,7 +276,8 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         lambda out, a, b: (operand(a, (block_m, block_k), tma), a, gathered_operand, gathered,
                            operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma),
                            strides(a, b, out)))
-    ctx.launches.put(common.launch_key(ctx, caller, group, given, (out, a, b)), group, given, launch)(out, a, b)
+    common.remember(ctx, caller, group, given, (out, a, b), launch, sync,
+                    ("all_gather_matmul", "all_gather_matmul.ready", "all_gather_matmul.call"))(out, a, b)
     return common.add_bias(ctx, out, bias, caller)
 
 

@@ -24,13 +24,22 @@ def resolve_config(config, caller):
 def launch_key(ctx, caller, group, config, tensors):
     """The key a fused op's launch on the SMs is remembered under (``iris/host/launches.py``): the collectives' key
     of ``tensors`` (shapes, dtypes, aliasing, alignment, group, config) with their strides (the kernels take them
-    as arguments) and the workspaces' generation (the launch holds views of them, which a
-    growth or another shape replaces or must zero again). None, so never remembered, for upstream's config, a
-    plain dataclass a caller may change between calls."""
-    if (config is not None and type(config) is not OpsConfig) or ctx.tracing.enabled:  # tracing: its buffers too
+    as arguments). None, so never remembered, for upstream's config (a plain dataclass a caller may change between
+    calls) and while tracing (the launch would hold the trace's buffers)."""
+    if (config is not None and type(config) is not OpsConfig) or ctx.tracing.enabled:
         return None
-    key = launches.key_of(caller, group, config, tensors, ctx.workspaces.generation)
+    key = launches.key_of(caller, group, config, tensors)
     return None if key is None else key + tuple(t.stride() for t in tensors)
+
+
+def remember(ctx, caller, group, config, tensors, launch, sync, workspaces, symmetric=()):
+    """Store ``launch`` of the fused op's general path for the calls to come (``launch_key``) and return it. It
+    holds views of the op's ``workspaces`` (their names): a hit needs them unchanged (not grown, dropped, or
+    handed out zeroed at another shape since, which a call of another shape does: such a call is a miss)."""
+    ranks = tuple(sync.ranks)
+    stamp = ctx.workspaces.stamp(workspaces, ranks)
+    return ctx.launches.put(launch_key(ctx, caller, group, config, tensors), group, config, launch,
+                            symmetric=symmetric, guard=lambda: ctx.workspaces.stamp(workspaces, ranks) == stamp)
 
 
 def remembered(ctx, key, group, config, tensors, bias, caller):

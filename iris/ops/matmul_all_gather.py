@@ -236,7 +236,8 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
             launch(out, a, b)
         schedule.join(arrived=sent)
     else:
-        ctx.launches.put(common.launch_key(ctx, caller, group, given, (out, a, b)), group, given, launch,
-                         symmetric=((0, common.span_bytes(out), outs),))(out, a, b)
+        common.remember(ctx, caller, group, given, (out, a, b), launch, sync,
+                        ("matmul_all_gather.partials", "matmul_all_gather.part_flags"),
+                        symmetric=((0, common.span_bytes(out), outs),))(out, a, b)
     return common.add_bias(ctx, out, bias, caller)
 

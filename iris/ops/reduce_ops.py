@@ -339,8 +339,9 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce, given):
         # side stream has copied its bands here; the band flags on our heap, all seen by the kernel, are cleared
         schedule.join(arrived=sent, consumed=[band_flags])
     else:  # all_reduce's peers store into out: a hit must find it in the heap again
-        ctx.launches.put(common.launch_key(ctx, caller, group, given, (out, a, b)), group, given, launch,
-                         symmetric=((0, common.span_bytes(out), ctx.heap_bases),) if all_reduce else ())(out, a, b)
+        common.remember(ctx, caller, group, given, (out, a, b), launch, sync,
+                        (caller + ".staging", caller + ".flags", caller + ".call"),
+                        symmetric=((0, common.span_bytes(out), ctx.heap_bases),) if all_reduce else ())(out, a, b)
     return out
 
 

@@ -49,9 +49,11 @@ class Workspaces:
         self._watched = {}  # ranks -> how many live ProcessGroups of those ranks
         self._gone = collections.deque()  # ranks whose last ProcessGroup was collected (appended by finalizers)
         self._gone_here = set()  # those, waiting for every member to report the same
-        # Advanced whenever a buffer is made, grown or dropped, or a zeroed view is handed out at a new shape: a
-        # launch remembered with views of these buffers (the fused ops') is taken again only at the same value
-        self.generation = 0
+        # (name, ranks) -> a number new whenever its buffer is made, grown or dropped, or a zeroed view of it is
+        # handed out at a new shape: a launch remembered with views of buffers (the fused ops') is taken again only
+        # while theirs are unchanged (``stamp``)
+        self._stamps = {}
+        self._clock = 0
         ctx.heap.ride("workspaces.gone", self._report_gone, self._release_agreed)
 
     def get(self, name, ranks, shape, dtype, zero=False):
@@ -69,7 +71,7 @@ class Workspaces:
         if zero and (made or self._shapes.get(key) != (tuple(shape), dtype)):
             view.zero_()
             self._shapes[key] = (tuple(shape), dtype)
-            self.generation += 1
+            self._touch(key)
         return view
 
     def peer_flags(self, name, ranks, width, stable=False):
@@ -90,6 +92,11 @@ class Workspaces:
             self.ctx.groups.register_peer_flags(flags, list(ranks))
             self._registered[key] = flags
         return flags
+
+    def stamp(self, names, ranks):
+        """What the buffers ``names`` of the group of ``ranks`` (a tuple) are now: equal stamps mean the same
+        buffers, handed out at the same zeroed shapes."""
+        return tuple(self._stamps.get((name, ranks)) for name in names)
 
     def views(self, name):
         """The last view handed out of ``name``'s buffer in each group (zeroed views: flags and counters), as the
@@ -126,7 +133,7 @@ class Workspaces:
 
     # ------------------------------------------------------------------ internals
     def _make(self, key, nbytes):
-        self.generation += 1
+        self._touch(key)
         size = max(MIN_BYTES, triton.next_power_of_2(nbytes))
         world = list(key[1]) == list(range(self.ctx.num_ranks))
         graph = capture.current(self.ctx.get_device())
@@ -149,11 +156,15 @@ class Workspaces:
         return buffer
 
     def _drop(self, key):
-        self.generation += 1
+        self._touch(key)
         self._unregister(key)
         if self.buffers.pop(key, None) is not None and key in self._offsets:
             self._area.release(self._offsets.pop(key))
         # a whole-world buffer returns its bytes through the heap's agreed frees once the last view goes
+
+    def _touch(self, key):
+        self._clock += 1
+        self._stamps[key] = self._clock
 
     def _unregister(self, key):
         flags = self._registered.pop(key, None)
