@@ -4,8 +4,17 @@ heap, and a launch that fails releases the side stream instead of leaving it wai
 
 import iris  # noqa: F401  (before triton)
 import torch
+import triton
+import triton.language as tl
 
 from rank_utils import new_context  # noqa: E402
+
+
+@triton.jit
+def _publish_kernel(counts, value):
+    # a fused kernel's way to publish a count the side stream waits for: a release, so what came before it on this
+    # rank (the row the host wrote, standing in for the kernel's tiles) precedes the copies the count lets go
+    tl.atomic_xchg(counts + tl.program_id(0), value, sem="release", scope="sys")
 
 
 def _exchange_body():
@@ -29,7 +38,7 @@ def _exchange_body():
         schedule.signal(schedule.peer(arrived, peer)[rank])
     with schedule.launch(counts):  # the "kernel": our row, then the counts it publishes
         out[rank] = torch.arange(64, dtype=torch.float32) + 100 * rank
-        counts.fill_(3)
+        _publish_kernel[(2,)](counts, 3)
     schedule.join(arrived=arrived)
     got = out.clone()
     left_counts, left_flags = counts.tolist(), arrived.flatten().tolist()
