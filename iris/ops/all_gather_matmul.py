@@ -38,7 +38,8 @@ from iris.host import launches
 from iris.ops import common
 from iris.host.copy_engine.schedule import CopySchedule, copy_sms
 from iris.ops.upstream_layouts import all_gather_matmul_k, is_k_sharded
-from iris.ops.gemm import corner, descriptors_fit, mainloop, num_programs, operand, store_tile, strides, tile_coords
+from iris.ops.gemm import (corner, descriptors_fit, mainloop, num_programs, operand, operand_maker, store_tile,
+                             strides, tile_coords)
 
 COPY_K = 128  # columns per step of a communication program's copy: [BLOCK_M, COPY_K] per store
 
@@ -273,9 +274,8 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
         _all_gather_matmul_kernel, (programs,), ((m_local, N, K), sync.args(ctx, described), ready, call),
         dict(GROUP_SIZE=sync.size, COMM_PROGRAMS=comm, TILE=(block_m, block_n, block_k, config.group_m), COPY_K=COPY_K,
              VEC=common.row_vector_width(gathered), TMA=tma, num_warps=config.num_warps, num_stages=config.stages()),
-        lambda out, a, b: (operand(a, (block_m, block_k), tma), a, gathered_operand, gathered,
-                           operand(b, (block_k, block_n), tma), operand(out, (block_m, block_n), tma),
-                           strides(a, b, out)))
+        _leading(operand_maker((block_m, block_k), tma), gathered_operand, gathered,
+                 operand_maker((block_k, block_n), tma), operand_maker((block_m, block_n), tma)))
     common.remember(ctx, caller, group, given, (out, a, b), launch, sync,
                     ("all_gather_matmul", "all_gather_matmul.ready", "all_gather_matmul.call"))(out, a, b)
     return common.add_bias(ctx, out, bias, caller)
@@ -294,3 +294,9 @@ def _send_rows(schedule, a, gathered, arrived, go, chunk_rows):
         for peer_gathered, peer_arrived in peers:
             schedule.copy(peer_gathered[rows], a[rows])
             schedule.signal(peer_arrived[chunk:chunk + 1])
+
+
+def _leading(a_operand, gathered_operand, gathered, b_operand, out_operand):
+    """The SM kernel's leading arguments from the call's (out, A, B)."""
+    return lambda out, a, b: (a_operand(a), a, gathered_operand, gathered, b_operand(b), out_operand(out),
+                              strides(a, b, out))
