@@ -2,7 +2,6 @@
 ``iris/host/memory/workspaces.py``)."""
 
 import torch
-import triton
 
 from iris.host import launches
 from iris.ops.config import FusedConfig, OpsConfig
