@@ -333,20 +333,35 @@ def _bad_input_body():
         "moe_dispatch: tokens has 5 rows, more than max_tokens=4": lambda: d.dispatch(
             torch.ones((T + 1, H), dtype=torch.bfloat16, device=dev), torch.zeros((T + 1, k), dtype=torch.int32,
                                                                                 device=dev), torch.ones(T + 1, k)),
-        f"moe_dispatch: topk_idx holds expert id {E}, outside [-1, {E})": lambda: d.dispatch(x, idx * 0 + E, w),
-        "moe_dispatch: topk_idx holds expert id -2": lambda: d.dispatch(x, idx * 0 - 2, w),
+        # found by the route kernel: raised by the call on the cpu backend, by check() (or the next call) on GPUs
+        f"moe_dispatch: topk_idx holds expert id {E}, outside [-1, {E})": lambda: (d.dispatch(x, idx * 0 + E, w),
+                                                                                    d.check()),
+        "moe_dispatch: topk_idx holds expert id -2": lambda: (d.dispatch(x, idx * 0 - 2, w), d.check()),
+        # int64 ids past int32's range are not truncated into a valid expert
+        f"moe_dispatch: topk_idx holds expert id {(1 << 32) + 1}": lambda: (
+            d.dispatch(x, idx.long() * 0 + (1 << 32) + 1, w), d.check()),
         f"moe_dispatch: tokens has hidden size {H + 1}": lambda: d.dispatch(
             torch.ones((T, H + 1), dtype=torch.bfloat16, device=dev), idx, w),
         "moe_dispatch: tokens has dtype torch.float32": lambda: d.dispatch(x.float(), idx, w),
         "moe_dispatch: topk_idx has dtype torch.float32": lambda: d.dispatch(x, idx.float(), w),
-        "moe_combine: expert_out has 1 rows, fewer than the": lambda: d.combine(good[:1], handle),
-        "moe_combine: expert_out has dtype torch.float32": lambda: d.combine(good.float(), handle),
+        # (a dispatch of bad ids runs, routing them nowhere: each combine case dispatches afresh)
+        "moe_combine: expert_out has 1 rows, fewer than the": lambda: d.combine(good[:1], d.dispatch(x, idx, w)[2]),
+        "moe_combine: expert_out has dtype torch.float32": lambda: d.combine(good.float(), d.dispatch(x, idx, w)[2]),
     }
     fails = []
     for expect, call in cases.items():
         message = error_message(call)
         if not message.startswith("ValueError: " + expect):
             fails.append(f"expected {expect!r}, got {message.splitlines()[0]!r}")
+    # a bad id reaches no expert: the rows delivered are those of the same call with -1 in its place
+    dropped, bad = idx.clone(), idx.clone()
+    dropped[0, 0], bad[0, 0] = -1, E + 5
+    rows, (buf, meta, _) = {}, d.dispatch(x, idx, w)  # the dispatcher's buffers, which every dispatch rewrites
+    for name, ids in (("dropped", dropped), ("bad", bad)):
+        error_message(lambda: (d.dispatch(x * (1 + torch.arange(T, device=dev)[:, None]), ids, w), d.check()))
+        rows[name] = buf[:int(meta.slice_offs[-1])].clone()
+    if not torch.equal(rows["dropped"], rows["bad"]):
+        fails.append(f"a bad id changed the rows delivered: {rows['dropped'].shape} vs {rows['bad'].shape}")
     d.dispatch(x, idx, w)
     message = error_message(d.combine, good, handle)
     if "handle is of dispatch call" not in message:

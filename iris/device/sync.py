@@ -207,15 +207,21 @@ def wait_all(flags, members, rank, own, GROUP_SIZE: tl.constexpr, RELAXED: tl.co
 
 @triton.jit
 def raise_alarm(alarm):
-    """Set the context's alarm word (``alarm``: its address, in host memory, ``GroupTable.alarm``) to 1: a
-    system-scope store, not an atomic (device atomics on host memory need PCIe atomics, which hosts do not all
-    have)."""
-    word = tl.cast(tl.cast(alarm, tl.int64), tl.pointer_type(tl.int64))
+    """Set the context's alarm word (``alarm``: its address, in host memory, ``GroupTable.alarm``) to 1."""
+    store_host_word(alarm, tl.cast(1, tl.int64))
+
+
+@triton.jit
+def store_host_word(address, value):
+    """``value`` (int64) into the word at ``address`` (an int: host memory, pinned on GPUs, that the host reads
+    without waiting for the kernel): a system-scope store, not an atomic (device atomics on host memory need PCIe
+    atomics, which hosts do not all have)."""
+    word = tl.cast(tl.cast(address, tl.int64), tl.pointer_type(tl.int64))
     if INTERPRETED:
-        tl.atomic_xchg(word, 1, sem="relaxed", scope="sys")
+        tl.atomic_xchg(word, value, sem="relaxed", scope="sys")
     else:
         tl.inline_asm_elementwise("st.relaxed.sys.global.b64 [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,l",
-                                  [word, tl.cast(1, tl.int64)], dtype=tl.int32, is_pure=False, pack=1)
+                                  [word, value], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit

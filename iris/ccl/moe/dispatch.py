@@ -14,7 +14,8 @@ per block of 128 entries, offsets, where each row goes) and the returned ``meta`
 
 Host path: a dispatch is three kernel launches and a combine two (``moe_kernels.py``), remembered per token count
 and dtypes in the dispatcher's launch cache (``iris/host/launches.py``): nothing is computed, allocated or read back
-on the host per call but the output of combine, and, with ``validate``, one check of the expert ids.
+on the host per call but the output of combine; the expert ids are checked by the route kernel, which writes one
+outside the range into host memory that the next call reads (``MoEDispatchConfig.validate``), so no call waits.
 """
 
 import itertools
@@ -48,10 +49,12 @@ class MoEDispatchConfig:
     per kernel (None: 128 on GPUs, about one per SM of an H100/H200; 2 on the cpu backend, where every
     program runs in Python); the same on every
     rank, since the kernels' barriers pair programs of the same number.
-    ``validate``: check on the host that every expert id is in ``[-1, E)`` and that ``expert_out`` has the rows
-    in use, one host synchronisation per call; off, dispatch and combine never wait for the host (capture them in
-    a CUDA graph), ids outside the range count as -1, and ``expert_out`` must have ``capacity`` rows. Inside a
-    capture the checks are skipped either way."""
+    ``validate``: report an expert id outside ``[-1, E)`` (the route kernel notes one in host memory: no
+    synchronisation; the dispatch raises ``ValueError`` on the cpu backend, on GPUs the dispatcher's first call
+    after the kernel has run, or ``check()``), and let combine take an ``expert_out`` shorter than the capacity if
+    it has the rows in use (one host synchronisation, only then); off, such ids are dropped silently and
+    ``expert_out`` must have ``capacity`` rows. Ids outside the range count as -1 either way: they never reach
+    another expert's rows. Inside a CUDA graph capture the rows check is skipped."""
 
     dispatch_block_size: int = 1024
     combine_block_size: int = 1024
@@ -92,8 +95,8 @@ class MoEDispatcher:
         out = d.combine(run_experts(buf, meta), handle, weighted=False)
 
     Both calls are collective over ``group`` (every member calls them, in the same order, with any token count
-    up to ``max_tokens``, 0 included), stream-ordered, and never block the host beyond ``config.validate``'s
-    one check; with ``validate=False`` they are graph-capturable after a first call. A dispatch invalidates the
+    up to ``max_tokens``, 0 included), stream-ordered, never block the host (but for a combine given fewer rows than
+    the capacity, ``config.validate``), and are graph-capturable after a first call. A dispatch invalidates the
     previous call's ``buf`` and handle. Making a dispatcher is collective too (it allocates on the heap)."""
 
     def __init__(self, ctx, hidden_dim, num_experts, topk, max_tokens, group=None, config=None,
@@ -156,6 +159,10 @@ class MoEDispatcher:
         # The launches, remembered per token count and dtypes; the dispatcher's own, since they hold its buffers
         self._launches = launches.LaunchCache(ctx.groups)
         self._call = 0
+        # an expert id outside [-1, E) the route kernel found (config.validate), -1 for none: host memory the kernel
+        # writes (pinned on GPUs), read without waiting for it
+        self._bad = torch.full((1,), -1, dtype=torch.int64, pin_memory=dev.type == "cuda")
+        self._bad_word = memoryview(self._bad.numpy())
         on_cpu = dev.type == "cpu"
         self._programs = config.comm_sms or (2 if on_cpu else 128)
 
@@ -183,6 +190,7 @@ class MoEDispatcher:
             ref: for each expert e of ours, cat over shards s, tokens t, slots j with topk_idx_s[t, j] == e of
                  tokens_s[t]"""
         caller = "moe_dispatch"
+        self._raise_reported(caller)
         T = self._check_dispatch(caller, tokens, topk_idx, topk_weight, scales)
         self._call += 1
         idx = topk_idx.contiguous()
@@ -191,6 +199,7 @@ class MoEDispatcher:
         if not self._launches.run(self._ctx, key, self._group, self._config, per_call):  # iris/host/launches.py
             self._launches.put(key, self._group, self._config, self._dispatch_launches(tokens))(*per_call)
         self._ctx.groups.check("iris.ccl.moe_dispatch")  # a mismatch its kernels found (common.done)
+        self._raise_reported(caller)  # on the cpu backend this call's: its kernels have run
         handle = DispatchHandle(self._dest_row, topk_weight.detach().to(torch.float32).contiguous(), self._meta, T,
                                 self.hidden_dim, self.topk, self._call)
         buf = (self._buf, self._scales) if self.fp8 else self._buf
@@ -203,8 +212,10 @@ class MoEDispatcher:
         fp = common.fingerprint(self._ctx, "moe_dispatch", (), E, k, self.hidden_dim, str(tokens.dtype), fp8,
                                 self.max_tokens, launch=dict(programs=self._grid()), sync=self._sync)
         sync = self._sync.args(self._ctx, fp)
-        route = launches.Launch(_route_kernel, (self._n_blocks,), (self._rank_in_block, self._block_counts, E),
-                                dict(BLOCK=ROUTE_BLOCK, BLOCK_X=min(128, triton.next_power_of_2(E))))
+        route = launches.Launch(_route_kernel, (self._n_blocks,),
+                                (self._rank_in_block, self._block_counts, E, self._bad.data_ptr()),
+                                dict(BLOCK=ROUTE_BLOCK, BLOCK_X=min(128, triton.next_power_of_2(E)),
+                                     REPORT=self._config.validate))
         blocks = triton.next_power_of_2(self._n_blocks)  # the prefix tile's rows; BLOCK_X experts wide, 4 K in all
         meta = self._meta
         counts = launches.Launch(
@@ -236,6 +247,7 @@ class MoEDispatcher:
 
             ref: out[t] = sum_j [topk_idx[t, j] valid] * (w[t, j] if weighted else 1) * expert_out[row(t, j)]"""
         caller = "moe_combine"
+        self._raise_reported(caller)
         self._check_combine(caller, expert_out, handle)
         H, T = self.hidden_dim, handle.n_tokens
         out = torch.empty((T, H), dtype=expert_out.dtype, device=expert_out.device)
@@ -307,13 +319,27 @@ class MoEDispatcher:
                 raise ValueError(f"{caller}: scales must be contiguous; call .contiguous() first")
         elif scales is not None:
             raise ValueError(f"{caller}: scales are for FP8 rows; this dispatcher moves {self.dtype}")
-        if self._checking() and topk_idx.numel():
-            low, high = torch.stack([topk_idx.min(), topk_idx.max()]).tolist()  # one host synchronisation
-            if low < -1 or high >= E:
-                bad = low if low < -1 else high
-                raise ValueError(f"{caller}: topk_idx holds expert id {bad}, outside [-1, {E}) (num_experts={E}; "
-                                 "-1 means no expert)")
         return T
+
+    def check(self):
+        """Wait for the current stream (this dispatcher's kernels on GPUs) and raise what its route kernels reported:
+        an expert id outside ``[-1, num_experts)`` (``config.validate``), which the calls after them raise
+        otherwise."""
+        if self._ctx.get_device().type == "cuda":
+            torch.cuda.current_stream(self._ctx.get_device()).synchronize()
+        self._raise_reported("moe_dispatch")
+
+    def _raise_reported(self, caller):
+        """Raise the expert id outside ``[-1, E)`` a route kernel has reported, once."""
+        bad = self._bad_word[0]
+        if bad == -1:
+            return
+        self._bad_word[0] = -1
+        E = self.num_experts
+        when = "" if self._ctx.get_device().type == "cpu" else \
+            " (a dispatch's route kernel found it; on GPUs its dispatcher's next call or check() raises it)"
+        raise ValueError(f"{caller}: topk_idx holds expert id {bad}, outside [-1, {E}) (num_experts={E}; -1 means "
+                         f"no expert){when}; those entries went to no expert")
 
     def _check_combine(self, caller, expert_out, handle):
         if not isinstance(handle, DispatchHandle):

@@ -32,21 +32,27 @@ import triton.language as tl
 
 from iris.device.group import program_row, store_to_group
 from iris.device.rma import store
-from iris.device.sync import call_match, group_barrier, group_mismatched, open_call
+from iris.device.sync import call_match, group_barrier, group_mismatched, open_call, store_host_word
 
 
 @triton.jit(do_not_specialize=["n_entries"])
-def _route_kernel(topk_idx, n_entries, rank_in_block, block_counts, n_experts, BLOCK: tl.constexpr,
-                  BLOCK_X: tl.constexpr):
+def _route_kernel(topk_idx, n_entries, rank_in_block, block_counts, n_experts, bad_id, BLOCK: tl.constexpr,
+                  BLOCK_X: tl.constexpr, REPORT: tl.constexpr):
     """Block b = entries [b * BLOCK, (b + 1) * BLOCK) of the flat ``topk_idx``: ``rank_in_block[i]`` = how many
     entries of the block before i have i's expert, and ``block_counts[b, e]`` = the block's entries for e. Ids
-    outside ``[0, n_experts)`` (-1 among them) count for no expert; entries past ``n_entries`` do not exist."""
+    outside ``[0, n_experts)`` (-1 among them) count for no expert; entries past ``n_entries`` do not exist. With
+    ``REPORT`` an id outside ``[-1, n_experts)`` is written to the host word at ``bad_id`` (an int address)."""
     b = tl.program_id(0)
     lane = tl.arange(0, BLOCK)
     offs = b * BLOCK + lane
     live = offs < n_entries
-    ids = tl.load(topk_idx + offs, mask=live, other=-1).to(tl.int32)
-    key = tl.where((ids >= 0) & (ids < n_experts), ids, -1)
+    ids = tl.load(topk_idx + offs, mask=live, other=-1)  # compared at its own width: int64 ids are not truncated
+    key = tl.where((ids >= 0) & (ids < n_experts), ids, -1).to(tl.int32)
+    if REPORT:
+        wrong = live & ((ids < -1) | (ids >= n_experts))
+        if tl.max(wrong.to(tl.int32), axis=0) > 0:
+            first = tl.min(tl.where(wrong, lane, BLOCK), axis=0)
+            store_host_word(bad_id, tl.sum(tl.where(lane == first, ids, 0).to(tl.int64), axis=0))
     # [BLOCK, BLOCK] compares: 16 K at 128 entries, a few per thread; a block is one decode step at T 16, k 8
     before = (key[:, None] == key[None, :]) & (lane[None, :] < lane[:, None])
     tl.store(rank_in_block + offs, tl.sum(before.to(tl.int32), axis=1), mask=live)
