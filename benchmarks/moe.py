@@ -12,8 +12,9 @@ Shapes: the DeepSeek-V3 layer (H 7168, 256 experts, top-8, bf16) at 4096 tokens 
 of its experts it has (its own included), x H x 2; ``moved_bytes`` = the rows iris moves (one per token and
 expert). ``host_syncs`` = the host synchronisations a call makes; ``host_us`` = the median time for an eager call
 to return to Python with the device drained first (the host's part of the call); ``GPU ops`` = the kernels and
-copies one call puts on the GPU (torch.profiler). Providers: ``iris`` (eager, ``validate=True``: one check of the
-ids on the host), ``iris_nosync`` (eager, ``validate=False``), ``iris_graph`` (``validate=False``, replayed),
+copies one call puts on the GPU (torch.profiler). Providers: ``iris`` (eager, ``validate=True``: the route kernel
+checks the ids, no synchronisation), ``iris_nosync`` (eager, ``validate=False``), ``iris_graph`` (``validate=False``,
+replayed),
 ``torch_a2a``. ``--host-only`` times the iris host path with the kernels replaced by no-ops (the cpu backend,
 where kernels run in the interpreter: what Python and torch cost per call, kernel launches aside). The torch path
 needs NCCL, so it runs only where every rank has a GPU of its own (simulation shares one: NCCL refuses two ranks on
@@ -150,7 +151,7 @@ def _body(T, H, E, k, iters, warmup):
         return d.combine(buf, handle, weighted=True)
 
     free = ctx.ccl.moe_dispatcher(H, E, k, T, config=MoEDispatchConfig(validate=False))
-    rows["iris"] = (_time(lambda: iris_step(eager), iters, warmup, ctx.barrier), 1)
+    rows["iris"] = (_time(lambda: iris_step(eager), iters, warmup, ctx.barrier), 0)
     host["iris"] = _host_us(lambda: iris_step(eager), iters, dev)
     rows["iris_nosync"] = (_time(lambda: iris_step(free), iters, warmup, ctx.barrier), 0)
     host["iris_nosync"] = _host_us(lambda: iris_step(free), iters, dev)

@@ -7,8 +7,8 @@
 # results-local); prints the table last (ms per dispatch + combine, host syncs, host us = the time an eager call
 # takes to return with the device drained first, GPU ops = kernels and copies per call) and the host time per eager
 # call. About 2 minutes on one H200. A correct run: "10 passed"; at W 1 iris's eager decode row (128 tokens) below
-# torch_a2a's, with host us well under 1000 and 5 GPU ops for iris_nosync (4 more for iris: the id check and its
-# copy to the host).
+# torch_a2a's, with host us well under 1000 and 5 GPU ops for iris and iris_nosync alike (the id check is in the
+# route kernel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-results-local}}
