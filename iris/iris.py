@@ -508,7 +508,8 @@ class Iris(TensorFactory, RankLogger):
         but those that describe the process and read no memory: ``get_rank``, ``get_num_ranks``, ``get_device``,
         ``get_device_id``, ``get_cu_count``, ``get_agreed_cu_count``, ``check_rank``, ``group_ranks``,
         ``spans_nodes``, ``check_direct``, ``init_random``, the log methods (``debug`` ... ``error``), ``close``
-        itself, and ``heap.holds``, which only remembered launches call, after their own check. A peer waiting
+        itself, and ``heap.holds`` and ``workspaces.stamp``, which only remembered launches call, after their own
+        check. A peer waiting
         for this rank in a collective raises ``iris.PeerError`` naming it (``iris/host/watchdog.py``)."""
         if self._closed:
             return

@@ -252,6 +252,7 @@ ANSWERS_AFTER_CLOSE = {
             "check_rank", "group_ranks", "spans_nodes", "check_direct", "init_random", "debug", "info", "warning",
             "error", "close"},
     "heap": {"holds"},
+    "workspaces": {"stamp"},  # a remembered launch's guard: dictionary reads (the hit's peer check refuses first)
 }
 
 
@@ -297,7 +298,8 @@ def _closed_rooms_body():
         "tracing": {"enable": (64,), "reset": (), "device_args": (), "events": (), "device_events": (),
                     "export": ("/dev/null",)},
         "workspaces": {"get": ("closed", ranks, (4,), torch.float32), "peer_flags": ("closed", ranks, 4),
-                       "views": ("closed",), "release": (None,), "bytes": (), "watch": (tuple(ranks),)},
+                       "views": ("closed",), "release": (None,), "bytes": (), "watch": (tuple(ranks),),
+                       "stamp": (("closed",), tuple(ranks))},
         "heap": {"allocate": (8, torch.float32), "allocate_tensor": ((8,), torch.float32, "caller"),
                  "contains": (t,), "hold": (t, None), "holds": (t.data_ptr(), 4), "offset_of": (t,),
                  "on_grow": (print,), "on_release": (print,), "allocation_at": (0,), "reclaim": (), "ride": ("closed", list, print), "view": (0, 64),
@@ -315,7 +317,8 @@ def _closed_rooms_body():
                 found[f"{room_name}.{name}"] = "missing from the test's arguments"
                 continue
             found[f"{room_name}.{name}"] = error_message(method, *arguments[room_name][name])
-    return found, time.monotonic() - start, torch.equal(out, torch.zeros(n, device=dev)), torch.equal(t, torch.ones(n, device=dev))
+    return (found, time.monotonic() - start, torch.equal(out, torch.zeros(n, device=dev)),
+            torch.equal(t, torch.ones(n, device=dev)))
 
 
 def test_a_closed_context_refuses_every_method(pools):
