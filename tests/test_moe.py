@@ -353,15 +353,21 @@ def _bad_input_body():
         message = error_message(call)
         if not message.startswith("ValueError: " + expect):
             fails.append(f"expected {expect!r}, got {message.splitlines()[0]!r}")
-    # a bad id reaches no expert: the rows delivered are those of the same call with -1 in its place
-    dropped, bad = idx.clone(), idx.clone()
-    dropped[0, 0], bad[0, 0] = -1, E + 5
-    rows, (buf, meta, _) = {}, d.dispatch(x, idx, w)  # the dispatcher's buffers, which every dispatch rewrites
-    for name, ids in (("dropped", dropped), ("bad", bad)):
-        error_message(lambda: (d.dispatch(x * (1 + torch.arange(T, device=dev)[:, None]), ids, w), d.check()))
-        rows[name] = buf[:int(meta.slice_offs[-1])].clone()
-    if not torch.equal(rows["dropped"], rows["bad"]):
-        fails.append(f"a bad id changed the rows delivered: {rows['dropped'].shape} vs {rows['bad'].shape}")
+    # a bad id reaches no expert: the rows delivered and the combine are those of the same call with -1 in its place
+    # (a dispatcher that does not report them, so that the calls return their results)
+    quiet = ctx.ccl.moe_dispatcher(H, E, k, T, config=MoEDispatchConfig(validate=False))
+    dropped, bad, wide = idx.clone(), idx.clone(), idx.long()
+    # wide: expert 1 once truncated to 32 bits, where token 0 (of other values) goes too
+    dropped[1, 0], bad[1, 0], wide[1, 0] = -1, E + 5, (1 << 32) + 1
+    results = {}
+    for name, ids in (("dropped", dropped), ("bad", bad), ("wide", wide)):
+        buf, meta, routed = quiet.dispatch(x * (1 + torch.arange(T, device=dev)[:, None]), ids, w)
+        rows = buf[:int(meta.slice_offs[-1])].clone()
+        results[name] = (rows, quiet.combine(buf, routed))
+    for name in ("bad", "wide"):
+        for what, ours, theirs in zip(("rows delivered", "combine"), results[name], results["dropped"]):
+            if not torch.equal(ours, theirs):
+                fails.append(f"a {name} id changed the {what}: {tuple(ours.shape)} vs {tuple(theirs.shape)}")
     d.dispatch(x, idx, w)
     message = error_message(d.combine, good, handle)
     if "handle is of dispatch call" not in message:

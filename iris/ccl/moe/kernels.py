@@ -170,11 +170,12 @@ def _send_rows(tokens, topk_idx, scales, n_tokens, buf, origins, start, block_pr
         t64 = tl.cast(t, tl.int64)  # row offsets pass 2**31 elements: 32 K rows x 7168 columns x 8 ranks
         for j in tl.static_range(K):
             i = t * K + j
-            ids = tl.load(topk_idx + i).to(tl.int32)
-            e = tl.where((ids >= 0) & (ids < n_experts), ids, 0)
+            ids = tl.load(topk_idx + i)  # compared at its own width, as the route kernel counted it
+            valid = (ids >= 0) & (ids < n_experts)
+            e = tl.where(valid, ids, 0).to(tl.int32)
             d = tl.load(start + e) + tl.load(block_prefix + (i // ROUTE_BLOCK) * n_experts + e) + \
                 tl.load(rank_in_block + i)
-            tl.store(dest_row + i, tl.where((ids >= 0) & (ids < n_experts), d, -1))
+            tl.store(dest_row + i, tl.where(valid, d, -1))
             tl.store(dest_shard + i, tl.load(owner + e))
         tl.debug_barrier()  # the rows and shards just stored are read back below by every thread
         for start_h in range(0, hidden, BLOCK):
