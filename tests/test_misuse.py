@@ -11,6 +11,8 @@ import triton
 import triton.language as tl
 
 import iris
+import iris.ccl  # noqa: F401  (the rooms' configs, in rank processes that run one test's bodies alone)
+import iris.ops  # noqa: F401
 from conftest import on_gpu
 from rank_utils import error_message, new_context
 
@@ -667,9 +669,10 @@ def _config_case(ctx, case):
     rank, Config = ctx.get_rank(), iris.ccl.CollectiveConfig
     out, inp = ctx.full((N,), -7.0), ctx.full((N,), rank + 1.0)
     if case == "all_reduce comm_sms":  # rank 0 launches 4 programs, rank 1 two: two of rank 0's have no namesake
-        # (8 Ki elements: enough for 4 programs at the GPU's smallest block of 1024 too)
+        # (8 Ki elements in blocks of 256: 32 blocks, so the cap decides the grid on either backend; the GPU's
+        # default block would make two programs of them on both ranks, a launch alike and right)
         out, inp = ctx.full((8 * 1024,), -7.0), ctx.full((8 * 1024,), rank + 1.0)
-        config = Config(comm_sms=4 if rank == 0 else 2)
+        config = Config(comm_sms=4 if rank == 0 else 2, block_size=256)
         return lambda: ctx.ccl.all_reduce(out, inp, config=config), [out, inp]
     if case == "all_reduce algorithm":  # two kernels, one barrier each of a different kind
         config = Config(algorithm="one_shot" if rank == 0 else "two_shot")
@@ -817,8 +820,6 @@ def _ahead_body():
     signalled again): the wait cannot compare them and reads the group's summary record, which rank 1 would have
     written had the calls differed. Empty, the call runs; set, it is refused and writes nothing."""
     import os
-
-    import iris.ccl  # not imported by a fresh rank process before its first ctx.ccl
 
     os.environ["IRIS_WATCHDOG"] = "0"  # no thread reading the preset records before the call does
     try:
