@@ -246,6 +246,12 @@ def operand_maker(block_shape, tma):
     return make
 
 
+def leading_operands(a_operand, b_operand):
+    """A remembered launch's leading arguments from the call's (out, A, B): A's and B's operands (``operand_maker``),
+    then out."""
+    return lambda out, a, b: (a_operand(a), b_operand(b), out)
+
+
 def matmul(out, a, b, config):
     """``out = a @ b`` with the shared mainloop (fp32 accumulation); any device, any strides (TMA where the
     layouts allow)."""

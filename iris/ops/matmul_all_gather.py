@@ -27,9 +27,9 @@ from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.ops.upstream_layouts import is_row_sharded, matmul_all_gather_rows
 from iris.host.copy_engine.schedule import CopySchedule, bands_before, copy_sms, output_bands
-from iris.ops.gemm import (add_partials, band_of, corner, descriptors_fit, first_unit, leave_partial, mainloop,
-                             num_programs, operand_maker, split_tail, stream_program, stream_share, strides,
-                             tile_coords)
+from iris.ops.gemm import (add_partials, band_of, corner, descriptors_fit, first_unit, leading_operands,
+                             leave_partial, mainloop, num_programs, operand_maker, split_tail, stream_program,
+                             stream_share, strides, tile_coords)
 
 
 @triton.jit
@@ -231,7 +231,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         dict(GROUP_SIZE=sync.size, TILE=(block_m, block_n, block_k, config.group_m),
              VEC=common.row_vector_width(out, n_local), TRACE=ctx.tracing.enabled, TMA=tma, COPY_ENGINE=copy_engine,
              WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages()),
-        _leading(operand_maker((block_m, block_k), tma), operand_maker((block_k, block_n), tma)))
+        leading_operands(operand_maker((block_m, block_k), tma), operand_maker((block_k, block_n), tma)))
     if schedule:  # the copy engines' queue is per call: never remembered
         with schedule.launch(band_counts):
             launch(out, a, b)
@@ -241,8 +241,3 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
                         ("matmul_all_gather.partials", "matmul_all_gather.part_flags"),
                         symmetric=((0, common.span_bytes(out), outs),))(out, a, b)
     return common.add_bias(ctx, out, bias, caller)
-
-
-def _leading(a_operand, b_operand):
-    """The kernel's leading arguments from the call's (out, A, B): A's and B's operands, then out."""
-    return lambda out, a, b: (a_operand(a), b_operand(b), out)

@@ -45,7 +45,7 @@ from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common
 from iris.host.copy_engine.schedule import CopySchedule, bands_before, copy_sms, output_bands
 from iris.ops.gemm import (band_of, corner, descriptors_fit, first_unit, mainloop, num_programs,
-                             operand_maker, store_tile, strides, tile_coords)
+                             leading_operands, operand_maker, store_tile, strides, tile_coords)
 
 ONE_SHOT_MAX_BYTES = CollectiveConfig().one_shot_max_bytes  # below it all_reduce writes an out anywhere
 
@@ -331,7 +331,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce, given):
         dict(GROUP_SIZE=sync.size, TILE=(block_m, block_n, block_k, config.group_m), TMA=tma, ALL_REDUCE=all_reduce,
              VEC=(common.row_vector_width(staging[0]), common.row_vector_width(out)), COPY_ENGINE=copy_engine,
              WARPS=config.num_warps, num_warps=config.num_warps, num_stages=config.stages()),
-        _leading(operand_maker((block_m, block_k), tma), operand_maker((block_k, block_n), tma)))
+        leading_operands(operand_maker((block_m, block_k), tma), operand_maker((block_k, block_n), tma)))
     if schedule:  # the copy engines' queue is per call: never remembered
         with schedule.launch(band_counts):
             launch(out, a, b)
@@ -400,8 +400,3 @@ def matmul_reduce_scatter(ctx, out, a, b, bias=None, group=None, config=None):
     common.expect_shape(caller, "out", out, (m_local, b.shape[1]), f"[A rows / group size {size}, B columns]")
     _run(ctx, caller, out, a, b, group, config, all_reduce=False, given=given)
     return common.add_bias(ctx, out, bias, caller)
-
-
-def _leading(a_operand, b_operand):
-    """The kernel's leading arguments from the call's (out, A, B): A's and B's operands, then out."""
-    return lambda out, a, b: (a_operand(a), b_operand(b), out)
