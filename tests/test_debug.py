@@ -2,6 +2,8 @@
 naming the operation; a device wait that never completes reports who waited for whom. And when debug mode
 is off, none of it is compiled (checked on the sm_90 PTX in test_compile.py)."""
 
+import time
+
 import pytest
 import torch
 import triton
@@ -92,16 +94,25 @@ def test_debug_mode_checks_gluon_kernels_the_same_way(debug_pool):
         assert ok and "iris.load: address outside the target rank's symmetric heap (IRIS_DEBUG)" in off_heap
 
 
-def _skipped_barrier_body():
+def _skipped_barrier_body(done):
+    """Rank 1 skips the barrier but stays in its function until rank 0's wait has given up (``done`` appears): a
+    rank that returned would end the wait sooner, as a ``PeerError`` naming it, whichever came first under load."""
+    import os
+
     ctx = new_context(heap_size=1 << 16)
     if ctx.get_rank() == 1:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return "skipped"
-    return error_message(lambda: ctx.device_barrier())
+    message = error_message(lambda: ctx.device_barrier())
+    open(done, "w").close()
+    return message
 
 
 @pytest.mark.skipif(on_gpu(), reason="on GPUs a device assert ends the process's CUDA context")
-def test_debug_mode_reports_a_wait_that_never_completes(debug_pool, capfd):
-    results = debug_pool.run(_skipped_barrier_body)
+def test_debug_mode_reports_a_wait_that_never_completes(debug_pool, capfd, tmp_path):
+    results = debug_pool.run(_skipped_barrier_body, str(tmp_path / "done"))
     assert results[1] == "skipped"
     assert "iris.barrier: device wait timed out; a rank never arrived (IRIS_DEBUG)" in results[0]
 
