@@ -211,11 +211,10 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
 
         ref = torch.cat([A_r for r in group], dim=0) @ B + bias     # ours; dim=1 and bias[:, None] upstream's
     """
-    caller, given = "ops.all_gather_matmul", config
-    done = common.remembered(ctx, common.launch_key(ctx, caller, group, given, (out, a, b)), group, given,
-                             (out, a, b), bias, caller)
-    if done is not None:
-        return done
+    caller, given = "ops.all_gather_matmul", config  # config is resolved below; the key holds the object passed
+    key = common.launch_key(ctx, caller, group, given, (out, a, b))
+    if ctx.launches.run(ctx, key, group, given, (out, a, b)):  # a remembered launch (iris/host/launches.py)
+        return common.add_bias(ctx, out, bias, caller)
     config = common.resolve_config(config, caller)
     if is_k_sharded(out, a, b, ctx.group_sync(group, caller).size):
         return all_gather_matmul_k(ctx, out, a, b, bias, group, config, caller)
@@ -276,7 +275,7 @@ def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
              VEC=common.row_vector_width(gathered), TMA=tma, num_warps=config.num_warps, num_stages=config.stages()),
         _leading(operand_maker((block_m, block_k), tma), gathered_operand, gathered,
                  operand_maker((block_k, block_n), tma), operand_maker((block_m, block_n), tma)))
-    common.remember(ctx, caller, group, given, (out, a, b), launch, sync,
+    common.remember(ctx, key, group, given, launch, sync,
                     ("all_gather_matmul", "all_gather_matmul.ready", "all_gather_matmul.call"))(out, a, b)
     return common.add_bias(ctx, out, bias, caller)
 

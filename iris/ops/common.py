@@ -31,22 +31,15 @@ def launch_key(ctx, caller, group, config, tensors):
     return None if key is None else key + tuple(t.stride() for t in tensors)
 
 
-def remember(ctx, caller, group, config, tensors, launch, sync, workspaces, symmetric=()):
-    """Store ``launch`` of the fused op's general path for the calls to come (``launch_key``) and return it. It
-    holds views of the op's ``workspaces`` (their names): a hit needs them unchanged (not grown, dropped, or
-    handed out zeroed at another shape since, which a call of another shape does: such a call is a miss)."""
+def remember(ctx, key, group, config, launch, sync, workspaces, symmetric=()):
+    """Store ``launch`` of the fused op's general path under ``key`` (``launch_key``) for the calls to come and
+    return it. It holds views of the op's ``workspaces`` (their names): a hit needs them unchanged (not grown,
+    dropped, or handed out zeroed at another shape since, which a call of another shape does: such a call is a
+    miss)."""
     ranks = tuple(sync.ranks)
     stamp = ctx.workspaces.stamp(workspaces, ranks)
-    return ctx.launches.put(launch_key(ctx, caller, group, config, tensors), group, config, launch,
-                            symmetric=symmetric, guard=lambda: ctx.workspaces.stamp(workspaces, ranks) == stamp)
-
-
-def remembered(ctx, key, group, config, tensors, bias, caller):
-    """Launch the fused op stored under ``key`` (a hit: the checks the key cannot answer, then the compiled
-    kernel) and add ``bias``: the op's result; None on a miss, where the general path runs."""
-    if ctx.launches.run(ctx, key, group, config, tensors):
-        return add_bias(ctx, tensors[0], bias, caller)
-    return None
+    return ctx.launches.put(key, group, config, launch, symmetric=symmetric,
+                            guard=lambda: ctx.workspaces.stamp(workspaces, ranks) == stamp)
 
 
 def span_bytes(tensor):

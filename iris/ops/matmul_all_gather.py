@@ -171,11 +171,10 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
         ref = torch.cat([A @ B_r for r in group], dim=1) + bias      # ours
         ref = torch.cat([A_r @ B for r in group], dim=0)             # upstream's
     """
-    caller, given = "ops.matmul_all_gather", config
-    done = common.remembered(ctx, common.launch_key(ctx, caller, group, given, (out, a, b)), group, given,
-                             (out, a, b), bias, caller)
-    if done is not None:
-        return done
+    caller, given = "ops.matmul_all_gather", config  # config is resolved below; the key holds the object passed
+    key = common.launch_key(ctx, caller, group, given, (out, a, b))
+    if ctx.launches.run(ctx, key, group, given, (out, a, b)):  # a remembered launch (iris/host/launches.py)
+        return common.add_bias(ctx, out, bias, caller)
     config = common.resolve_config(config, caller)
     if is_row_sharded(out, a, b, ctx.group_sync(group, caller).size):
         return matmul_all_gather_rows(ctx, out, a, b, bias, group, config, caller)
@@ -237,7 +236,7 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
             launch(out, a, b)
         schedule.join(arrived=sent)
     else:
-        common.remember(ctx, caller, group, given, (out, a, b), launch, sync,
+        common.remember(ctx, key, group, given, launch, sync,
                         ("matmul_all_gather.partials", "matmul_all_gather.part_flags"),
                         symmetric=((0, common.span_bytes(out), outs),))(out, a, b)
     return common.add_bias(ctx, out, bias, caller)

@@ -252,9 +252,9 @@ def _walk_order(all_reduce, programs, group_size, own_tiles):
     return 0 if all_reduce else min(2 * programs // group_size, own_tiles)
 
 
-def _run(ctx, caller, out, a, b, group, config, all_reduce, given):
+def _run(ctx, caller, out, a, b, group, config, all_reduce, key, given):
     """Fused kernel or bulk pair, whichever ``config`` and the shape call for; a fused launch on the SMs is
-    remembered under ``given`` (the config object the caller passed)."""
+    remembered under ``key`` for ``given`` (the config object the caller passed)."""
     sync = ctx.group_sync(group, caller)
     M, N = a.shape[0], b.shape[1]
     m_local = common.divisible(caller, "M (rows of A)", M, sync.size)
@@ -339,7 +339,7 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce, given):
         # side stream has copied its bands here; the band flags on our heap, all seen by the kernel, are cleared
         schedule.join(arrived=sent, consumed=[band_flags])
     else:  # all_reduce's peers store into out: a hit must find it in the heap again
-        common.remember(ctx, caller, group, given, (out, a, b), launch, sync,
+        common.remember(ctx, key, group, given, launch, sync,
                         (caller + ".staging", caller + ".flags", caller + ".call"),
                         symmetric=((0, common.span_bytes(out), ctx.heap_bases),) if all_reduce else ())(out, a, b)
     return out
@@ -370,15 +370,14 @@ def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
 
         ref = sum(A_r @ B_r for r in group) + bias
     """
-    caller, given = "ops.matmul_all_reduce", config
-    done = common.remembered(ctx, common.launch_key(ctx, caller, group, given, (out, a, b)), group, given,
-                             (out, a, b), bias, caller)
-    if done is not None:
-        return done
+    caller, given = "ops.matmul_all_reduce", config  # config is resolved below; the key holds the object passed
+    key = common.launch_key(ctx, caller, group, given, (out, a, b))
+    if ctx.launches.run(ctx, key, group, given, (out, a, b)):  # a remembered launch (iris/host/launches.py)
+        return common.add_bias(ctx, out, bias, caller)
     config = common.resolve_config(config, caller)
     common.check_operands(caller, out, a, b)
     common.expect_shape(caller, "out", out, (a.shape[0], b.shape[1]), "[A rows, B columns]")
-    _run(ctx, caller, out, a, b, group, config, all_reduce=True, given=given)
+    _run(ctx, caller, out, a, b, group, config, all_reduce=True, key=key, given=given)
     return common.add_bias(ctx, out, bias, caller)
 
 
@@ -388,15 +387,14 @@ def matmul_reduce_scatter(ctx, out, a, b, bias=None, group=None, config=None):
 
         ref = sum(A_r @ B_r for r in group).chunk(W)[group_rank] + bias
     """
-    caller, given = "ops.matmul_reduce_scatter", config
-    done = common.remembered(ctx, common.launch_key(ctx, caller, group, given, (out, a, b)), group, given,
-                             (out, a, b), bias, caller)
-    if done is not None:
-        return done
+    caller, given = "ops.matmul_reduce_scatter", config  # config is resolved below; the key holds the object passed
+    key = common.launch_key(ctx, caller, group, given, (out, a, b))
+    if ctx.launches.run(ctx, key, group, given, (out, a, b)):  # a remembered launch (iris/host/launches.py)
+        return common.add_bias(ctx, out, bias, caller)
     config = common.resolve_config(config, caller)
     common.check_operands(caller, out, a, b)
     size = ctx.group_sync(group, caller).size
     m_local = common.divisible(caller, "M (rows of A)", a.shape[0], size)
     common.expect_shape(caller, "out", out, (m_local, b.shape[1]), f"[A rows / group size {size}, B columns]")
-    _run(ctx, caller, out, a, b, group, config, all_reduce=False, given=given)
+    _run(ctx, caller, out, a, b, group, config, all_reduce=False, key=key, given=given)
     return common.add_bias(ctx, out, bias, caller)

@@ -190,7 +190,6 @@ class MoEDispatcher:
             ref: for each expert e of ours, cat over shards s, tokens t, slots j with topk_idx_s[t, j] == e of
                  tokens_s[t]"""
         caller = "moe_dispatch"
-        self._raise_reported(caller)
         T = self._check_dispatch(caller, tokens, topk_idx, topk_weight, scales)
         self._call += 1
         idx = topk_idx.contiguous()
@@ -199,7 +198,9 @@ class MoEDispatcher:
         if not self._launches.run(self._ctx, key, self._group, self._config, per_call):  # iris/host/launches.py
             self._launches.put(key, self._group, self._config, self._dispatch_launches(tokens))(*per_call)
         self._ctx.groups.check("iris.ccl.moe_dispatch")  # a mismatch its kernels found (common.done)
-        self._raise_reported(caller)  # on the cpu backend this call's: its kernels have run
+        # after the launches, so that every rank makes the collective call: on the cpu backend this call's report
+        # (its kernels have run), on GPUs an earlier one's
+        self._raise_reported(caller)
         handle = DispatchHandle(self._dest_row, topk_weight.detach().to(torch.float32).contiguous(), self._meta, T,
                                 self.hidden_dim, self.topk, self._call)
         buf = (self._buf, self._scales) if self.fp8 else self._buf
@@ -247,7 +248,6 @@ class MoEDispatcher:
 
             ref: out[t] = sum_j [topk_idx[t, j] valid] * (w[t, j] if weighted else 1) * expert_out[row(t, j)]"""
         caller = "moe_combine"
-        self._raise_reported(caller)
         self._check_combine(caller, expert_out, handle)
         H, T = self.hidden_dim, handle.n_tokens
         out = torch.empty((T, H), dtype=expert_out.dtype, device=expert_out.device)
@@ -258,6 +258,7 @@ class MoEDispatcher:
             self._launches.put(key, self._group, self._config, self._combine_launches(expert_out, T, weighted))(
                 *per_call)
         self._ctx.groups.check("iris.ccl.moe_combine")
+        self._raise_reported(caller)  # a dispatch's, found by its route kernel since (after the launches, as there)
         return out
 
     def _combine_launches(self, expert_out, T, weighted):
@@ -287,7 +288,7 @@ class MoEDispatcher:
         return self._config.validate and not capturing
 
     def _check_dispatch(self, caller, tokens, topk_idx, topk_weight, scales):
-        H, k, E = self.hidden_dim, self.topk, self.num_experts
+        H, k = self.hidden_dim, self.topk
         for name, t in (("tokens", tokens), ("topk_idx", topk_idx), ("topk_weight", topk_weight)):
             if not isinstance(t, torch.Tensor) or t.dim() != 2:
                 raise ValueError(f"{caller}: {name} must be a 2-D torch.Tensor, got "

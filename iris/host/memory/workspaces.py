@@ -133,7 +133,6 @@ class Workspaces:
 
     # ------------------------------------------------------------------ internals
     def _make(self, key, nbytes):
-        self._touch(key)
         size = max(MIN_BYTES, triton.next_power_of_2(nbytes))
         world = list(key[1]) == list(range(self.ctx.num_ranks))
         graph = capture.current(self.ctx.get_device())
