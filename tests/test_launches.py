@@ -25,24 +25,25 @@ def _close(tri, ref):
     return tri.shape == ref.shape and torch.allclose(tri, ref, rtol=1e-2, atol=1e-2)
 
 
+def _twice(cache, fails, label, check, expect_hit=False):
+    """Run ``check(round)`` (True when right; fresh inputs and poisoned outputs each round) twice: the first time
+    a hit of ``cache`` as ``expect_hit`` says, the second a hit; both must match the reference."""
+    for round_ in range(2):
+        hits, misses = cache.hits, cache.misses
+        ok = check(round_)
+        hit = cache.hits > hits
+        if not ok:
+            fails.append(f"{label} round {round_}: wrong result")
+        if hit != (expect_hit or round_ == 1):
+            fails.append(f"{label} round {round_}: hit={hit} (misses {misses}->{cache.misses})")
+
+
 def _cached_calls_body():
     ctx = new_context(1 << 22)
     rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     cache, fails = ctx.launches, []
     one_shot, two_shot = CollectiveConfig(algorithm="one_shot"), CollectiveConfig(algorithm="two_shot")
     pair = dist.new_group(list(range(world)))  # the same ranks, another group: another slot and key
-
-    def call(name, check, expect_hit):
-        """Run the case twice over fresh inputs and poisoned outputs: the first time a hit as ``expect_hit``
-        says, the second a hit; both must match the reference."""
-        for round_ in range(2):
-            hits, misses = cache.hits, cache.misses
-            ok = check(round_)
-            hit = cache.hits > hits
-            if not ok:
-                fails.append(f"rank {rank}: {name} round {round_}: wrong result")
-            if hit != (expect_hit or round_ == 1):
-                fails.append(f"rank {rank}: {name} round {round_}: hit={hit} (misses {misses}->{cache.misses})")
 
     def all_reduce_case(shape, dtype, config=None, group=None, in_place=False, offset=0):
         def check(round_):
@@ -109,7 +110,7 @@ def _cached_calls_body():
         ("all_reduce_rmsnorm eps", rmsnorm_case(3, 40, 1e-2), False),
     ]
     for name, check, expect_hit in cases:
-        call(name, check, expect_hit)
+        _twice(cache, fails, f"rank {rank}: {name}", check, expect_hit)
 
     # A hit still checks what the key cannot know: an input off the heap raises the general path's error.
     inp, out = ctx.ones(37, 7), ctx.empty(37, 7)
@@ -210,13 +211,8 @@ def _fused_calls_body():
         "a strided A (reduce)": ("matmul_all_reduce", dict(a_view=strided), False),
         "out misaligned (reduce)": ("matmul_all_reduce", dict(offset=1), False),
     }
-    for round_, (name, check) in enumerate(cases.items()):
-        for call in range(2):
-            hits = cache.hits
-            if not check(10 * round_ + call):
-                fails.append(f"rank {rank}: {name} call {call}: wrong result")
-            if (cache.hits > hits) != (call == 1):
-                fails.append(f"rank {rank}: {name} call {call}: hit={cache.hits > hits}")
+    for i, (name, check) in enumerate(cases.items()):
+        _twice(cache, fails, f"rank {rank}: {name}", lambda round_, check=check, i=i: check(10 * i + round_))
     for what, (name, kwargs, expect_hit) in changes.items():
         hits = cache.hits
         if not cases[name](77, **kwargs):
@@ -230,12 +226,8 @@ def _fused_calls_body():
     # matmul_all_gather's flags handed out at another shape (zeroed, as a call of another shape would), then the
     # first shape again: a miss (the flags must be zeroed at its shape again), right; and the call after a hit
     ctx.workspaces.get("matmul_all_gather.part_flags", list(range(world)), (999,), torch.int32, zero=True)
-    for call in range(2):
-        hits = cache.hits
-        if not matmul_all_gather(91 + call):
-            fails.append(f"rank {rank}: matmul_all_gather after another shape, call {call}: wrong result")
-        if (cache.hits > hits) != (call == 1):
-            fails.append(f"rank {rank}: matmul_all_gather after another shape, call {call}: hit={cache.hits > hits}")
+    _twice(cache, fails, f"rank {rank}: matmul_all_gather after another shape",
+           lambda round_: matmul_all_gather(91 + round_))
     # a hit still refuses an out off the heap where peers store into it
     a, b = torch.ones(m, k // world * world, device=dev), torch.ones(k // world * world, n, device=dev)
     on_heap = ctx.empty(m, n)
