@@ -44,6 +44,12 @@ class Calls:
         for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send",
                      "recv", "all_to_all_single", "reduce_scatter_tensor"):
             setattr(ctx.ccl, name, self._wrap(name, getattr(ctx.ccl, name)))
+        # a staged all_reduce is ctx.ccl's one-shot kernel with the copy in it, called directly
+        from iris.distributed import collectives
+
+        staged = getattr(collectives.all_reduce_staged, "__wrapped__", collectives.all_reduce_staged)
+        collectives.all_reduce_staged = self._wrap("all_reduce", staged)
+        collectives.all_reduce_staged.__wrapped__ = staged
 
     def _wrap(self, name, fn):
         def counted(*args, **kwargs):

@@ -409,8 +409,9 @@ def _torch_paths_body():
         y = torch.ops.iris.all_reduce(xs[rank].to(dev))
         if not _close(y, ref_ops.all_reduce(xs, "sum")):
             fails.append(f"rank {rank}: torch.ops.iris.all_reduce {shape} {dtype} round {round_}")
-    if ctx.launches.hits == 0:
-        fails.append(f"rank {rank}: no launch was taken from the cache")
+    # torch.ops.iris stages every call: rounds 1, 4 and 5 repeat round 0's route
+    if ctx.integrations["compile"].hits != 3:
+        fails.append(f"rank {rank}: torch.ops.iris took {ctx.integrations['compile'].hits} remembered routes, not 3")
     ctx.barrier()
     return fails
 
@@ -418,32 +419,3 @@ def _torch_paths_body():
 def test_torch_paths_remember_their_routes(pools):
     fails = [f for fs in pools(2).run(_torch_paths_body) for f in fs]
     assert not fails, "\n".join(fails)
-
-
-def test_staged_copy_is_the_driver_call_copy_makes(monkeypatch):
-    """A remembered staged route on GPUs copies the caller's tensor into the staging buffer as one ``cuMemcpyAsync``
-    on the current stream (destination, source, bytes, stream: the driver's order), and with another device current
-    or where the driver refuses as ``Tensor.copy_`` itself."""
-    from iris.distributed import staging
-
-    calls, device = [], [None]  # a CPU tensor's device index is None: "current" until the test changes it
-    monkeypatch.setattr(staging.cuda_driver, "copy_1d", lambda *args: calls.append(args))
-    monkeypatch.setattr(staging.private, "current_device", lambda: device[0])
-    monkeypatch.setattr(staging.private, "current_stream", lambda index: 4242)
-    staged, tensor = torch.full((37, 7), -1.0), torch.arange(37 * 7, dtype=torch.float32).view(37, 7)
-    copy_in = staging._DriverCopy(staged)
-    copy_in(tensor)
-    assert calls == [(staged.data_ptr(), tensor.data_ptr(), 37 * 7 * 4, 4242)]
-    assert torch.equal(staged, torch.full((37, 7), -1.0))  # the stubbed driver moved nothing
-    device[0] = 3
-    copy_in(tensor)
-    assert len(calls) == 1 and torch.equal(staged, tensor)
-    staged.fill_(-1.0)
-    device[0] = None
-
-    def refuses(*args):
-        raise RuntimeError("iris: cuMemcpyAsync failed with CUDA error 201 (invalid device context)")
-
-    monkeypatch.setattr(staging.cuda_driver, "copy_1d", refuses)
-    copy_in(tensor)  # nothing was queued: copy_ does it
-    assert torch.equal(staged, tensor)

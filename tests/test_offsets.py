@@ -17,8 +17,8 @@ import sys
 import pytest
 
 PROBE = os.path.join(os.path.dirname(__file__), "offsets_probe.py")
-KERNELS = ["all_gather", "all_to_all", "reduce_scatter_push", "all_reduce_one_shot", "all_reduce_two_shot",
-           "pull_from_root", "root_pulls"]
+KERNELS = ["all_gather", "all_to_all", "reduce_scatter_push", "all_reduce_one_shot", "all_reduce_staged",
+           "all_reduce_two_shot", "pull_from_root", "root_pulls"]
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,15 +21,22 @@ from iris.host import launches
 
 
 @triton.jit
-def _all_reduce_one_shot_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
-                                HINT: tl.constexpr, BLOCK: tl.constexpr, SLICED: tl.constexpr = False):
+def _one_shot(out, inp, src, n, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
+              HINT: tl.constexpr, BLOCK: tl.constexpr, SLICED: tl.constexpr, STAGED: tl.constexpr):
     # SLICED: ``inp`` is slice ``group_index`` (of ``n`` elements) of a heap tensor (reduce_scatter's pull)
+    # STAGED: ``src`` (anywhere on this device) is copied into ``inp`` first, by the program that reads those
+    # blocks of every rank's ``inp`` later; the opening barrier then releases the copy
     flags, heap_bases, members, rank, group_index, world_size, fingerprint, tables, alarm = sync  # GroupSync.args
     anchor = inp - group_index * n if SLICED else inp
     match = call_match(sync, ((anchor, tables[0]),))  # peers read inp (iris/device/sync.py)
     row = program_row(flags, world_size)
-    # every rank's input is ready
-    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)[1]:
+    if STAGED:  # our staging buffer, which no peer reads before the barrier below
+        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+            offs = tl.arange(0, BLOCK)
+            mask = tail_mask(start, n, BLOCK)
+            tl.store(inp + start + offs, tl.load(src + start + offs, mask=mask), mask=mask)
+    # every rank's input is ready (written before this kernel began, or by our same-numbered program just now)
+    if open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=not STAGED)[1]:
         for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
             offs = tl.arange(0, BLOCK)
             mask = tail_mask(start, n, BLOCK)
@@ -38,6 +45,18 @@ def _all_reduce_one_shot_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, OP:
             tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
         # no rank reads our inp
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)
+
+
+@triton.jit
+def _all_reduce_one_shot_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr, ACC_FP32: tl.constexpr,
+                                HINT: tl.constexpr, BLOCK: tl.constexpr, SLICED: tl.constexpr = False):
+    _one_shot(out, inp, inp, n, sync, GROUP_SIZE, OP, ACC_FP32, HINT, BLOCK, SLICED, False)
+
+
+@triton.jit
+def _all_reduce_staged_kernel(out, inp, src, n, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
+                              ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+    _one_shot(out, inp, src, n, sync, GROUP_SIZE, OP, ACC_FP32, HINT, BLOCK, False, True)
 
 
 @triton.jit
@@ -109,3 +128,32 @@ def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None)
         ctx.launches.put(key, group, config, launch, symmetric=((0, nbytes, outs), (1, nbytes, ins)))(
             out_flat, inp_flat)
     return common.done(ctx, async_op)
+
+
+def all_reduce_staged(ctx, out, src, staged, op="sum", group=None, config=None):
+    """The one-shot ``out = op(src of every rank in group)`` through ``staged``, a heap tensor of ``src``'s shape
+    and dtype (the same allocation on every rank): the kernel copies ``src``, which may lie anywhere on this device,
+    into ``staged`` before its opening barrier, so a tensor off the heap costs no copy of its own (the
+    torch.distributed route, ``iris/distributed/collectives.py``). Returns the launch, which a caller may repeat as
+    ``launch(out, staged, src)`` for tensors of the same shape, dtype and alignment, in the same group and config.
+    Its call matches a one-shot ``all_reduce(out, staged)``'s, which a peer may make instead."""
+    caller = "ccl.all_reduce"
+    common.precheck(caller, group, config, (out, staged), str(op))
+    src_flat = common.flat(src, caller, "src")
+    inp_flat, out_flat = common.flat(staged, caller, "staged"), common.flat(out, caller, "out")
+    common.same_dtype(out, src, caller)
+    common.same_dtype(staged, src, caller)
+    common.expect_numel(out, src.numel(), caller, "out", "src.numel()")
+    common.expect_numel(staged, src.numel(), caller, "staged", "src.numel()")
+    op = common.reduce_op(op, src.dtype, caller)
+    ins = ctx.symmetric_table(staged, caller, "staged")
+    n = src.numel()
+    p = common.plan(ctx, caller, n, group, config)
+    if common.algorithm(p, ALL_REDUCE_ALGORITHMS, caller) not in ("auto", "one_shot"):
+        raise ValueError(f"{caller}: a staged call is one-shot, got algorithm={p.config.algorithm!r}")
+    fp = common.fingerprint(ctx, caller, (out, staged), op, "one_shot", launch=p.launch, sync=p.sync)
+    meta = dict(GROUP_SIZE=p.sync.size, OP=op, ACC_FP32=common.accumulate_in_fp32(src.dtype),
+                HINT=common.vector_hint(staged, out, src), BLOCK=p.block, num_warps=p.warps)
+    launch = launches.Launch(_all_reduce_staged_kernel, p.grid, (n, p.sync.args(ctx, fp, (ins, ins))), meta)
+    launch(out_flat, inp_flat, src_flat)
+    return launch

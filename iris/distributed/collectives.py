@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from iris.ccl import CollectiveConfig
+from iris.ccl.all_reduce import all_reduce_staged
 from iris.host import launches
 
 ONE_SHOT = CollectiveConfig(algorithm="one_shot")
@@ -65,18 +66,18 @@ class _HeapRoute:
 
 
 class _StagedRoute:
-    """A remembered all_reduce of one staged chunk: copy the input into the staging buffer (peers read it there;
-    ``Staging.copier``), then the one-shot writes the caller's ``out`` directly."""
+    """A remembered all_reduce of one staged chunk: the one-shot kernel copies the input into the staging buffer
+    (peers read it there) and writes the caller's ``out`` directly (``iris/ccl/all_reduce.py``,
+    ``all_reduce_staged``)."""
 
-    __slots__ = ("ctx", "launch", "staged", "copy_in")
+    __slots__ = ("ctx", "launch", "staged")
 
-    def __init__(self, ctx, launch, staged, copy_in):
-        self.ctx, self.launch, self.staged, self.copy_in = ctx, launch, staged, copy_in
+    def __init__(self, ctx, launch, staged):
+        self.ctx, self.launch, self.staged = ctx, launch, staged
 
     def __call__(self, tensor, out, caller):
-        self.copy_in(tensor)
         self.ctx.groups.check(caller)
-        self.launch(out, self.staged)
+        self.launch(out, self.staged, tensor)
         return True
 
 
@@ -95,6 +96,7 @@ class GroupCollectives:
         self.device_index = (torch.cuda.current_device() if device.index is None else device.index) if self.on_cuda \
             else None
         self._routes = {}  # all_reduce's route key -> _HeapRoute or _StagedRoute
+        self.hits = 0  # all_reduce calls that took a remembered route
 
     # ------------------------------------------------------------------ remembered routes
     # A call's route (the tensors as they are, or one staged chunk) and the launch it runs are functions of its key
@@ -179,6 +181,7 @@ class GroupCollectives:
         key = self._route_key(op, tensor, out)
         route = self._routes.get(key) if key is not None else None
         if route is not None and route(tensor, out, caller):
+            self.hits += 1
             return
         self.check(caller, tensor, out)
         if out.shape != tensor.shape or out.dtype != tensor.dtype:
@@ -197,17 +200,15 @@ class GroupCollectives:
         flat, flat_out = tensor.view(-1), out.view(-1)
         if tensor.numel() <= min(one_shot_max, self.chunk(flat.dtype)):  # one chunk, staged and one-shot
             staged = self.staging.view(flat.dtype, flat.numel()).view(tensor.shape)
-            staged.copy_(tensor)
-            self.ctx.ccl.all_reduce(out, staged, op=op, group=self.group, config=ONE_SHOT)
-            launch = self._launch_of(out, staged, op, ONE_SHOT)
-            self._remember(key, launch and _StagedRoute(self.ctx, launch, staged, self.staging.copier(staged)))
+            launch = all_reduce_staged(self.ctx, out, tensor, staged, op=op, group=self.group, config=ONE_SHOT)
+            self._remember(key, _StagedRoute(self.ctx, launch, staged))
             return
         for start, part, staged in self.staged_chunks(flat):
             part_out = flat_out[start:start + part.numel()]
-            staged.copy_(part)
-            if part.numel() <= one_shot_max:  # peers read the staged copy; the reduction lands in out directly
-                self.ctx.ccl.all_reduce(part_out, staged, op=op, group=self.group, config=ONE_SHOT)
+            if part.numel() <= one_shot_max:  # the kernel stages part; the reduction lands in out directly
+                all_reduce_staged(self.ctx, part_out, part, staged, op=op, group=self.group, config=ONE_SHOT)
             else:
+                staged.copy_(part)
                 self.ctx.ccl.all_reduce(staged, staged, op=op, group=self.group, config=TWO_SHOT)
                 part_out.copy_(staged)
 

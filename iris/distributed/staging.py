@@ -10,7 +10,7 @@ never grows, because the heap cannot free (a grown buffer would leak the old one
 subgroup's call would allocate on its members only and put the heaps out of step.
 
 Each collective copies one side only where the kernel allows the other side anywhere: all_reduce up to
-``CollectiveConfig.one_shot_max_bytes`` stages its input and writes the caller's tensor directly,
+``CollectiveConfig.one_shot_max_bytes`` stages its input inside its kernel and writes the caller's tensor directly,
 reduce_scatter and reduce stage their input, all_gather and all_to_all their output. The two-shot all_reduce
 (above 1 MiB), the uneven all_to_all and the equal one past one chunk copy both ways.
 """
@@ -19,7 +19,6 @@ import os
 
 import torch
 
-from iris.platform import cuda_driver, private
 
 ALIGN = 256
 # Per context: on GPUs 64 MiB (the copy of a full chunk, 2 x 64 MiB through HBM at ~4 TB/s, takes ~33 us, a
@@ -47,37 +46,6 @@ class Staging:
     def view(self, dtype, numel, start=0):
         """A flat ``dtype`` view of ``numel`` elements of the buffer from element ``start``."""
         return self.buffer.view(dtype)[start:start + numel]
-
-    def copier(self, staged):
-        """``copy_in(tensor)``: ``staged.copy_(tensor)`` for a contiguous ``tensor`` of ``staged``'s shape, dtype and
-        device, on the current stream (a remembered route's copy, whose key has checked all that)."""
-        if staged.device.type == "cuda" and staged.numel():
-            return _DriverCopy(staged)
-        return staged.copy_  # the cpu backend: a memcpy, no launch
-
-
-class _DriverCopy:
-    """``Tensor.copy_`` of a contiguous tensor into ``staged`` as the one driver call it makes (``cuMemcpyAsync`` on
-    the current stream), without torch's dispatch and TensorIterator on the way: a ``copy_`` of a few KiB between
-    two tensors of one GPU costs ~10 us of host time on an H200 host, the driver call alone a few. With another
-    device current (the driver would use its context), or where the driver refuses (a thread whose context torch has
-    not made current yet: then nothing was queued), it is ``copy_`` itself."""
-
-    __slots__ = ("staged", "address", "nbytes", "index")
-
-    def __init__(self, staged):
-        self.staged, self.address = staged, staged.data_ptr()
-        self.nbytes = staged.numel() * staged.element_size()
-        self.index = staged.device.index
-
-    def __call__(self, tensor):
-        if private.current_device() == self.index:
-            try:
-                cuda_driver.copy_1d(self.address, tensor.data_ptr(), self.nbytes, private.current_stream(self.index))
-                return
-            except RuntimeError:
-                pass
-        self.staged.copy_(tensor)
 
 
 def staging_for(ctx, staging_bytes=None):
