@@ -15,7 +15,8 @@ Calls: all_reduce at 8 KiB bf16 (iris ``ctx.ccl``, NCCL through torch.distribute
 one-shot all-reduce), all_gather and reduce_scatter at 8 KiB per rank, all_reduce_rmsnorm at 8 x 4096 bf16
 (against NCCL's all_reduce then torch's rms_norm), the ``"iris"`` torch.distributed backend's all_reduce and
 ``torch.ops.iris.all_reduce`` at 8 KiB (against NCCL's ``dist.all_reduce``), ``ctx.empty`` at 1 KiB / 64 KiB / 1 MiB
-/ 64 MiB against ``torch.empty``, a copy-engine ``ctx.put`` of 4 KiB against ``Tensor.copy_`` of the same bytes into
+/ 64 MiB against ``torch.empty`` (and its pieces alone: the storage slice, the weak reference, the capture query,
+the tensor by ``Tensor.new`` or torch's direct CUDA constructor), a copy-engine ``ctx.put`` of 4 KiB against ``Tensor.copy_`` of the same bytes into
 the peer's heap, one ``put_tiles`` of 64 tiles of 64 KiB against 64 bare ``cuMemcpy2DAsync`` calls (the driver's
 own cost of the tiles one by one; per call, divide by 64 for a tile), ``ops.matmul_all_gather`` 4096^3 bf16 eager
 and replayed from a CUDA graph against cuBLAS's matmul of the same flops, and the "launch floor": a kernel that does
@@ -30,6 +31,7 @@ idle.
 import argparse
 import statistics
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -45,7 +47,7 @@ from iris.copy_engine import Tile, peer_address
 from iris.host import launches
 from iris.host.distributed import all_gather_object
 from iris.host.memory.peers import peer_view
-from iris.platform import cuda_driver
+from iris.platform import capture, cuda_driver, private
 
 DRAIN_EVERY = 64
 PROFILED_CALLS = 200
@@ -152,6 +154,7 @@ def _calls(ctx, nccl, iris_group, quick):
             "iris": lambda nbytes=nbytes: ctx.empty(nbytes, dtype=torch.uint8),
             "torch.empty": lambda nbytes=nbytes: torch.empty(nbytes, dtype=torch.uint8, device=dev),
         }
+    calls["empty 1 KiB, its pieces"] = _empty_pieces(dev)
     peer = (rank + 1) % world
     src, dst = ctx.empty(4096, dtype=torch.uint8).random_(0, 255), ctx.empty(4096, dtype=torch.uint8)
     theirs = peer_view(ctx, dst, peer)
@@ -162,6 +165,28 @@ def _calls(ctx, nccl, iris_group, quick):
     calls[f"put_tiles {TILES} x 64 KiB (per call)"] = _tiles(ctx, peer)
     calls.update(_fused(ctx, quick))
     return calls
+
+
+def _empty_pieces(dev):
+    """What ``ctx.empty`` does per call (``SymmetricHeap.allocate_tensor``), each alone: the storage slice, the
+    weak reference, the capture query, and the tensor made over the slice by ``Tensor.new`` (then the view to the
+    shape) or by torch's direct CUDA constructor."""
+    base = torch.empty(1 << 20, dtype=torch.uint8, device=dev).untyped_storage()
+    piece, template = base[4096:5120], torch.empty(0, dtype=torch.uint8, device=dev)
+    construct = private.cuda_tensor_constructor()
+    meta = {"size": (32, 32), "stride": (32, 1), "storage_offset": 0, "dtype": torch.uint8}
+    return {
+        "storage slice": lambda: base[4096:5120],
+        "weak reference": lambda: weakref.ref(piece, _ignore),
+        "capture query": lambda: capture.current(dev),
+        "Tensor.new + view": lambda: template.new(piece).view(32, 32),
+        "CUDA constructor": (lambda: construct(meta, piece)) if construct is not None and dev.type == "cuda"
+        else "no CUDA constructor here",
+    }
+
+
+def _ignore(_):
+    pass
 
 
 def _fused(ctx, quick):
@@ -332,7 +357,7 @@ def main(out, count, quick):
             rows += [_row(ctx, env, op, provider, "return", returns),
                      _row(ctx, env, op, provider, "back_to_back", loop)]
             cells = [op, provider, statistics.median(returns) * 1e6, loop * 1e6]
-            if not op.startswith("empty"):
+            if not op.startswith("empty"):  # allocation queues no GPU work
                 kernel, issue = _profile(fn, dev, min(count, PROFILED_CALLS))
                 rows += [_row(ctx, env, op, provider, "profile_kernel", kernel),
                          _row(ctx, env, op, provider, "profile_issue", issue)]

@@ -101,6 +101,14 @@ def tensor_maker():
     return torch.Tensor.new if _LEGACY_NEW else tensor_on_storage
 
 
+def cuda_tensor_constructor():
+    """``construct(meta, storage)``: a CUDA tensor of ``meta``'s ``size``, ``stride``, ``storage_offset`` and
+    ``dtype`` over ``storage``, made directly (torch's ``_construct_CUDA_Tensor_From_Storage_And_Metadata``, with
+    which CUDA graph trees make their outputs), without ``Tensor.new``'s ``at::empty`` and ``set_`` and without a
+    ``view`` to the shape; None where torch lacks it (the cpu build)."""
+    return getattr(torch._C, "_construct_CUDA_Tensor_From_Storage_And_Metadata", None)
+
+
 _STORAGE_GETITEM = getattr(getattr(torch._C, "StorageBase", None), "__getitem__", torch.UntypedStorage.__getitem__)
 
 
