@@ -1,9 +1,11 @@
-"""Collectives written as Triton kernels on the symmetric heap: ``ctx.ccl.<collective>(out, inp, ...)``."""
+"""Collectives written as Triton kernels on the symmetric heap: ``ctx.ccl.<collective>(out, inp, ...)``.
+
+Each collective's module declares its record (``iris/ccl/record.py``); importing the modules here files them, and
+``CCL`` binds every record's names to a context."""
 
 import inspect
 
-from iris.ccl.multinode import hierarchical
-
+from iris.ccl import record
 from iris.ccl.all_gather import all_gather
 from iris.ccl.all_reduce import all_reduce
 from iris.ccl.all_reduce_rmsnorm import all_reduce_rmsnorm
@@ -12,13 +14,6 @@ from iris.ccl.config import CollectiveConfig, Config
 from iris.ccl.moe.dispatch import DispatchHandle, MoEDispatchConfig, MoEDispatcher
 from iris.ccl.reduce_scatter import reduce_scatter, reduce_scatter_tensor
 from iris.ccl.rooted import broadcast, gather, recv, reduce, scatter, send
-
-# Upstream Iris's names with upstream's layouts; torch's layouts under torch's names (all_to_all_single,
-# reduce_scatter_tensor, all_gather_into_tensor: the same as all_gather, whose layouts agree)
-_COLLECTIVES = {f.__name__: f for f in (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce,
-                                        scatter, gather, send, recv, all_to_all_single, reduce_scatter_tensor)}
-_COLLECTIVES["all_gather_into_tensor"] = all_gather
-_COLLECTIVES["all_reduce_rmsnorm"] = all_reduce_rmsnorm
 
 
 class CCL:
@@ -29,9 +24,9 @@ class CCL:
 
     def __init__(self, ctx):
         self._ctx = ctx
-        for name, fn in _COLLECTIVES.items():
-            across = hierarchical.COLLECTIVES[name] if ctx.num_nodes > 1 else None
-            setattr(self, name, _bind(fn, ctx, across))
+        for name, collective in record.REGISTRY.items():
+            across = collective.across_nodes() if ctx.num_nodes > 1 else None
+            setattr(self, name, _bind(collective.run, ctx, across, name))
 
     def barrier(self, group=None):
         """Device-side barrier over ``group`` (``ctx.device_barrier``): stream-ordered, graph-capturable."""
@@ -46,7 +41,7 @@ class CCL:
                              expt_assignment=expt_assignment, dtype=torch.bfloat16 if dtype is None else dtype)
 
 
-def _bind(fn, ctx, across=None):
+def _bind(fn, ctx, across, name):
     signature = inspect.signature(fn)
 
     def bound(*args, **kwargs):
@@ -55,7 +50,7 @@ def _bind(fn, ctx, across=None):
             return across(ctx, *args, **kwargs)
         return fn(ctx, *args, **kwargs)
 
-    bound.__name__, bound.__doc__ = fn.__name__, fn.__doc__
+    bound.__name__, bound.__doc__ = name, fn.__doc__
     return bound
 
 

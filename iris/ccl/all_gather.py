@@ -8,7 +8,7 @@ Push: each rank stores its input straight into slot ``group_index`` of every mem
 import triton
 import triton.language as tl
 
-from iris.ccl import common
+from iris.ccl import common, record, reference
 from iris.device.group import first_block, program_row, store_to_group, tail_mask
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
@@ -70,3 +70,8 @@ def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
     ctx.launches.put(key, group, config, launch, symmetric=((0, out.numel() * out.element_size(), outs),))(
         out_flat, inp_flat)
     return common.done(ctx, async_op)
+
+
+record.declare("all_gather", all_gather, reference.all_gather, "every rank gets every rank's input, in rank order",
+               "all_gather", aliases=("all_gather_into_tensor",), gluon=True,
+               process_group=("all_gather_single", "all_gather_single_coalesced"), compile_op="all_gather")

@@ -13,7 +13,7 @@ grid-wide barrier (which would need every program resident) is needed.
 import triton
 import triton.language as tl
 
-from iris.ccl import common
+from iris.ccl import common, record, reference
 from iris.ccl.config import ALL_REDUCE_ALGORITHMS
 from iris.device.group import first_block, program_row, reduce_from_group, store_to_group, tail_mask
 from iris.device.sync import call_match, group_barrier, open_call
@@ -157,3 +157,7 @@ def all_reduce_staged(ctx, out, src, staged, op="sum", group=None, config=None):
     launch = launches.Launch(_all_reduce_staged_kernel, p.grid, (n, p.sync.args(ctx, fp, (ins, ins))), meta)
     launch(out_flat, inp_flat, src_flat)
     return launch
+
+
+record.declare("all_reduce", all_reduce, reference.all_reduce, "every rank gets the reduction of every rank's input",
+               "all_reduce", process_group=("allreduce", "allreduce_coalesced"), compile_op="all_reduce")

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.ccl import common
+from iris.ccl import common, record, reference
 from iris.device.group import program_row, reduce_from_group
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
@@ -120,3 +120,7 @@ def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, 
             out, residual_out, inp, residual, weight)
     common.done(ctx, False)
     return out, residual_out
+
+
+record.declare("all_reduce_rmsnorm", all_reduce_rmsnorm, reference.all_reduce_rmsnorm,
+               "all_reduce, residual add and RMSNorm in one kernel", "all_reduce_rmsnorm")

@@ -17,7 +17,7 @@ Push:  barrier (every out is free)  ->  put inp[:, q, :] into out[:, me, :] of r
 import triton
 import triton.language as tl
 
-from iris.ccl import common
+from iris.ccl import common, record, reference
 from iris.device.group import program_row, tail_mask
 from iris.device.rma import store
 from iris.device.sync import call_match, group_barrier, open_call
@@ -125,3 +125,9 @@ def all_to_all_single(ctx, out, inp, group=None, async_op=False, config=None):
     """
     return _launch(ctx, out, inp, 0, group, async_op, config, "ccl.all_to_all_single")
 
+
+record.declare("all_to_all", all_to_all, reference.all_to_all,
+               "upstream's layout: column block r of every rank's input to rank r", "all_to_all", gluon=True)
+record.declare("all_to_all_single", all_to_all_single, reference.all_to_all_single,
+               "torch's layout: slice r along dim 0 of every rank's input to rank r", "all_to_all_single", gluon=True,
+               process_group=("all_to_all_single", "alltoall", "allgather"), compile_op="all_to_all")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from iris.ccl import record
 from iris.ccl.config import CollectiveConfig, Config
 from iris.host.distributed import all_gather_object
 from iris.host import launches
@@ -89,9 +90,6 @@ class Plan:
         return dict(programs=self.programs, block=self.block)
 
 
-GLUON_COLLECTIVES = ("ccl.all_gather", "ccl.all_to_all", "ccl.all_to_all_single")  # those with a kernel in iris/ccl/gluon/
-
-
 def resolve_config(config, caller):
     """The ``CollectiveConfig`` of a call: the default, the one given, or the translation of upstream's
     ``iris.ccl.Config``."""
@@ -101,9 +99,10 @@ def resolve_config(config, caller):
     if not isinstance(config, CollectiveConfig):
         raise TypeError(f"{caller}: config must be an iris.ccl.CollectiveConfig or iris.ccl.Config, got "
                         f"{type(config).__name__}")
-    if config.use_gluon and caller not in GLUON_COLLECTIVES:
-        raise ValueError(f"{caller}: use_gluon=True, but only all_gather and all_to_all have a Gluon kernel; use "
-                         "use_gluon=False (the Triton kernel, same results)")
+    if config.use_gluon and not record.has_gluon(caller):
+        gluon = ", ".join(r.name for r in record.records() if r.gluon)
+        raise ValueError(f"{caller}: use_gluon=True, but only {gluon} have a Gluon kernel; use use_gluon=False (the "
+                         "Triton kernel, same results)")
     if config.gluon_path == "tma" and caller != "ccl.all_gather":
         raise ValueError(f"{caller}: gluon_path='tma', but only all_gather has a TMA path; use "
                          "gluon_path='registers' (the Gluon register stores, same results)")

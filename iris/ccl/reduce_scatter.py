@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.ccl import common
+from iris.ccl import common, record, reference
 from iris.ccl.all_reduce import _all_reduce_one_shot_kernel
 from iris.ccl.config import REDUCE_SCATTER_ALGORITHMS
 from iris.ccl.reduce_scatter_tiles import reduce_scatter_tiles
@@ -207,3 +207,12 @@ def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, ke
     ctx.launches.put(key, group, config, launch, symmetric=((1, inp.numel() * inp.element_size(), ins),))(
         out_flat, inp_flat)
     return common.done(ctx, async_op)
+
+
+record.declare("reduce_scatter", reduce_scatter, reference.reduce_scatter_tiles,
+               "upstream's layout: each rank's tiles of the reduction, in a full-size out (or torch's, by out's size)",
+               "reduce_scatter")
+record.declare("reduce_scatter_tensor", reduce_scatter_tensor, reference.reduce_scatter,
+               "torch's layout: slice r of the reduction along dim 0 to rank r", "reduce_scatter",
+               process_group=("reduce_scatter", "reduce_scatter_single", "reduce_scatter_single_coalesced"),
+               compile_op="reduce_scatter")

@@ -35,6 +35,29 @@ def all_to_all(inputs, rank):
     return torch.cat([x.chunk(len(inputs), dim=dim)[rank] for x in inputs], dim=dim)
 
 
+def broadcast(inputs, src):
+    return inputs[src]
+
+
+def reduce(inputs, op="sum"):
+    """What the root gets; the others' ``out`` is unchanged."""
+    return reduce_all(inputs, op)
+
+
+def gather(inputs):
+    """What the root gets; the others' ``out`` is unchanged."""
+    return torch.cat(inputs, dim=0)
+
+
+def scatter(inputs, rank, src):
+    return inputs[src].chunk(len(inputs), dim=0)[rank]
+
+
+def send_recv(inputs, src):
+    """What the receiving rank's tensor becomes: the sender's."""
+    return inputs[src]
+
+
 def reduce_scatter_tiles(inputs, rank, out, layout, op="sum"):
     """Upstream Iris's full-size reduce_scatter: ``out`` (rank ``rank``'s, before the call) with the reduction
     written at the tiles ``layout`` (``reduce_scatter_tiles.TileLayout``) gives that rank."""

@@ -12,7 +12,7 @@ this file and two kernels:
 import triton
 import triton.language as tl
 
-from iris.ccl import common
+from iris.ccl import common, record, reference
 from iris.device.group import first_block, program_row, reduce_from_group, tail_mask
 from iris.device.rma import get
 from iris.device.sync import call_match, group_barrier, open_call
@@ -183,3 +183,15 @@ def _point_to_point(ctx, caller, tensor, peer, sender, config, async_op):
     pair = _pair(ctx, caller, peer)
     call = ("ccl.send/recv", (tensor,), (sender,))  # alike on both ends
     return _pull(ctx, caller, flat, flat, flat.numel(), sender, None, config, async_op, call, flat, table, sync=pair)
+
+
+record.declare("broadcast", broadcast, reference.broadcast, "the root's tensor to every rank", "broadcast",
+               process_group=("broadcast",))
+record.declare("scatter", scatter, reference.scatter, "slice r along dim 0 of the root's input to rank r", "scatter")
+record.declare("gather", gather, reference.gather, "every rank's input to the root, in rank order", "gather")
+record.declare("reduce", reduce, reference.reduce, "the reduction of every rank's input to the root", "reduce",
+               process_group=("reduce",))
+record.declare("send", send, reference.send_recv, "a heap tensor made available to one peer (pairs with recv)", "send",
+               process_group=("send",))
+record.declare("recv", recv, reference.send_recv, "a peer's heap tensor copied into ours (pairs with send)", "recv",
+               process_group=("recv",))

@@ -167,6 +167,10 @@ class GroupCollectives:
                              f"of {per_element_slots} slots; raise IRIS_STAGING_BYTES")
         return chunk
 
+    def spans_nodes(self, caller):
+        """Whether the group holds ranks of several nodes (then ctx.ccl runs its hierarchical forms)."""
+        return self.ctx.num_nodes > 1 and self.ctx.spans_nodes(self.group, caller)
+
     def global_rank(self, group_rank, caller, name):
         if not 0 <= group_rank < self.size:
             raise ValueError(f"{caller}: {name}={group_rank} is outside the group of {self.size} ranks")
@@ -198,6 +202,12 @@ class GroupCollectives:
             self._remember(key, launch and _HeapRoute(self.ctx, launch, checks))
             return
         flat, flat_out = tensor.view(-1), out.view(-1)
+        if self.spans_nodes(caller):  # ctx.ccl's form across nodes, on the staged copy
+            for start, part, staged in self.staged_chunks(flat):
+                staged.copy_(part)
+                self.ctx.ccl.all_reduce(staged, staged, op=op, group=self.group)
+                flat_out[start:start + part.numel()].copy_(staged)
+            return
         if tensor.numel() <= min(one_shot_max, self.chunk(flat.dtype)):  # one chunk, staged and one-shot
             staged = self.staging.view(flat.dtype, flat.numel()).view(tensor.shape)
             launch = all_reduce_staged(self.ctx, out, tensor, staged, op=op, group=self.group, config=ONE_SHOT)

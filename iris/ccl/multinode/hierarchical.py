@@ -277,9 +277,3 @@ def barrier(ctx, group=None):
     ctx.rail.barrier()
     if ctx.local_world_size > 1:
         ctx.device_barrier(ctx.node_group)
-
-
-COLLECTIVES = {f.__name__: f for f in (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, gather,
-                                       scatter, send, recv, all_reduce_rmsnorm, all_to_all_single)}
-# torch's names for the torch layouts (iris/ccl/__init__.py)
-COLLECTIVES.update(reduce_scatter_tensor=reduce_scatter, all_gather_into_tensor=all_gather)
