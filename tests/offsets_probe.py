@@ -12,6 +12,7 @@ from iris.ccl.all_gather import _all_gather_kernel
 from iris.ccl.all_reduce import _all_reduce_one_shot_kernel, _all_reduce_staged_kernel, _all_reduce_two_shot_kernel
 from iris.ccl.all_to_all import _all_to_all_kernel
 from iris.ccl.reduce_scatter import _reduce_scatter_push_kernel
+from iris.ccl.reduce_scatter_v import _reduce_scatter_v_kernel
 from iris.ccl.rooted import _pull_from_root_kernel, _root_pulls_kernel
 from sm90 import SYNC, launch_compile, ptr
 
@@ -24,7 +25,8 @@ CONSTEXPRS = {"GROUP_SIZE": 3, "HINT": 16, "BLOCK": BLOCK, "OP": "sum", "ACC_FP3
 KERNELS = {"all_gather": _all_gather_kernel, "all_to_all": _all_to_all_kernel,
            "reduce_scatter_push": _reduce_scatter_push_kernel, "all_reduce_one_shot": _all_reduce_one_shot_kernel,
            "all_reduce_staged": _all_reduce_staged_kernel, "all_reduce_two_shot": _all_reduce_two_shot_kernel,
-           "pull_from_root": _pull_from_root_kernel, "root_pulls": _root_pulls_kernel}
+           "pull_from_root": _pull_from_root_kernel, "root_pulls": _root_pulls_kernel,
+           "reduce_scatter_v": _reduce_scatter_v_kernel}
 
 
 def compile_sm90(fn, constexprs):

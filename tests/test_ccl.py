@@ -139,6 +139,57 @@ def test_collectives(pools, world_size, dtype):
     assert not fails, "\n".join(fails)
 
 
+def _reduce_scatter_v_body(dtype):
+    """Uneven splits (one rank's empty, one range starting off a 16-byte boundary), every op, out poisoned first; a
+    second call hits the remembered launch; splits that differ between ranks are refused on every rank, and out
+    is left as it was."""
+    from iris.errors import MismatchError
+
+    ctx = new_context(1 << 28 if GPU_SCALE else 1 << 22)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    unit = 4099 if GPU_SCALE else 37
+    splits = [unit * (r + 1) + 3 for r in range(world)]
+    splits[1] = 0
+    inputs = [data(r, (sum(splits),), dtype, salt=7) for r in range(world)]
+    inp = ctx.empty(sum(splits), dtype=dtype)
+    inp.copy_(inputs[rank].to(dev))
+    fails = []
+    ops = ["sum", "max", "min"] + (["avg"] if dtype.is_floating_point else [])
+    for op in ops:
+        for attempt in range(2):
+            out = torch.full((splits[rank],), -99, dtype=dtype, device=dev)
+            ctx.barrier()
+            ctx.ccl.reduce_scatter_v(out, inp, splits, op=op)
+            ctx.barrier()
+            fails.append(mismatch(f"reduce_scatter_v {op} call {attempt}", out,
+                                  ref_ops.reduce_scatter_v(inputs, rank, splits, op)))
+    if ctx.launches.hits < len(ops):
+        fails.append(f"reduce_scatter_v: {ctx.launches.hits} remembered launches taken, expected {len(ops)} or more")
+    theirs = list(splits)
+    theirs[0] += 1 if rank == 0 else 0  # rank 0 counts one more element for itself
+    mine = torch.full((theirs[rank],), -99, dtype=dtype, device=dev)
+    wide = ctx.empty(sum(theirs), dtype=dtype)
+    wide.copy_(data(rank, (sum(theirs),), dtype).to(dev))
+    ctx.barrier()
+    try:
+        ctx.ccl.reduce_scatter_v(mine, wide, theirs)
+        ctx.barrier()  # on GPUs the host learns of the mismatch after the kernel
+        fails.append("reduce_scatter_v: splits that differ between ranks were not refused")
+    except MismatchError:
+        pass
+    if not torch.all(mine.cpu() == -99):
+        fails.append("reduce_scatter_v: a refused call wrote out")
+    return [f for f in fails if f]
+
+
+@pytest.mark.parametrize("world_size", [2, 3] if not GPU_SCALE else [2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
+def test_reduce_scatter_v(pools, world_size, dtype):
+    results = pools(world_size).run(_reduce_scatter_v_body, dtype)
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not fails, "\n".join(fails)
+
+
 def _large_body():
     """Messages past ``LARGE_NUMEL``, where ``plan`` switches to about one program per SM, 32 warps and 16384
     elements per step; the length is not a multiple of that block."""

@@ -42,7 +42,7 @@ class Calls:
     def __init__(self, ctx):
         self.counts = {}
         for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send",
-                     "recv", "all_to_all_single", "reduce_scatter_tensor"):
+                     "recv", "all_to_all_single", "reduce_scatter_tensor", "reduce_scatter_v"):
             setattr(ctx.ccl, name, self._wrap(name, getattr(ctx.ccl, name)))
         # a staged all_reduce is ctx.ccl's one-shot kernel with the copy in it, called directly
         from iris.distributed import collectives
@@ -117,6 +117,13 @@ def _collectives_body(dtype, staging_bytes):
     dist.reduce_scatter(tri, list(full[rank].chunk(world)), group=group, op=dist.ReduceOp.MAX)
     expect("reduce_scatter (lists) max", "reduce_scatter_tensor", tri, ref_ops.reduce_scatter(
         [x.cpu() for x in full], rank, "max"))
+    # uneven splits, rank j's j + 1 parts (ctx.ccl.reduce_scatter_v; with a small buffer a range spans chunks)
+    counts = [(j + 1) * full[0].numel() // (world * (world + 1) // 2 + 1) for j in range(world)]
+    flats = [x.reshape(-1)[:sum(counts)] for x in full]
+    tri = poisoned(flats[rank][:counts[rank]])
+    dist.reduce_scatter(tri, list(flats[rank].split(counts)), group=group)
+    expect("reduce_scatter (lists, uneven)", "reduce_scatter_v", tri, ref_ops.reduce_scatter_v(
+        [x.cpu() for x in flats], rank, counts))
 
     # all_to_all_single: equal splits, then uneven ones (rank r sends 1 + (r + 2 j) % 3 rows to rank j)
     tri = poisoned(full[rank])

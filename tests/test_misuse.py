@@ -290,6 +290,7 @@ def _closed_rooms_body():
                 "close": (), "check_open": ("caller",)},
         "ccl": {"all_reduce": (out, t), "all_gather": (out, piece), "all_gather_into_tensor": (out, piece),
                 "reduce_scatter": (piece, t), "reduce_scatter_tensor": (piece, t), "all_to_all": (square_out, square),
+                "reduce_scatter_v": (piece, t, [piece.numel()] * world),
                 "all_to_all_single": (out, t), "broadcast": (t, 0), "reduce": (out, t, 0), "scatter": (piece, t, 0),
                 "gather": (out, piece, 0), "send": (t, peer), "recv": (t, peer), "barrier": (),
                 "all_reduce_rmsnorm": (normed, residual_out, x, residual, weight),

@@ -111,6 +111,13 @@ def _every_collective(ctx):
     assert ctx.rail.bytes_handed == nodes * CHUNK * item  # the node's reduced W slices over L ranks
     results["reduce_scatter"] = tri.cpu()
 
+    splits = [max(CHUNK - r % 3, 0) for r in range(world)]  # uneven: the hierarchical all_reduce, then this rank's range
+    start = sum(splits[:rank])
+    tri = ctx.full((splits[rank],), -77, dtype=dtype)
+    ctx.ccl.reduce_scatter_v(tri, wide[:sum(splits)], splits)
+    ref = _gloo(dist.all_reduce, wide)[start:start + splits[rank]]
+    assert torch.equal(tri.cpu(), ref), (tri, ref)
+
     tri = ctx.full((world * CHUNK,), -77, dtype=dtype)
     ctx.rail.reset()
     ctx.ccl.all_to_all(tri, wide)

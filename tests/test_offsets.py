@@ -18,7 +18,7 @@ import pytest
 
 PROBE = os.path.join(os.path.dirname(__file__), "offsets_probe.py")
 KERNELS = ["all_gather", "all_to_all", "reduce_scatter_push", "all_reduce_one_shot", "all_reduce_staged",
-           "all_reduce_two_shot", "pull_from_root", "root_pulls"]
+           "all_reduce_two_shot", "pull_from_root", "root_pulls", "reduce_scatter_v"]
 
 
 @functools.lru_cache(maxsize=None)

@@ -24,7 +24,8 @@ def problems(collective):
     """What is missing from ``collective``'s record, one line each."""
     found = []
     if getattr(reference, collective.reference.__name__, None) is not collective.reference:
-        found.append(f"{collective.name}: its reference {collective.reference.__name__} is not in iris/ccl/reference.py")
+        found.append(f"{collective.name}: its reference {collective.reference.__name__} is not in "
+                     "iris/ccl/reference.py")
     if not callable(getattr(hierarchical, collective.hierarchical, None)):
         found.append(f"{collective.name}: no {collective.hierarchical!r} in iris/ccl/multinode/hierarchical.py (its "
                      "form across nodes)")
@@ -84,4 +85,4 @@ def test_ctx_ccl_binds_every_name():
 
 
 def test_the_docs_table_is_the_records():
-    assert record.table() in DESIGN.read_text(), "docs/design.md's table of collectives: paste python -m iris.ccl.record"
+    assert record.table() in DESIGN.read_text(), "docs/design.md's table of collectives: paste python -m iris.ccl"

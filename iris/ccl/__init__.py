@@ -13,6 +13,7 @@ from iris.ccl.all_to_all import all_to_all, all_to_all_single
 from iris.ccl.config import CollectiveConfig, Config
 from iris.ccl.moe.dispatch import DispatchHandle, MoEDispatchConfig, MoEDispatcher
 from iris.ccl.reduce_scatter import reduce_scatter, reduce_scatter_tensor
+from iris.ccl.reduce_scatter_v import reduce_scatter_v
 from iris.ccl.rooted import broadcast, gather, recv, reduce, scatter, send
 
 
@@ -56,4 +57,4 @@ def _bind(fn, ctx, across, name):
 
 __all__ = ["CCL", "CollectiveConfig", "Config", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
            "reduce", "scatter", "gather", "send", "recv", "all_reduce_rmsnorm", "all_to_all_single",
-           "reduce_scatter_tensor", "MoEDispatcher", "MoEDispatchConfig", "DispatchHandle"]
+           "reduce_scatter_tensor", "reduce_scatter_v", "MoEDispatcher", "MoEDispatchConfig", "DispatchHandle"]

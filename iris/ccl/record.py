@@ -4,7 +4,7 @@ A collective's module ends with ``declare(...)``, which files a ``Collective`` h
 ``ctx.ccl``'s methods (``iris/ccl/__init__.py``: each name and alias bound to the context), the call across nodes
 (``hierarchical``: the function of that name in ``iris/ccl/multinode/hierarchical.py``), which calls may ask for
 a Gluon kernel (``common.resolve_config``), and the table of collectives in ``docs/design.md`` ("Adding a
-collective", written by ``python -m iris.ccl.record``). The torch bindings are declared here too (the ``"iris"``
+collective", printed by ``python -m iris.ccl``). The torch bindings are declared here too (the ``"iris"``
 process group's methods and the ``torch.ops.iris`` op that run the collective), and ``tests/test_records.py``
 checks each record against the code: the reference and the hierarchical form exist, every binding it names exists
 and every method of the process group and every compile op is claimed by a record, and the docs' table is the
@@ -83,9 +83,3 @@ def table():
                     f"{methods} | {f'`{record.compile_op}`' if record.compile_op else '-'} |")
     return "\n".join(rows)
 
-
-if __name__ == "__main__":
-    import iris.ccl  # noqa: F401  (files every record)
-    from iris.ccl import record as filed  # run as a script, this file is __main__; the records are in the module
-
-    print(filed.table())

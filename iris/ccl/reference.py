@@ -35,6 +35,13 @@ def all_to_all(inputs, rank):
     return torch.cat([x.chunk(len(inputs), dim=dim)[rank] for x in inputs], dim=dim)
 
 
+def reduce_scatter_v(inputs, rank, splits, op="sum"):
+    """Uneven splits: rank ``rank`` gets elements ``sum(splits[:rank])`` to ``sum(splits[:rank + 1])`` of the flat
+    reduction."""
+    start = sum(splits[:rank])
+    return reduce_all([x.reshape(-1) for x in inputs], op)[start:start + splits[rank]]
+
+
 def broadcast(inputs, src):
     return inputs[src]
 

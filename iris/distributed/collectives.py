@@ -6,6 +6,8 @@ synchronisation except the uneven all_to_all's size exchange), and allocates not
 CUDA graph once a first call has made the group's flags. Tensors must be on the heap's device.
 """
 
+import itertools
+
 import torch
 import torch.distributed as dist
 
@@ -270,6 +272,32 @@ class GroupCollectives:
                 for j, row in enumerate(rows):
                     staged[j].copy_(row[start:start + part.numel()])
             self.ctx.ccl.reduce_scatter_tensor(part, staged.view(-1), op=op, group=self.group, config=PULL)
+
+    def reduce_scatter_v(self, out, inputs, op, caller):
+        """Uneven splits: ``out`` (this rank's count) = its range of ``op`` over the group of the concatenation of
+        ``inputs`` (one tensor per group rank, ``inputs[i]`` of rank i's count, the same counts on every rank),
+        staged through the buffer in chunks of the concatenation (``ctx.ccl.reduce_scatter_v`` on each)."""
+        self.check(caller, out, *inputs)
+        op = reduce_op_name(op, caller)
+        self.reducible(caller, out.dtype)
+        if len(inputs) != self.size or any(t.dtype != out.dtype for t in inputs) or (
+                inputs[self.index].numel() != out.numel()):
+            raise ValueError(f"{caller}: expected {self.size} input tensors of dtype {out.dtype}, the one of this "
+                             f"rank ({self.index}) of output's {out.numel()} elements; got "
+                             f"{[(tuple(t.shape), t.dtype) for t in inputs]}")
+        bounds = list(itertools.accumulate([t.numel() for t in inputs], initial=0))
+        flat_out, mine = out.view(-1), (bounds[self.index], bounds[self.index + 1])
+        for first in range(0, bounds[-1], self.chunk(out.dtype)):
+            last = min(first + self.chunk(out.dtype), bounds[-1])
+            staged, splits = self.staging.view(out.dtype, last - first), []
+            for j, t in enumerate(inputs):
+                lo, hi = max(bounds[j], first), min(bounds[j + 1], last)
+                splits.append(max(hi - lo, 0))
+                if hi > lo:
+                    staged[lo - first:hi - first].copy_(t.view(-1)[lo - bounds[j]:hi - bounds[j]])
+            lo, hi = max(mine[0], first), min(mine[1], last)
+            part = flat_out[lo - mine[0]:hi - mine[0]] if hi > lo else flat_out[:0]
+            self.ctx.ccl.reduce_scatter_v(part, staged, splits, op=op, group=self.group)
 
     def all_to_all(self, out, inp, caller="iris all_to_all"):
         """Equal splits: slice j of our ``inp`` becomes slice ``group rank`` of rank j's ``out``."""

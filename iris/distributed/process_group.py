@@ -263,10 +263,10 @@ class IrisProcessGroup(dist.ProcessGroup):
         if ops is None:
             return self._gloo_group().reduce_scatter(outputs, input_lists, opts)
         out, inps = outputs[0], input_lists[0]
-        if len(inps) != ops.size or any(i.shape != out.shape or i.dtype != out.dtype for i in inps):
-            raise ValueError(f"iris reduce_scatter: expected {ops.size} input tensors of shape {tuple(out.shape)} "
-                             f"and dtype {out.dtype}, got {[tuple(i.shape) for i in inps]}")
-        ops.reduce_scatter_rows(out, [i.view(-1) for i in inps], opts.reduceOp, "iris reduce_scatter")
+        if len(inps) == ops.size and all(i.shape == out.shape and i.dtype == out.dtype for i in inps):
+            ops.reduce_scatter_rows(out, [i.view(-1) for i in inps], opts.reduceOp, "iris reduce_scatter")
+        else:  # uneven splits (every rank passes the same shapes, so every rank takes this path)
+            ops.reduce_scatter_v(out, list(inps), opts.reduceOp, "iris reduce_scatter")
         return self._done(ops, outputs)
 
     def reduce_scatter_single(self, output, input, opts):

@@ -129,6 +129,22 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
     return common.done(ctx, async_op)
 
 
+def reduce_scatter_v(ctx, out, inp, splits, op="sum", group=None, async_op=False, config=None):
+    """``ccl.reduce_scatter_v`` across nodes: the hierarchical all_reduce of the whole input into a scratch buffer,
+    then this rank's range of it (every rank moves the whole reduction: correct, not bandwidth-optimal)."""
+    caller = "ccl.reduce_scatter_v"
+    splits = tuple(splits)
+    if len(splits) != ctx.num_ranks:
+        raise ValueError(f"{caller}: splits has {len(splits)} entries but the world has {ctx.num_ranks} ranks")
+    common.expect_numel(inp, sum(splits), caller, "inp", "sum(splits)")
+    common.expect_numel(out, splits[ctx.cur_rank], caller, "out", f"splits[{ctx.cur_rank}]")
+    total = _scratch(ctx, "reduce_scatter_v", inp.numel(), inp.dtype)
+    _all_reduce(ctx, total, common.flat(inp, caller, "inp"), common.reduce_op(op, inp.dtype, caller))
+    start = sum(splits[:ctx.cur_rank])
+    common.flat(out, caller, "out").copy_(total[start:start + splits[ctx.cur_rank]])
+    return common.done(ctx, async_op)
+
+
 def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
     """``ccl.all_to_all`` across nodes, upstream's layout: a tensor of 2 or more dims is split along dim 1
     (``iris/ccl/all_to_all.py``), so its column blocks are moved to slices of dim 0, exchanged as
