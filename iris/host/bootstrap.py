@@ -1,4 +1,5 @@
-"""The named steps of making a rank's context, in the order ``Iris.__init__`` (``iris/iris.py``) takes them:
+"""The named steps of making a rank's context, in the order ``assemble`` takes them for ``Iris.__init__``
+(``iris/iris.py``):
 
     check_options      heap and workspace sizes, allocator          (local: every rank raises the same error)
     bind_device        this rank's device; torch.distributed up     (local, then the process group's rendezvous)
@@ -7,7 +8,9 @@
     make_memory        the backing memory, mapped by the node       (collective over the node)
     check_bases        the alignment translate() assumes            (one all-gather: all raise together)
 
-Each step is a function of what the steps before it made; none keeps state of its own, but for the count of contexts
+``assemble`` then makes the rooms over the heap (the race detector, the group table, the copy queue, the launch
+cache, the watchdog, the device context and the copy engines) and sets them on the context. Each step is a
+function of what the steps before it made; none keeps state of its own, but for the count of contexts
 this process has made (``next_serial``), which names a context's keys in the store: creation is collective, so the
 count is the same on every rank."""
 
@@ -15,17 +18,27 @@ import functools
 import itertools
 import os
 import socket
+import weakref
 from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
+from iris.device.context import CONTEXT_HEADER
 from iris.device.translate import check_base_alignment, misaligned_bases
-from iris.host import topology as _topology
-from iris.host.distributed import all_gather_object, ensure_process_group
+from iris.host import sanitize as _sanitize, topology as _topology
+from iris.host.copy_engine.api import CopyEngines
+from iris.host.copy_engine.queue import CopyQueue
+from iris.host.distributed import StoreExchange, all_gather_object, default_store, ensure_process_group
+from iris.host.groups import GroupTable, region_bytes
+from iris.host.launches import LaunchCache
 from iris.host.memory.allocator import align_up
 from iris.host.memory.backing import CudaIpcMemory, SharedMemory
+from iris.host.memory.heap import SymmetricHeap
+from iris.host.memory.providers import bases_table
 from iris.host.memory.vmem import GrowableMemory
+from iris.host.watchdog import StoreReports, Watchdog
+from iris.platform import backend as _backend
 from iris.platform.device_info import get_device_id_for_rank
 
 ALLOCATORS = ("torch", "vmem")
@@ -139,3 +152,58 @@ def check_bases(memory, topology):
     barrier). Collective over the world."""
     check_base_alignment([(seen, topology.node_ranks(topology.node_of(seen))[local], base) for seen, found in
                           enumerate(all_gather_object(misaligned_bases(memory.bases))) for local, base in found])
+
+
+def assemble(ctx, heap_size, workspace_size, timeout_s, sanitize):
+    """Every part of a rank's context, set on ``ctx`` (an ``Iris`` whose options are checked): the steps above, then
+    the rooms over the heap. Collective over the world, as context creation is."""
+    ctx.backend = _backend.BACKEND
+    sanitize = _sanitize.mode(sanitize, ctx.backend)
+    ctx.sanitizer = None  # the race detector (iris/host/sanitize.py), made once the heap is mapped
+    ctx.timeout_s = timeout_s
+    ctx._closed = False
+    ctx._device = bind_device(ctx.backend)
+    ctx.device = str(ctx._device)  # upstream Iris's string, "cuda:N" or "cpu"; get_device() is the torch.device
+    ctx.cur_rank, ctx.num_ranks = dist.get_rank(), dist.get_world_size()
+    ctx._serial = next_serial()  # names this context's keys in the store
+    ctx._store = default_store()
+    ctx._barriers = {}
+    # Where the torch integrations (iris.distributed's staging, iris.compile's world) keep their state for this
+    # context, by name: it lives and goes with the context.
+    ctx.integrations = {}
+
+    agreed = agree(heap_size, ctx._device, ctx.get_cu_count())
+    ctx.init_random(agreed.seed)  # one stream on every rank (iris/host/memory/factories.py)
+    ctx._agreed_cu_count, ctx.shares_gpu, ctx.peer_devices = agreed.cu_count, agreed.shares_gpu, agreed.peer_devices
+    ctx.topology = _topology.discover(ctx.cur_rank, ctx.num_ranks, all_gather_object)
+    plumbing = node_plumbing(ctx.topology, ctx.backend, ctx._host_barrier)
+    ctx.node_group, ctx.rail_group, ctx.rail_engine = plumbing.node_group, plumbing.rail_group, plumbing.rail_engine
+    group_bytes, workspace_bytes, total = heap_layout(heap_size, workspace_size, region_bytes(ctx.num_ranks))
+    memory = make_memory(ctx.allocator_type, total, ctx._device, ctx.topology, plumbing)
+    check_bases(memory, ctx.topology)
+    ctx.heap = SymmetricHeap(memory, heap_size, group_bytes, workspace_bytes, ctx.cur_rank, ctx.num_ranks,
+                             all_gather_object)
+    ctx.heap.bases = ctx.topology.world_bases(memory.bases)
+    if sanitize == "race":  # before the rooms below: the copy lanes ask for it
+        ctx.sanitizer = _sanitize.RaceSanitizer(ctx.heap, ctx.cur_rank, ctx.num_ranks, all_gather_object,
+                                                ctx._host_barrier)
+    ctx.groups = GroupTable(ctx.heap.reserved, ctx.num_ranks, ctx.cur_rank, ctx._device,
+                            StoreExchange(ctx._store, ctx.cur_rank, ctx._serial, timeout_s))
+    # A subgroup's slot comes back when its ProcessGroups go. Through a weak reference: the watchdog thread holds
+    # the table, and a strong one would keep the context (and its heap mappings) from being collected.
+    context = weakref.ref(ctx)
+    ctx.groups.on_agreed(lambda ranks: context()._watch_group(ranks))
+    ctx.copy_queue = CopyQueue(ctx)  # the ops' copy-engine path (iris/host/copy_engine/queue.py)
+    ctx.launches = LaunchCache(ctx.groups)  # eager calls' remembered launches (iris/host/launches.py)
+    ctx.watchdog = Watchdog(ctx.cur_rank, ctx.num_ranks, plumbing.exchange, plumbing.local_barrier, ctx.groups,
+                            ctx.topology, StoreReports(ctx._store, f"iris/watchdog/{ctx._serial}"))
+    # Upstream Iris's layout, [rank, world_size, base_0, ..., tracing words], then the bytes each base addresses
+    # (debug mode's extent, iris/device/debug.py). heap_bases is a view of the bases; the words around it stay in
+    # reach of the kernels that get it. A rank on another node has a negative code for a base.
+    ctx._device_context = torch.tensor(bases_table(ctx.cur_rank, ctx.num_ranks, ctx.heap.bases, memory.size),
+                                       dtype=torch.int64, device=ctx._device)
+    ctx.heap_bases = ctx._device_context[CONTEXT_HEADER.value:CONTEXT_HEADER.value + ctx.num_ranks]
+    # Growth keeps every base (the ranges are reserved up front) and widens the extent debug mode checks.
+    ctx.heap.on_grow(lambda capacity: ctx._device_context[-1].fill_(capacity))
+    # upstream's host copy-engine methods (iris/host/copy_engine/api.py); None when off
+    ctx.copy_engines = CopyEngines(ctx) if ctx.enable_copy_engine else None

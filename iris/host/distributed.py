@@ -1,13 +1,15 @@
 """Process-group plumbing: initialisation from the environment, object exchange, a host barrier that
-names the ranks that never arrived."""
+names the ranks that never arrived, and the context's host synchronisation (``SyncMethods``)."""
 
 import atexit
 import contextlib
 import datetime
+import math
 import os
 import pickle
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -202,3 +204,90 @@ def device_synchronize(device, stream=None):
         stream.synchronize()
     else:
         torch.cuda.synchronize(device)
+
+
+class SyncMethods:
+    """The context's host synchronisation (a part of ``Iris``): ``barrier`` and its store barrier, a group's device
+    synchronisation state, and the host-side ``broadcast`` of a value. They read ``self.groups``, ``self.topology``
+    and the store the context was made with."""
+
+    def barrier(self, stream=None, group=None, timeout_s=None):
+        """Collective, host-blocking. Wait for this rank's device work (``stream`` only, if given), then
+        for every rank of ``group``. Raises ``iris.RankTimeoutError`` naming the ranks that did not
+        arrive after ``timeout_s`` (default ``IRIS_TIMEOUT_S`` or 300 s). Not graph-capturable; use
+        ``device_barrier`` inside graphs. Raises ``iris.PeerError`` once a peer has failed."""
+        self.groups.check("Iris.barrier")
+        device_synchronize(self._device, stream)
+        if self._device.type == "cpu" and stream is None and self.copy_engines is not None:
+            self.copy_engines.drain("Iris.barrier")  # a GPU's synchronise waits for the copy engines' streams too
+        self._host_barrier(self.group_ranks(group, "Iris.barrier"), timeout_s)
+
+    def _host_barrier(self, ranks=None, timeout_s=None):
+        """The store barrier alone: what ``barrier`` does after its checks, and the barrier of context
+        creation (before ``groups`` exists)."""
+        ranks = list(range(self.num_ranks)) if ranks is None else ranks
+        barrier = self._barriers.get(tuple(ranks))
+        if barrier is None:
+            name = f"{self._serial}/{'-'.join(map(str, ranks))}"
+            barrier = self._barriers[tuple(ranks)] = StoreBarrier(self._store, self.cur_rank, ranks, name)
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        watchdog = getattr(self, "watchdog", None)  # None during context creation
+        gone = None if watchdog is None else watchdog.gone
+        if self.sanitizer is None:
+            barrier.wait(timeout_s, what="Iris.barrier", check=self._check_peers, gone=gone)
+            return
+        with self.sanitizer.host_barrier(ranks, barrier.generation):
+            barrier.wait(timeout_s, what="Iris.barrier", check=self._check_peers, gone=gone)
+
+    def _check_peers(self, caller="Iris.barrier"):
+        """Raise ``PeerError`` once the watchdog has seen a peer fail: host waits call it between short waits."""
+        groups = getattr(self, "groups", None)  # None during context creation
+        if groups is not None:
+            groups.check(caller)
+
+    def _watch_group(self, ranks):
+        self.workspaces.watch(ranks)
+
+    def group_sync(self, group, caller):
+        """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises
+        ``iris.PeerError`` once a peer has failed (every collective starts here or at ``groups.get``)."""
+        ranks = self.group_ranks(group, caller)
+        if self.topology.spans_nodes(ranks):
+            nodes = sorted({self.topology.node_of(r) for r in ranks})
+            raise ValueError(f"{caller}: the group {ranks} spans nodes {nodes}; iris kernels reach the ranks of one "
+                             "node only; the collectives of ctx.ccl run across nodes on the whole world (group=None) "
+                             "or on groups within one node")
+        return self.groups.get(ranks, caller)
+
+    @property
+    def _device_barrier_state(self):
+        """Upstream's view of the flags ``device_barrier`` counts on, by group (``None``: every rank): the same tensor
+        at every call (upstream's tests check that it is kept)."""
+        return {None: self.group_sync(None, "Iris.device_barrier").flags}
+
+    def broadcast(self, value, src=0):
+        """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back
+        as numpy arrays (moved with a tensor broadcast; bfloat16 arrives as float32, which numpy lacks), anything
+        else as the same Python object."""
+        self.groups.check("Iris.broadcast")
+        self.check_rank(src, "Iris.broadcast", "src")
+        header = [None]
+        if self.cur_rank == src:
+            if isinstance(value, (torch.Tensor, np.ndarray)):
+                array = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.from_numpy(
+                    np.ascontiguousarray(value))
+                header = [("tensor", tuple(array.shape), array.dtype)]
+            else:
+                header = [("object", value)]
+        dist.broadcast_object_list(header, src=src)
+        if header[0][0] == "object":
+            return header[0][1]
+        _, shape, dtype = header[0]
+        device = self._device if dist.get_backend() == "nccl" else torch.device("cpu")
+        buffer = array.contiguous().to(device) if self.cur_rank == src else torch.empty(shape, dtype=dtype,
+                                                                                         device=device)
+        if math.prod(shape) > 0:
+            dist.broadcast(buffer, src=src)
+        if buffer.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every bf16 value exactly
+            buffer = buffer.float()
+        return buffer.cpu().numpy()

@@ -19,6 +19,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+import torch.distributed as dist
+
 NODE_ID_ENV = "IRIS_NODE_ID"
 NODE_BITS = 16  # an off-node code packs two node indices of up to 16 bits each
 
@@ -128,3 +130,77 @@ def make_groups(topology, backend):
         if l == topology.local_rank:
             rail_group = group
     return node_group, rail_group, engine
+
+
+class TopologyMethods:
+    """The context's answers about ranks, groups and nodes (a part of ``Iris``): from ``self.topology``,
+    ``self.cur_rank`` and ``self.num_ranks``."""
+
+    @property
+    def num_nodes(self):
+        """Nodes in the job: sets of ranks whose heaps map into one another (``IRIS_NODE_ID`` or the host name)."""
+        return self.topology.num_nodes
+
+    @property
+    def node(self):
+        """This rank's node, in ``[0, num_nodes)``; node n holds ranks ``[n * L, (n + 1) * L)``."""
+        return self.topology.node
+
+    @property
+    def local_rank(self):
+        """This rank's position in its node (``rank % local_world_size``)."""
+        return self.topology.local_rank
+
+    @property
+    def local_world_size(self):
+        """Ranks per node, ``L``: the same on every node."""
+        return self.topology.local_world_size
+
+    @property
+    def direct(self):
+        """Per rank: whether device code can reach its heap by load/store (same node), upstream's ``direct``."""
+        return self.topology.direct
+
+    def spans_nodes(self, group, caller):
+        """Whether ``group`` (None: the world) holds ranks of several nodes; such a group must be the world, which
+        the collectives run hierarchically (``iris/ccl/multinode/hierarchical.py``)."""
+        ranks = self.group_ranks(group, caller)
+        if not self.topology.spans_nodes(ranks):
+            return False
+        if len(ranks) != self.num_ranks:
+            nodes = sorted({self.topology.node_of(r) for r in ranks})
+            raise ValueError(f"{caller}: the group {ranks} spans nodes {nodes} but is not the world; across nodes "
+                             "the collectives run on the whole world; use a group within one node, or "
+                             "torch.distributed on a group of the NCCL/gloo backend")
+        return True
+
+    def check_direct(self, peer, caller, name="peer"):
+        """Raise at once when ``peer``'s heap is not mapped here (another node): host calls taking a peer rank."""
+        self.check_rank(peer, caller, name)
+        if not self.topology.direct[peer]:
+            raise ValueError(f"{caller}: {name}={peer} is on node {self.topology.node_of(peer)} and rank "
+                             f"{self.cur_rank} on node {self.node}; heaps are mapped within a node only, so only "
+                             f"ranks {self.topology.node_ranks()} can be reached directly; move data between nodes "
+                             "with the collectives (ctx.ccl) or torch.distributed")
+        return peer
+
+    def check_rank(self, rank, caller, name="rank"):
+        if not isinstance(rank, int) or not 0 <= rank < self.num_ranks:
+            raise ValueError(f"{caller}: {name}={rank!r} is outside [0, {self.num_ranks}); ranks run from 0 to "
+                             f"world_size - 1 = {self.num_ranks - 1}")
+        return rank
+
+    def group_ranks(self, group, caller):
+        """The sorted ranks of ``group`` (a ``ProcessGroup``, or None for every rank); a clear error, naming
+        ``caller``, when it is not a group or this rank is not in it."""
+        if group is None:
+            return list(range(self.num_ranks))
+        if isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER:  # new_group's on ranks left out
+            raise ValueError(f"{caller}: rank {self.cur_rank} is not a member of the group")
+        if not isinstance(group, dist.ProcessGroup):
+            raise TypeError(f"{caller}: group must be a torch.distributed ProcessGroup or None, got "
+                            f"{type(group).__name__}; make one with torch.distributed.new_group(ranks)")
+        ranks = dist.get_process_group_ranks(group)
+        if self.cur_rank not in ranks:
+            raise ValueError(f"{caller}: rank {self.cur_rank} is not a member of the group {ranks}")
+        return sorted(ranks)

@@ -33,6 +33,7 @@ every check, with its error.
 import dataclasses
 import operator
 import os
+import sys
 import time
 
 import torch
@@ -43,6 +44,7 @@ from iris.host.memory.peers import peer_address
 from iris.host.copy_engine.proxy import CopyProxy
 from iris.errors import RankTimeoutError
 from iris.host.distributed import DEFAULT_TIMEOUT_S
+from iris.spellings import accepts
 
 ENGINE_NAMES = ("sdma", "ce")  # upstream's name for AMD's engines, and NVIDIA's: both mean this platform's
 CHANNELS = int(os.environ.get("IRIS_CE_CHANNELS", 2))
@@ -77,9 +79,13 @@ def resolve_engines(engines=(), copy_engine=None, enable_copy_engine=None):
     env = os.environ.get("IRIS_ENABLE_COPY_ENGINE", "").strip().lower()
     if env not in _TRUE + _FALSE + _AUTO:
         raise ValueError(f"iris.iris: IRIS_ENABLE_COPY_ENGINE={env!r}; use 1/true/yes/on, 0/false/no/off or auto")
-    if names:
-        return True
-    return env in _TRUE
+    on = bool(names) or env in _TRUE
+    # upstream's switch: a program that set iris.device.sdma_utils.sdma_ep to None has no copy engine (read where
+    # the program imported it: the library never imports the alias module)
+    if on and getattr(sys.modules.get("iris.device.sdma_utils"), "sdma_ep", True) is None:
+        raise ImportError("iris.iris: the copy engine was asked for but iris.device.sdma_utils.sdma_ep is None "
+                          "(upstream: the iris[sdma] extra); leave sdma_utils.sdma_ep as iris sets it")
+    return on
 
 
 TILE_FIELDS = ("pid_m", "pid_n", "block_m", "block_n", "elem_size", "src_stride", "data")
@@ -367,3 +373,58 @@ class CopyEngines:
         if self.lane_type.capturing():
             return  # every queued transfer was joined into the capture
         self._drain(lanes, caller)
+
+
+class CopyEngineMethods:
+    """The context's copy-engine methods (a part of ``Iris``), upstream's host API: ``put``, ``put_tile``,
+    ``put_tiles``, ``quiet`` and the device context; each refuses when the context has no copy engines
+    (``engines=()``), is closed, or a peer has failed, then hands the call to ``self.copy_engines``."""
+
+    def get_copy_engine_ctx(self):
+        """The device-side copy-engine context to pass to device ops as ``copy_engine_ctx`` (a uint64 [world_size, 6]
+        tensor, opaque), or None when the context was made without ``engines=("sdma",)``."""
+        self.check_open("Iris.get_copy_engine_ctx")
+        return None if self.copy_engines is None else self.copy_engines.device_ctx
+
+    def _engines(self, method):
+        self.check_open(method)
+        if self.copy_engines is None:
+            raise disabled_error(method)
+        self.groups.check(method)
+        return self.copy_engines
+
+    @accepts(from_tensor="src_tensor", dst_rank="to_rank", to_tensor="dst_tensor")
+    def put(self, src_tensor, to_rank, dst_tensor=None, wait_flag=None, wait_value=None, signal_flag=None,
+            signal_value=1, async_op=False, channel=0):
+        """Copy ``src_tensor`` into ``dst_tensor``'s counterpart (default: ``src_tensor``'s) on ``to_rank`` on a copy
+        engine, after the work queued on the current stream and, with ``wait_flag``, once that local int32/int64
+        flag reaches ``wait_value``; then add ``signal_value`` to ``signal_flag``'s counterpart on ``to_rank``
+        (release: a kernel there that acquires the flag sees the data). ``async_op=False`` blocks the host until it
+        has landed (the context's timeout; ``PeerError`` once a peer fails); ``async_op=True`` returns at once
+        (``quiet`` waits). No SM is used for the copy; the signal is a one-thread kernel. Graph-capturable.
+        ``dst_rank`` / ``to_tensor`` / ``from_tensor`` are upstream's other names (``iris/upstream.py``)."""
+        self._engines("Iris.put").put(src_tensor, to_rank, dst_tensor, wait_flag, wait_value, signal_flag,
+                                      signal_value, async_op, channel)
+
+    def put_tile(self, tile, to_rank, to_ptr, to_stride, wait_flag=None, wait_value=None, signal_flag=None,
+                 signal_value=1, async_op=False, channel=0):
+        """Upstream's low-level 2-D put: ``tile`` (``iris.copy_engine.Tile``: a sub-window of the matrix at address
+        ``tile.data``, row pitch ``tile.src_stride`` bytes) into the same window of the matrix at ``to_ptr`` (an
+        address already in the peer's heap, e.g. ``iris.copy_engine.peer_address``), row pitch ``to_stride`` bytes.
+        Flags as in ``put``, as tensors or raw addresses (32 bits; a raw ``signal_flag`` is already the peer's)."""
+        self._engines("Iris.put_tile").put_tiles([tile], to_rank, [to_ptr], [to_stride], wait_flag, wait_value,
+                                                 signal_flag, signal_value, async_op, channel, caller="Iris.put_tile")
+
+    def put_tiles(self, tiles, to_rank, to_ptrs, to_strides, wait_flag=None, wait_value=None, signal_flag=None,
+                  signal_value=1, async_op=False, channel=0):
+        """``put_tile`` for a batch in one submission: one wait before the first tile, one 2-D copy per tile, one
+        signal after the last."""
+        self._engines("Iris.put_tiles").put_tiles(tiles, to_rank, to_ptrs, to_strides, wait_flag, wait_value,
+                                                  signal_flag, signal_value, async_op, channel)
+
+    @accepts(dst_rank="to_rank")
+    def quiet(self, to_rank=None, channel=0):
+        """Host-blocking: until every transfer queued to ``to_rank`` (every rank: None) on ``channel`` has landed,
+        signals included; the context's timeout, ``PeerError`` once a peer fails. Inside a capture, nothing to do.
+        ``dst_rank`` is upstream's other name (``iris/upstream.py``)."""
+        self._engines("Iris.quiet").quiet(to_rank, channel)

@@ -1,0 +1,93 @@
+"""The context's methods on the symmetric heap (a part of ``Iris``): the device-side tables kernels take, whether a
+tensor is on the heap (or on another provider's memory) and the table that translates it, the heap's statistics, and
+the heap as a provider. They read ``self.heap``, ``self.heap_bases`` and ``self._device_context``."""
+
+import functools
+
+import torch
+
+from iris.host.memory.providers import HeapProvider, find
+
+
+class SymmetricMethods:
+    def get_heap_bases(self):
+        """int64[world_size] on the device: entry r is where rank r's heap appears in this process.
+        Pass it to kernels that call the free device functions (``iris.load``, ``iris.put``, ...)."""
+        self.check_open("Iris.get_heap_bases")
+        return self.heap_bases
+
+    def get_device_context(self):
+        """int64 tensor for ``iris.DeviceContext.initialize`` and Gluon's ``IrisDeviceCtx.initialize``, laid out as
+        upstream Iris's: ``[rank, world_size, heap_base_0, ..., heap_base_{W-1}, trace_enabled, max_events,
+        event counter address, operation counter address, 13 trace buffer addresses]`` (the tracing words are
+        zero until ``tracing.enable``), then the bytes each base addresses (read by debug mode)."""
+        self.check_open("Iris.get_device_context")
+        return self._device_context
+
+    def is_symmetric(self, tensor):
+        """True when ``tensor`` lies entirely in this rank's symmetric heap."""
+        self.check_open("Iris.is_symmetric")
+        return self.heap.contains(tensor)
+
+    def check_symmetric(self, tensor, caller, name="tensor"):
+        """Raise a clear error when ``tensor`` is not on the heap (kernels would read a peer's garbage), or
+        ``ClosedError`` once the context is closed."""
+        self.check_open(caller)
+        if not self.heap.contains(tensor):
+            where = f"on {tensor.device}" if isinstance(tensor, torch.Tensor) else f"a {type(tensor).__name__}"
+            raise ValueError(f"{caller}: {name} is not on the symmetric heap ({where}); allocate it with "
+                             "ctx.zeros(...) / ctx.empty(...), copy it there with ctx.as_symmetric(t), or map memory "
+                             "of another provider with iris.TorchSymmMemProvider or iris.wrap_symmetric")
+        return tensor
+
+    def symmetric_table(self, tensor, caller, name="tensor"):
+        """The bases table kernels translate ``tensor`` with: ``heap_bases`` for a heap tensor; for memory of another
+        provider (``TorchSymmMemProvider``, ``wrap_symmetric``), the ``peer_bases`` of the live map whose allocation
+        holds it, which must span the whole world in rank order. Anything else raises ``check_symmetric``'s error."""
+        self.check_open(caller)
+        if self.heap.contains(tensor) or not isinstance(tensor, torch.Tensor):
+            self.check_symmetric(tensor, caller, name)
+            return self.heap_bases
+        address = find(tensor)
+        if address is None:
+            self.check_symmetric(tensor, caller, name)
+        if address.world_size != self.num_ranks or address.local_rank != self.cur_rank:
+            raise ValueError(f"{caller}: {name} comes from a provider's allocation over {address.world_size} ranks with "
+                             f"this rank at {address.local_rank}; the collectives take provider memory mapped over "
+                             f"the whole world ({self.num_ranks} ranks, this one at {self.cur_rank}): make it over "
+                             "the default group")
+        return address.peer_bases
+
+    def memory_stats(self):
+        """This rank's heap in the spirit of ``torch.cuda.memory_stats``: ``allocated_bytes.all.current`` /
+        ``.peak`` (bytes in live tensors and whole-world workspaces, including tensors dropped here but not yet
+        on every rank), ``reserved_bytes.all.current`` / ``.peak`` (bytes mapped: the heap's size, which grows
+        with ``allocator_type="vmem"``), counts of allocations, frees, agreements and growths, ``held_by_graphs``
+        (allocations made during CUDA graph captures whose graphs live: not reused, dropped or not), and
+        ``workspace_bytes`` (whole-world ones on the heap, subgroup ones in the workspace area). Local, cheap."""
+        self.check_open("Iris.memory_stats")
+        stats = self.heap.memory_stats()
+        stats["workspace_bytes"] = self.workspaces.bytes()
+        return stats
+
+    def empty_cache(self):
+        """Collective over every rank. Collect this rank's garbage (tensors in reference cycles) and return to
+        the heap every tensor all ranks have dropped, and the workspaces and sync flags of every group whose
+        ProcessGroups every member has dropped; ``memory_stats`` then shows what is live."""
+        import gc
+
+        self.check_open("Iris.empty_cache")
+        gc.collect()
+        self.heap.reclaim("Iris.empty_cache")
+
+    def allocate_symmetric(self, *size, dtype=None):
+        """Collective. An uninitialised heap tensor and int64[world_size] ``peer_bases`` on the device:
+        entry r is the address of this tensor on rank r (entry ``cur_rank`` is its own ``data_ptr()``). The same
+        shape as every provider's (``iris/host/memory/providers.py``), so one kernel serves them all."""
+        return self.provider.allocate_symmetric(*size, dtype=dtype)
+
+    @functools.cached_property
+    def provider(self):
+        """This context's heap as a symmetric-memory provider (``iris/host/memory/providers.py``):
+        ``allocate_symmetric_map`` and ``symmetric_address_map(tensor)`` give a tensor's ``SymmetricAddressMap``."""
+        return HeapProvider(self)
