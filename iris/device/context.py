@@ -1,4 +1,4 @@
-"""``DeviceContext``: the device API as methods, with the calling rank and heap table bound once.
+"""``DeviceContext``: the device API as methods, with the calling rank and heap table bound once::
 
     @triton.jit
     def kernel(context, buf, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr):

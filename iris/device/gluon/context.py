@@ -1,4 +1,4 @@
-"""``IrisDeviceCtx``: the device API for ``@gluon.jit`` kernels (upstream Iris's Gluon context).
+"""``IrisDeviceCtx``: the device API for ``@gluon.jit`` kernels (upstream Iris's Gluon context)::
 
     @gluon.jit
     def kernel(IrisDeviceCtx: gl.constexpr, context_tensor, buf, peer, BLOCK: gl.constexpr):
