@@ -39,6 +39,7 @@ sphinx_gallery_conf = {
     "gallery_dirs": "tutorials",
     "plot_gallery": "False",  # rendered, not run: tests/test_tutorials.py runs every one on the cpu backend
     "filename_pattern": r"/\d\d_",
+    "within_subsection_order": "FileNameSortKey",  # 01, 02, ...: the order they teach in
     "download_all_examples": False,
     "show_signature": False,
     "remove_config_comments": True,

@@ -7,6 +7,7 @@ import inspect
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -104,3 +105,42 @@ def test_search_finds_the_collectives(site):
     assert "all_reduce" in index and "reduce_scatter_v" in index
     ccl = (site / "api" / "ccl.html").read_text()
     assert 'id="iris.ccl.all_reduce"' in ccl, "ccl.all_reduce has no entry (anchor) on its page"
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); the site is still built and its "
+                "links checked by the tests above")
+
+
+def _browse(chromium, url, *extra):
+    """What headless Chromium shows of ``url`` after its scripts ran: the DOM (``--dump-dom``) or, with
+    ``--screenshot=PATH``, nothing on stdout."""
+    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                           "--allow-file-access-from-files", "--virtual-time-budget=8000", "--window-size=1280,1000",
+                           *extra, url], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_the_site_in_a_browser(site, tmp_path):
+    """As a person would: the index renders, a search for all_reduce lists its page, a tutorial shows its code and
+    its figure; screenshots of the index and of that tutorial come out as images."""
+    chromium = _chromium()
+    index = _browse(chromium, (site / "index.html").as_uri(), "--dump-dom")
+    assert "symmetric heap" in index and "Getting started" in index, index[:2000]
+    found = _browse(chromium, (site / "search.html").as_uri() + "?q=all_reduce", "--dump-dom")
+    results = found[found.find('id="search-results"'):]
+    assert "api/ccl.html" in results and "iris.ccl.all_reduce" in results, results[:3000]
+    tutorial = _browse(chromium, (site / "tutorials" / "04_fused_gemm.html").as_uri(), "--dump-dom")
+    code = re.sub(r"<[^>]+>", "", tutorial[tutorial.find('class="highlight'):])  # the highlighted code as text
+    assert 'class="highlight' in tutorial and "ctx.ops.matmul_all_gather(out" in code, code[:2000]
+    image = re.search(r'<img[^>]+src="([^"]*trace_gemm_all_scatter[^"]*\.png)"', tutorial)
+    assert image and (site / "tutorials" / image.group(1)).resolve().exists(), "the tutorial's figure is missing"
+    for name, page in (("index", site / "index.html"), ("tutorial", site / "tutorials" / "04_fused_gemm.html")):
+        shot = tmp_path / f"{name}.png"
+        _browse(chromium, page.as_uri(), f"--screenshot={shot}")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000, (name, shot.stat())

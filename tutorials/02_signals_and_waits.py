@@ -5,7 +5,9 @@ Signals and waits: ordering a peer's reads after your writes
 A store into a peer's heap is not a message: nothing tells the peer when it has landed, and nothing orders the
 peer's reads after it. The message-passing pair does: the writer's release atomic on a flag after its data, the
 reader's acquire wait on that flag before its reads. This tutorial sends a block that way, then shows what the race
-detector says when the flag is left out::
+detector says when the flag is left out:
+
+.. code-block:: text
 
     rank 0: iris.store(block into rank 1)              rank 1:
             iris.atomic_add(flag on rank 1,    ----->         iris.wait_until(flag, 1)   (acquire, sys)

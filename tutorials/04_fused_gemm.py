@@ -6,7 +6,9 @@ Tensor parallelism multiplies sharded matrices and then moves the results betwee
 kernel, then a collective) the links idle while the GEMM runs and the SMs idle while the links run. A fused kernel
 overlaps them at tile granularity: each tile goes to its ranks as soon as it is computed.
 
-The paper's taxonomy of the ways to do it, each of which iris's examples implement (``examples/30`` to ``37``)::
+The paper's taxonomy of the ways to do it, each of which iris's examples implement (``examples/30`` to ``37``):
+
+.. code-block:: text
 
     bulk-synchronous          GEMM kernel ........|  collective kernel ....|
     fused, sequential         [tile, store it] [tile, store it] ...  (one kernel, every program does both)
