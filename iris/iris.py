@@ -7,6 +7,7 @@ This module is upstream Iris's ``iris.iris``: besides ``Iris`` and its factory `
 import functools
 import importlib
 import os
+from typing import Optional
 
 import torch
 import triton.language as tl
@@ -208,8 +209,11 @@ def enable_debug():
         patch_interpreter_asserts()
 
 
-def iris(heap_size=1 << 30, allocator_type="torch", engines=(), **kwargs):
-    """Create this rank's ``Iris`` context (collective). Initialises ``torch.distributed`` from the
+def iris(heap_size: int = 1 << 30, allocator_type: str = "torch", engines=(), *, timeout_s: Optional[float] = None,
+         debug: Optional[bool] = None, workspace_size: Optional[int] = None, copy_engine: Optional[str] = None,
+         enable_copy_engine: Optional[bool] = None, sanitize: Optional[str] = None) -> Iris:
+    """Create this rank's ``Iris`` context (collective) with a symmetric heap of ``heap_size`` bytes (1 GiB by
+    default; every rank passes the same size). Initialises ``torch.distributed`` from the
     environment (NCCL on GPUs, gloo on the cpu backend) unless the caller already did. ``debug=True`` (or
     ``IRIS_DEBUG=1``) compiles bounds checks and bounded waits into kernels (``iris/device/debug.py``);
     ``timeout_s`` bounds host-side waits (default ``IRIS_TIMEOUT_S`` or 300 s). A watchdog thread turns a
@@ -218,7 +222,9 @@ def iris(heap_size=1 << 30, allocator_type="torch", engines=(), **kwargs):
     ``enable_copy_engine=True`` or ``IRIS_ENABLE_COPY_ENGINE=1``) sets up this platform's copy engines for
     ``ctx.put / put_tile / put_tiles / quiet`` (``iris/host/copy_engine/api.py``). ``sanitize="race"`` (or
     ``IRIS_SANITIZE=race``) turns on the cpu backend's race detector (``iris/host/sanitize.py``)."""
-    return Iris(heap_size=heap_size, allocator_type=allocator_type, engines=engines, **kwargs)
+    return Iris(heap_size=heap_size, allocator_type=allocator_type, engines=engines, timeout_s=timeout_s, debug=debug,
+                workspace_size=workspace_size, copy_engine=copy_engine, enable_copy_engine=enable_copy_engine,
+                sanitize=sanitize)
 
 
 __all__ = [

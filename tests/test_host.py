@@ -27,6 +27,11 @@ def _creation_body():
         "randint": ctx.randint(5, 10, (100,)), "randint_high": ctx.randint(4, (10,)), "arange": ctx.arange(10),
         "arange_f": ctx.arange(0.0, 1.0, 0.25), "linspace": ctx.linspace(0, 1, 5),
         "sym": ctx.as_symmetric(torch.arange(6.0)),
+        "empty_like": ctx.empty_like(torch.ones(3, 4, dtype=torch.int16)),
+        "ones_like": ctx.ones_like(torch.zeros(2, 5), dtype=torch.float64),
+        "full_like": ctx.full_like(torch.zeros(4, dtype=torch.int32), 9),
+        "rand_like": ctx.rand_like(torch.zeros(200)), "randn_like": ctx.randn_like(torch.zeros(20, 20)),
+        "like_channels_last": ctx.ones_like(torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last)),
     }
     checks = {
         "zeros": made["zeros"].shape == (3, 5) and made["zeros"].dtype == torch.float32 and not made["zeros"].any(),
@@ -44,6 +49,12 @@ def _creation_body():
         "arange_f": torch.equal(made["arange_f"].cpu(), torch.arange(0.0, 1.0, 0.25)),
         "linspace": torch.allclose(made["linspace"].cpu(), torch.linspace(0, 1, 5)),
         "sym": torch.equal(made["sym"].cpu(), torch.arange(6.0)),
+        "empty_like": made["empty_like"].shape == (3, 4) and made["empty_like"].dtype == torch.int16,
+        "ones_like": made["ones_like"].dtype == torch.float64 and bool((made["ones_like"] == 1).all()),
+        "full_like": made["full_like"].dtype == torch.int32 and bool((made["full_like"] == 9).all()),
+        "rand_like": bool(((made["rand_like"] >= 0) & (made["rand_like"] < 1)).all()) and made["rand_like"].std() > 0,
+        "randn_like": made["randn_like"].shape == (20, 20) and 0.5 < float(made["randn_like"].std()) < 1.5,
+        "like_channels_last": made["like_channels_last"].is_contiguous(memory_format=torch.channels_last),
     }
     symmetric = all(ctx.is_symmetric(t) for t in made.values())
     offsets = [ctx.heap.offset_of(t) for t in made.values()]
@@ -332,3 +343,28 @@ def test_heap_size_must_match_across_ranks(pools):
     for message in pools(2).run(_mismatched_heap_body):
         assert "iris.iris: ranks asked for different heap sizes [65536, 131072]" in message
 
+
+def test_gpu_backends_without_a_gpu_say_so():
+    """IRIS_BACKEND=cuda (or simulation) where torch sees no GPU: one clear error from the launcher, before any rank
+    starts, and from iris.iris."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the error is for machines without one")
+    program = "import iris\ndef main():\n    iris.iris(1 << 20)\nif __name__ == '__main__':\n    iris.run(main, 1)\n"
+    for backend in ("cuda", "simulation"):
+        proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "IRIS_BACKEND": backend})
+        assert proc.returncode != 0
+        assert f"iris.launch: IRIS_BACKEND={backend} runs on GPUs, but torch" in proc.stderr, proc.stderr[-2000:]
+        assert "IRIS_BACKEND=cpu" in proc.stderr and "AttributeError" not in proc.stderr
+
+
+def test_iris_names_its_options():
+    """iris.iris's options are named in its signature (help() and IDEs show them), keyword-only past the first three."""
+    import inspect
+
+    parameters = inspect.signature(iris.iris).parameters
+    assert list(parameters) == ["heap_size", "allocator_type", "engines", "timeout_s", "debug", "workspace_size",
+                                "copy_engine", "enable_copy_engine", "sanitize"]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(parameters.values())[3:])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'heapsize'"):
+        iris.iris(heapsize=1 << 20)

@@ -283,6 +283,7 @@ def _closed_rooms_body():
                 "memory_stats": (), "ones": (8,), "put": (t, peer), "put_tile": (None, peer, 0, 0),
                 "put_tiles": ([], peer, [], []), "quiet": (), "rand": (8,), "randint": (5, (8,)), "randn": (8,),
                 "symmetric_table": (t, "caller"), "uniform": ((8,),), "zeros": (8,), "zeros_like": (t,),
+                "empty_like": (t,), "ones_like": (t,), "full_like": (t, 2.0), "rand_like": (t,), "randn_like": (t,),
                 "get_rank": (), "get_num_ranks": (), "get_device": (), "get_device_id": (), "get_cu_count": (),
                 "get_agreed_cu_count": (), "check_rank": (0, "caller"), "group_ranks": (None, "caller"),
                 "spans_nodes": (None, "caller"), "check_direct": (peer, "caller"), "init_random": (1,),

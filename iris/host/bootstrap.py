@@ -79,9 +79,7 @@ def bind_device(backend):
     if backend == "cpu":
         ensure_process_group("cpu")
         return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"iris.iris: IRIS_BACKEND={backend} but no GPU is visible; unset IRIS_BACKEND to use the "
-                           "cpu backend")
+    _backend.require_gpus(backend, "iris.iris")
     local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
     rank = int(os.environ.get("RANK", local_rank)) if backend == "simulation" else local_rank
     device = torch.device("cuda", get_device_id_for_rank(rank))

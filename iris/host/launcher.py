@@ -17,6 +17,7 @@ import os
 import pickle
 import signal
 import socket
+import sys
 import time
 import traceback
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from contextlib import contextmanager
 from iris.device import debug
 from iris.errors import RankError
 from iris.logging import logger
-from iris.platform.backend import choose_backend
+from iris.platform.backend import choose_backend, require_gpus
 from iris.host import sanitize
 from iris.host.watchdog import mark_failed, mark_returned, mark_running
 
@@ -168,7 +169,10 @@ class RankPool:
     def _start(self):
         port = _free_port()
         ctx = mp.get_context("spawn")
-        with _spawn_environment(self.backend, self.env):
+        with _spawn_environment(self.backend, self.env) as backend:
+            require_gpus(backend, "iris.launch")  # before any rank starts: one error, not one per rank
+            if sys.stderr.isatty():  # a person waiting at a terminal: each rank imports torch and triton first
+                print(f"iris: starting {self.world_size} ranks ({backend} backend)...", file=sys.stderr, flush=True)
             for rank in range(self.world_size):
                 parent, child = ctx.Pipe()
                 args = (rank, self.world_size, port, child, self.nodes, self.process_group)

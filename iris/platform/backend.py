@@ -33,6 +33,19 @@ def choose_backend():
     return name
 
 
+def require_gpus(backend, caller):
+    """Raise a clear ``RuntimeError`` naming ``caller`` when ``backend`` runs on GPUs and torch sees none (a CPU build
+    of torch, or no device visible)."""
+    if backend == "cpu":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU build of torch" if torch.version.cuda is None else "no GPU visible"
+        raise RuntimeError(f"{caller}: IRIS_BACKEND={backend} runs on GPUs, but torch {torch.__version__} sees none "
+                           f"({build}); unset IRIS_BACKEND or set IRIS_BACKEND=cpu for the cpu backend")
+
+
 def enable_interpreter():
     """Make sure Triton runs kernels in its interpreter; fail clearly when it is too late to switch."""
     if os.environ.get("TRITON_INTERPRET") == "1":

@@ -109,6 +109,57 @@ class TensorFactory:
                                           device=device, requires_grad=requires_grad, memory_format=memory_format,
                                           caller="Iris.zeros_like")
 
+    def empty_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
+                   memory_format=torch.preserve_format):
+        """Collective. An uninitialised heap tensor with ``input``'s shape, dtype (unless given) and memory layout."""
+        return self._like("empty_like", input, tensor_creation._nothing, dtype, layout, device, requires_grad,
+                          memory_format)
+
+    def ones_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
+                  memory_format=torch.preserve_format):
+        """Collective. A heap tensor of ones with ``input``'s shape, dtype (unless given) and memory layout."""
+        return self._like("ones_like", input, lambda t: t.fill_(1), dtype, layout, device, requires_grad,
+                          memory_format)
+
+    def full_like(self, input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
+                  memory_format=torch.preserve_format):
+        """Collective. A heap tensor of ``fill_value`` with ``input``'s shape, dtype (unless given) and memory
+        layout."""
+        return self._like("full_like", input, lambda t: t.fill_(fill_value), dtype, layout, device, requires_grad,
+                          memory_format)
+
+    def rand_like(self, input, *, generator=None, dtype=None, layout=None, device=None, requires_grad=False,
+                  memory_format=torch.preserve_format):
+        """Collective. Uniform values in [0, 1) with ``input``'s shape, dtype (unless given) and memory layout; the
+        same on every rank unless ``generator`` is given."""
+        generator = self._generator(generator)
+
+        def fill(t):
+            _require_floating(t.dtype, "Iris.rand_like")
+            t.uniform_(0.0, 1.0, generator=generator)
+
+        return self._like("rand_like", input, fill, dtype, layout, device, requires_grad, memory_format)
+
+    def randn_like(self, input, *, generator=None, dtype=None, layout=None, device=None, requires_grad=False,
+                   memory_format=torch.preserve_format):
+        """Collective. Normal(0, 1) values with ``input``'s shape, dtype (unless given) and memory layout; the same on
+        every rank unless ``generator`` is given."""
+        generator = self._generator(generator)
+
+        def fill(t):
+            _require_floating(t.dtype, "Iris.randn_like")
+            t.normal_(generator=generator)
+
+        return self._like("randn_like", input, fill, dtype, layout, device, requires_grad, memory_format)
+
+    def _like(self, name, input, fill, dtype, layout, device, requires_grad, memory_format):
+        if not isinstance(input, torch.Tensor):
+            raise TypeError(f"Iris.{name}: input must be a torch.Tensor, got {type(input).__name__}")
+        return create(self.heap, self.get_device(), f"Iris.{name}", tuple(input.shape),
+                      input.dtype if dtype is None else dtype, fill, device=device,
+                      layout=input.layout if layout is None else layout, requires_grad=requires_grad,
+                      memory_format=memory_format, like=input)
+
     def randn(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
               requires_grad=False, pin_memory=False):
         """Collective. Normal(0, 1) values, the same on every rank unless ``generator`` is given (module docstring)."""
