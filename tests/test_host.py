@@ -368,3 +368,28 @@ def test_iris_names_its_options():
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(parameters.values())[3:])
     with pytest.raises(TypeError, match="unexpected keyword argument 'heapsize'"):
         iris.iris(heapsize=1 << 20)
+
+
+def test_ranks_label_their_lines(tmp_path):
+    """IRIS_RANK_PREFIX=1: each rank's printed lines start with its label and stay whole, a line printed in pieces
+    included; IRIS_RANK_PREFIX=0 leaves them as printed."""
+    program = ("import sys, iris\n"
+               "def main():\n"
+               "    import os; r = os.environ['RANK']\n"
+               "    for i in range(20):\n"
+               "        print('piece', r, end=' '); sys.stdout.flush(); print('and the rest', i)\n"
+               "    print('unfinished', r, end='')\n"
+               "if __name__ == '__main__':\n"
+               "    iris.run(main, 2)\n")
+    script = tmp_path / "labelled.py"
+    script.write_text(program)
+    for setting in ("1", "0"):
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "IRIS_BACKEND": "cpu", "IRIS_RANK_PREFIX": setting})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = [line for line in proc.stdout.splitlines() if line]
+        if setting == "1":
+            assert sorted(lines) == sorted([f"[rank {r}] piece {r} and the rest {i}" for r in (0, 1) for i in range(20)]
+                                           + [f"[rank {r}] unfinished {r}" for r in (0, 1)]), lines
+        else:
+            assert not any(line.startswith("[rank") for line in lines) and len(lines) >= 20, lines

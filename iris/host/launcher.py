@@ -94,6 +94,46 @@ def _set_rank_environment(rank, world_size, port, nodes=1):
         os.environ.update(IRIS_NODE_ID=host, NCCL_HOSTID=host)
 
 
+class _RankLines:
+    """A rank's ``sys.stdout`` / ``sys.stderr``: each whole line written at once with ``[rank R] `` before it, so the
+    ranks' prints stay apart (as torchrun's ``--tee`` labels them). A partial line waits for its newline, or for the
+    end of the rank's call. On by default where the stream is a terminal (a person reading);
+    ``IRIS_RANK_PREFIX=1`` turns it on for pipes and files too, ``IRIS_RANK_PREFIX=0`` off everywhere."""
+
+    def __init__(self, stream, prefix):
+        self._stream, self._prefix, self._pending = stream, prefix, ""
+
+    def write(self, text):
+        *lines, self._pending = (self._pending + text).split("\n")
+        if lines:
+            self._stream.write("".join(f"{self._prefix}{line}\n" for line in lines))
+            self._stream.flush()
+        return len(text)
+
+    def flush(self):  # a partial line still waits for its newline: the line stays whole
+        self._stream.flush()
+
+    def finish(self):
+        """The partial last line, at the end of the rank's call."""
+        if self._pending:
+            self._stream.write(f"{self._prefix}{self._pending}\n")
+            self._pending = ""
+        self._stream.flush()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding, ...: the stream's
+        return getattr(self._stream, name)
+
+
+def _label_prints(rank):
+    asked = os.environ.get("IRIS_RANK_PREFIX", "")
+    if asked == "0":
+        return
+    if asked == "1" or sys.stdout.isatty():
+        sys.stdout = _RankLines(sys.stdout, f"[rank {rank}] ")
+    if asked == "1" or sys.stderr.isatty():
+        sys.stderr = _RankLines(sys.stderr, f"[rank {rank}] ")
+
+
 def _call(payload):
     """Run one call of ``RankPool.run`` in this rank; a context it leaves open reads as RETURNED to its peers until
     the next call (a peer still waiting for this rank then raises, ``iris/host/watchdog.py``)."""
@@ -110,10 +150,14 @@ def _call(payload):
         if "illegal memory access" in text or "illegal address" in text:  # a GPU's bad address
             text += f"iris{bad_address_hint(debug.ENABLED.value)}\n"
         return "err", text
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            getattr(stream, "finish", stream.flush)()  # a partial last line (_RankLines)
 
 
 def _worker(rank, world_size, port, conn, nodes=1, process_group=True):
     _set_rank_environment(rank, world_size, port, nodes)
+    _label_prints(rank)
     from iris.platform import backend as _backend
     from iris.host.distributed import ensure_process_group
 
