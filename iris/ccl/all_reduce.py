@@ -15,7 +15,7 @@ import triton.language as tl
 
 from iris.ccl import common, record, reference
 from iris.ccl.config import ALL_REDUCE_ALGORITHMS
-from iris.device.group import first_block, program_row, reduce_from_group, store_to_group, tail_mask
+from iris.device.group import first_block, program_row, reduce_blocks, reduce_from_group, store_to_group, tail_mask
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
 
@@ -37,12 +37,7 @@ def _one_shot(out, inp, src, n, sync, GROUP_SIZE: tl.constexpr, OP: tl.constexpr
             tl.store(inp + start + offs, tl.load(src + start + offs, mask=mask), mask=mask)
     # every rank's input is ready (written before this kernel began, or by our same-numbered program just now)
     if open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=not STAGED)[1]:
-        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
-            offs = tl.arange(0, BLOCK)
-            mask = tail_mask(start, n, BLOCK)
-            acc = reduce_from_group(inp + start, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, OP,
-                                    ACC_FP32, HINT)  # [BLOCK]
-            tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
+        reduce_blocks(out, inp, n, tables[0], members, rank, group_index, GROUP_SIZE, OP, ACC_FP32, HINT, BLOCK)
         # no rank reads our inp
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)
 

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import common, record, reference
-from iris.device.group import first_block, program_row, reduce_from_group, tail_mask
+from iris.device.group import program_row, reduce_blocks
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
 
@@ -28,12 +28,7 @@ def _reduce_scatter_v_kernel(out, inp, first, n, sync, GROUP_SIZE: tl.constexpr,
     # every rank's input is ready
     if open_call(row, heap_bases, members, rank, GROUP_SIZE, match, RELAXED=True)[1]:
         mine = inp + tl.cast(first, tl.int64)  # 64-bit: our range may begin past 2**31 elements
-        for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
-            offs = tl.arange(0, BLOCK)
-            mask = tail_mask(start, n, BLOCK)
-            acc = reduce_from_group(mine + start, offs, mask, tables[0], members, rank, group_index, GROUP_SIZE, OP,
-                                    ACC_FP32, HINT)  # [BLOCK]
-            tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
+        reduce_blocks(out, mine, n, tables[0], members, rank, group_index, GROUP_SIZE, OP, ACC_FP32, HINT, BLOCK)
         # no rank reads our inp
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)
 

@@ -84,3 +84,16 @@ def reduce_from_group(ptr, offs, mask, heap_bases, members, rank, group_index, G
         x = load(ptr + offs, rank, tl.load(members + i), heap_bases, mask=mask, hint=HINT)  # [BLOCK]
         acc = combine(acc, x.to(acc.dtype), OP)
     return finish(acc, OP, GROUP_SIZE)
+
+
+@triton.jit
+def reduce_blocks(out, inp, n, heap_bases, members, rank, group_index, GROUP_SIZE: tl.constexpr, OP: tl.constexpr,
+                  ACC_FP32: tl.constexpr, HINT: tl.constexpr, BLOCK: tl.constexpr):
+    """``out[:n]`` = ``OP`` over every member of ``inp[:n]`` (``reduce_from_group``), in ``out``'s dtype: this
+    program's blocks, a grid-stride loop (the one-shot all_reduce's data phase, and reduce_scatter_v's)."""
+    for start in range(first_block(BLOCK), n, tl.num_programs(0) * BLOCK):
+        offs = tl.arange(0, BLOCK)
+        mask = tail_mask(start, n, BLOCK)
+        acc = reduce_from_group(inp + start, offs, mask, heap_bases, members, rank, group_index, GROUP_SIZE, OP,
+                                ACC_FP32, HINT)  # [BLOCK]
+        tl.store(out + start + offs, acc.to(out.dtype.element_ty), mask=mask)
