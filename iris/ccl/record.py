@@ -82,4 +82,3 @@ def table():
         rows.append(f"| {names} | {record.summary} | `{record.hierarchical}` | {'yes' if record.gluon else '-'} | "
                     f"{methods} | {f'`{record.compile_op}`' if record.compile_op else '-'} |")
     return "\n".join(rows)
-

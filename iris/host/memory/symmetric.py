@@ -10,6 +10,8 @@ from iris.host.memory.providers import HeapProvider, find
 
 
 class SymmetricMethods:
+    """Mixed into ``Iris`` (module docstring)."""
+
     def get_heap_bases(self):
         """int64[world_size] on the device: entry r is where rank r's heap appears in this process.
         Pass it to kernels that call the free device functions (``iris.load``, ``iris.put``, ...)."""
