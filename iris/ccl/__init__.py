@@ -6,6 +6,7 @@ Each collective's module declares its record (``iris/ccl/record.py``); importing
 import inspect
 
 from iris.ccl import record
+from iris.ccl.multinode import hierarchical
 from iris.ccl.all_gather import all_gather
 from iris.ccl.all_reduce import all_reduce
 from iris.ccl.all_reduce_rmsnorm import all_reduce_rmsnorm
@@ -26,7 +27,7 @@ class CCL:
     def __init__(self, ctx):
         self._ctx = ctx
         for name, collective in record.REGISTRY.items():
-            across = collective.across_nodes() if ctx.num_nodes > 1 else None
+            across = getattr(hierarchical, collective.hierarchical) if ctx.num_nodes > 1 else None
             setattr(self, name, _bind(collective.run, ctx, across, name))
 
     def barrier(self, group=None):

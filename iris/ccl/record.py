@@ -1,8 +1,8 @@
 """One record per collective: what it is, declared once in its kernel's module, and read by everything built on it.
 
 A collective's module ends with ``declare(...)``, which files a ``Collective`` here. From the records come:
-``ctx.ccl``'s methods (``iris/ccl/__init__.py``: each name and alias bound to the context), the call across nodes
-(``hierarchical``: the function of that name in ``iris/ccl/multinode/hierarchical.py``), which calls may ask for
+``ctx.ccl``'s methods (``iris/ccl/__init__.py``: each name and alias bound to the context, with the call across
+nodes, ``hierarchical``: the function of that name in ``iris/ccl/multinode/hierarchical.py``), which calls may ask for
 a Gluon kernel (``common.resolve_config``), and the table of collectives in ``docs/design.md`` ("Adding a
 collective", printed by ``python -m iris.ccl``). The torch bindings are declared here too (the ``"iris"``
 process group's methods and the ``torch.ops.iris`` op that run the collective), and ``tests/test_records.py``
@@ -12,7 +12,6 @@ records'.
 """
 
 import dataclasses
-import importlib
 from typing import Callable, Optional
 
 REGISTRY = {}  # name and alias -> Collective, in declaration order
@@ -45,10 +44,6 @@ class Collective:
     def names(self):
         return (self.name, *self.aliases)
 
-    def across_nodes(self):
-        """The form that runs when a call spans nodes."""
-        return getattr(importlib.import_module("iris.ccl.multinode.hierarchical"), self.hierarchical)
-
 
 def declare(name, run, reference, summary, hierarchical, **fields):
     """File the record of a collective (once per name: a second record of a name is a mistake, and raises)."""
@@ -76,7 +71,7 @@ def table():
     """The docs' table of collectives, from the records (``docs/design.md``, "Adding a collective")."""
     rows = ["| `ctx.ccl.` | what it does | across nodes | Gluon | `\"iris\"` process group | `torch.ops.iris` |",
             "| --- | --- | --- | --- | --- | --- |"]
-    for record in records():
+    for record in sorted(records(), key=lambda r: r.name):  # by name: the import order is not the reader's
         names = ", ".join(f"`{name}`" for name in record.names)
         methods = ", ".join(f"`{method}`" for method in record.process_group) or "-"
         rows.append(f"| {names} | {record.summary} | `{record.hierarchical}` | {'yes' if record.gluon else '-'} | "
