@@ -165,6 +165,14 @@ def full(heap, iris_device, size, fill_value, *, out=None, dtype=None, layout=to
 def zeros_like(heap, iris_device, input, *, dtype=None, layout=None, device=None, requires_grad=False,
                memory_format=torch.preserve_format, caller=f"{_MODULE}.zeros_like"):
     """A heap tensor of zeros with ``input``'s shape, dtype (unless given) and, by default, its memory layout."""
-    return create(heap, iris_device, caller, tuple(input.shape), input.dtype if dtype is None else dtype,
-                  torch.Tensor.zero_, device=device, layout=input.layout if layout is None else layout,
-                  requires_grad=requires_grad, memory_format=memory_format, like=input)
+    return like(heap, iris_device, caller, input, torch.Tensor.zero_, dtype=dtype, layout=layout, device=device,
+                requires_grad=requires_grad, memory_format=memory_format)
+
+
+def like(heap, iris_device, caller, input, fill, *, dtype=None, layout=None, device=None, requires_grad=False,
+         memory_format=torch.preserve_format):
+    """``create`` for the ``*_like`` factories: ``input``'s shape, dtype and layout unless given, and by default its
+    memory layout."""
+    return create(heap, iris_device, caller, tuple(input.shape), input.dtype if dtype is None else dtype, fill,
+                  device=device, layout=input.layout if layout is None else layout, requires_grad=requires_grad,
+                  memory_format=memory_format, like=input)

@@ -62,6 +62,24 @@ def _plain_shape(size):
     return tuple(size)
 
 
+def _normal_fill(generator, caller):
+    """Fill a floating-point tensor in place with Normal(0, 1) values from ``generator``."""
+    def fill(t):
+        _require_floating(t.dtype, caller)
+        t.normal_(generator=generator)
+
+    return fill
+
+
+def _uniform_fill(low, high, generator, caller):
+    """Fill a floating-point tensor in place with uniform values in [low, high) from ``generator``."""
+    def fill(t):
+        _require_floating(t.dtype, caller)
+        t.uniform_(low, high, generator=generator)
+
+    return fill
+
+
 class TensorFactory:
     """Mixed into ``Iris``; needs ``self.heap`` and ``self.get_device()``, and ``init_random(seed)`` called once with
     a seed every rank agrees on before the first random factory."""
@@ -132,45 +150,28 @@ class TensorFactory:
                   memory_format=torch.preserve_format):
         """Collective. Uniform values in [0, 1) with ``input``'s shape, dtype (unless given) and memory layout; the
         same on every rank unless ``generator`` is given."""
-        generator = self._generator(generator)
-
-        def fill(t):
-            _require_floating(t.dtype, "Iris.rand_like")
-            t.uniform_(0.0, 1.0, generator=generator)
-
+        fill = _uniform_fill(0.0, 1.0, self._generator(generator), "Iris.rand_like")
         return self._like("rand_like", input, fill, dtype, layout, device, requires_grad, memory_format)
 
     def randn_like(self, input, *, generator=None, dtype=None, layout=None, device=None, requires_grad=False,
                    memory_format=torch.preserve_format):
         """Collective. Normal(0, 1) values with ``input``'s shape, dtype (unless given) and memory layout; the same on
         every rank unless ``generator`` is given."""
-        generator = self._generator(generator)
-
-        def fill(t):
-            _require_floating(t.dtype, "Iris.randn_like")
-            t.normal_(generator=generator)
-
+        fill = _normal_fill(self._generator(generator), "Iris.randn_like")
         return self._like("randn_like", input, fill, dtype, layout, device, requires_grad, memory_format)
 
     def _like(self, name, input, fill, dtype, layout, device, requires_grad, memory_format):
         if not isinstance(input, torch.Tensor):
             raise TypeError(f"Iris.{name}: input must be a torch.Tensor, got {type(input).__name__}")
-        return create(self.heap, self.get_device(), f"Iris.{name}", tuple(input.shape),
-                      input.dtype if dtype is None else dtype, fill, device=device,
-                      layout=input.layout if layout is None else layout, requires_grad=requires_grad,
-                      memory_format=memory_format, like=input)
+        return tensor_creation.like(self.heap, self.get_device(), f"Iris.{name}", input, fill, dtype=dtype,
+                                    layout=layout, device=device, requires_grad=requires_grad,
+                                    memory_format=memory_format)
 
     def randn(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
               requires_grad=False, pin_memory=False):
         """Collective. Normal(0, 1) values, the same on every rank unless ``generator`` is given (module docstring)."""
-        generator = self._generator(generator)
-
-        def fill(t):
-            _require_floating(t.dtype, "Iris.randn")
-            t.normal_(generator=generator)
-
-        return self._make("randn", size, dtype, fill, out=out, layout=layout, device=device,
-                          requires_grad=requires_grad)
+        return self._make("randn", size, dtype, _normal_fill(self._generator(generator), "Iris.randn"), out=out,
+                          layout=layout, device=device, requires_grad=requires_grad)
 
     def rand(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
              requires_grad=False, pin_memory=False):
@@ -185,13 +186,8 @@ class TensorFactory:
                              device=device, requires_grad=requires_grad)
 
     def _uniform(self, name, size, low, high, generator, dtype, **kwargs):
-        generator = self._generator(generator)
-
-        def fill(t):
-            _require_floating(t.dtype, f"Iris.{name}")
-            t.uniform_(low, high, generator=generator)
-
-        return self._make(name, size, dtype, fill, **kwargs)
+        return self._make(name, size, dtype, _uniform_fill(low, high, self._generator(generator), f"Iris.{name}"),
+                          **kwargs)
 
     def randint(self, *args, size=None, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
                 requires_grad=False):

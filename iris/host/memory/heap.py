@@ -62,14 +62,6 @@ _ON_STORAGE = private.tensor_maker()
 _CONSTRUCT_CUDA = private.cuda_tensor_constructor()
 
 
-def _contiguous_strides(shape):
-    strides, step = [], 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
-
-
 def _alone(obj):
     return [obj]
 
@@ -200,7 +192,8 @@ class SymmetricHeap:
             template = self._templates[dtype] = torch.empty(0, dtype=dtype, device=self.device)
         meta = None
         if self.device.type == "cuda" and _CONSTRUCT_CUDA is not None:
-            meta = {"size": tuple(shape), "stride": _contiguous_strides(shape), "storage_offset": 0, "dtype": dtype}
+            meta = {"size": tuple(shape), "stride": torch.empty(shape, device="meta").stride(), "storage_offset": 0,
+                    "dtype": dtype}
         plan = (nbytes, -(-(nbytes or 1) // ALIGNMENT) * ALIGNMENT, template, meta)
         if alignment == ALIGNMENT:
             if len(self._plans) >= PLANS:
