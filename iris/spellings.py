@@ -1,9 +1,9 @@
 """Upstream Iris's spellings of our arguments, declared where they apply.
 
 ``@accepts(from_tensor="src_tensor", ...)`` at a method's ``def`` lets a call use upstream's keyword for one of ours
-(the decorated method is what runs; its signature shows both names); ``ops_call(ctx)`` at the binding of the
-fused ops takes upstream's positional form of their call. The decorators record what they declare in
-``KEYWORDS``, the one table (``iris/upstream.py`` re-exports it beside upstream's module paths). This module sits
+(the decorated method is what runs; its signature shows both names); ``ops_arguments`` at the fused ops' binding
+takes upstream's positional form of their call. The decorators record what they declare in ``KEYWORDS``, the one
+table (``iris/upstream.py`` re-exports it beside upstream's module paths). This module sits
 at the bottom layer so that the context and the ops can import it.
 """
 
@@ -50,22 +50,14 @@ def accepts(**renames):
     return decorate
 
 
-def ops_call(ctx):
-    """Decorate a fused op bound to ``ctx`` (``ctx.ops.<op>``) so that it takes upstream's forms of the call as well
-    as ours: the context passed again after B, and the positional ``OPS_POSITIONAL``."""
-
-    def decorate(op):
-        @functools.wraps(op)
-        def spelled(out, a, b, *args, **kwargs):
-            if args and args[0] is ctx:
-                args = args[1:]
-            if len(args) >= 2 and isinstance(args[1], bool):  # upstream's positional async_op
-                kwargs.update(zip(OPS_POSITIONAL[1:], args[1:]))
-                args = args[:1]
-            for name in OPS_IGNORED:
-                kwargs.pop(name, None)
-            return op(out, a, b, *args, **kwargs)
-
-        return spelled
-
-    return decorate
+def ops_arguments(ctx, args, kwargs):
+    """The arguments after ``(out, A, B)`` of a fused op's call (``ctx.ops.<op>``) in our form, from upstream's forms
+    as well: the context passed again after B, and the positional ``OPS_POSITIONAL``."""
+    if args and args[0] is ctx:
+        args = args[1:]
+    if len(args) >= 2 and isinstance(args[1], bool):  # upstream's positional async_op
+        kwargs.update(zip(OPS_POSITIONAL[1:], args[1:]))
+        args = args[:1]
+    for name in OPS_IGNORED:
+        kwargs.pop(name, None)
+    return args, kwargs

@@ -17,7 +17,7 @@ import pathlib
 import textwrap
 
 # Upstream's spellings of our arguments, declared at the methods they apply to (``@accepts`` at ``Iris.put``,
-# ``ops_call`` at the fused ops' binding) and recorded by those decorators: the table, read here.
+# ``ops_arguments`` at the fused ops' binding) and recorded by those decorators: the table, read here.
 from iris.spellings import KEYWORDS, OPS_IGNORED, OPS_POSITIONAL  # noqa: F401
 
 _RMA = ("load", "store", "copy", "get", "put")
@@ -80,9 +80,9 @@ PATHS = {
     "iris.device.triton": ("the Triton device context's package", {"context": "iris.device.triton.context"}),
     "iris.device.triton.context": ("the Triton device context",
                                    {"DeviceContext": "iris.device.context:DeviceContext"}),
-    "iris.device.sdma_utils": ("the copy-engine endpoint a context with engines=('sdma',) drives; a program that sets "
-                               "sdma_ep to None makes the copy engine unavailable, as uninstalling upstream's AMD "
-                               "package does (AMD's SDMA packet emitters have no NVIDIA equivalent)",
+    "iris.device.sdma_utils": ("the copy-engine endpoint a context with engines=('sdma',) drives: our copy engine's "
+                               "host API, always present (upstream's is None without its AMD package; AMD's SDMA "
+                               "packet emitters have no NVIDIA equivalent)",
                                {"sdma_ep": "iris.host.copy_engine.api"}),
     "iris.host.logging": ("the rank-aware logger",
                           _each("iris.logging", ("logger", "set_logger_level", "IrisFormatter", "RankFormatter",

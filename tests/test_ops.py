@@ -150,6 +150,33 @@ def _ops_body(dtype):
     return [f for f in fails if f]
 
 
+def _records_body():
+    """Every fused op's record run as it declares itself: operands of its layout's shapes, different on every rank,
+    into a poisoned ``out`` on the heap, fused and bulk, against its reference."""
+    from iris.ops import record
+
+    ctx = new_context(1 << 29 if GPU_SCALE else 1 << 22)
+    rank, world, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    fails = []
+    for salt, op in enumerate(record.records()):
+        a_shape, b_shape, out_shape = op.shapes(M=world * M_LOCAL, N=world * N_LOCAL, K=K, W=world)
+        a = [operand(r, a_shape, torch.float32, 70 + salt) for r in range(world)]
+        b = [operand(r, b_shape, torch.float32, 80 + salt) for r in range(world)]
+        out = ctx.empty(*out_shape)
+        for variant in ("fused", "bulk"):
+            out.fill_(float("nan"))
+            ctx.barrier()
+            getattr(ctx.ops, op.name)(out, a[rank].to(dev), b[rank].to(dev), config=config(variant))
+            ctx.barrier()
+            fails.append(mismatch(f"{op.name} {variant} ({op.layout})", out, op.reference(a, b, rank)))
+    return [f for f in fails if f]
+
+
+def test_every_fused_record_against_its_reference(pools):
+    for rank, fails in enumerate(pools(2).run(_records_body)):
+        assert not fails, f"rank {rank}: " + "\n".join(fails)
+
+
 @pytest.mark.parametrize("world_size", world_sizes())
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_fused_ops(pools, world_size, dtype):

@@ -18,17 +18,14 @@ from iris.ccl.reduce_scatter_v import reduce_scatter_v
 from iris.ccl.rooted import broadcast, gather, recv, reduce, scatter, send
 
 
-class CCL:
+class _Collectives:
     """``ctx.ccl``: the collectives bound to one context. Each method is the function of the same name in
-    ``iris.ccl`` with ``ctx`` filled in; see those for semantics. On several nodes a call over the world runs the
-    hierarchical algorithm of the same name (``iris/ccl/multinode/hierarchical.py``), a call within one node the
-    kernel."""
+    ``iris.ccl`` with ``ctx`` filled in; see those for semantics (``help(ctx.ccl)`` lists them all). On several
+    nodes a call over the world runs the hierarchical algorithm of the same name
+    (``iris/ccl/multinode/hierarchical.py``), a call within one node the kernel."""
 
     def __init__(self, ctx):
         self._ctx = ctx
-        for name, collective in record.REGISTRY.items():
-            across = getattr(hierarchical, collective.hierarchical) if ctx.num_nodes > 1 else None
-            setattr(self, name, _bind(collective.run, ctx, across, name))
 
     def barrier(self, group=None):
         """Device-side barrier over ``group`` (``ctx.device_barrier``): stream-ordered, graph-capturable."""
@@ -43,17 +40,23 @@ class CCL:
                              expt_assignment=expt_assignment, dtype=torch.bfloat16 if dtype is None else dtype)
 
 
-def _bind(fn, ctx, across, name):
-    signature = inspect.signature(fn)
+def _method(name, collective):
+    """``ctx.ccl.<name>``: ``collective.run`` with the context, or across nodes its hierarchical form."""
+    run = collective.run
+    signature = inspect.signature(run)
+    takes_group = "group" in signature.parameters
 
-    def bound(*args, **kwargs):
-        if across is not None and ("group" not in signature.parameters or ctx.spans_nodes(
-                signature.bind(ctx, *args, **kwargs).arguments.get("group"), fn.__name__)):
-            return across(ctx, *args, **kwargs)
-        return fn(ctx, *args, **kwargs)
+    def method(self, *args, **kwargs):
+        ctx = self._ctx
+        if ctx.num_nodes > 1 and (not takes_group or ctx.spans_nodes(
+                signature.bind(ctx, *args, **kwargs).arguments.get("group"), run.__name__)):
+            return getattr(hierarchical, collective.hierarchical)(ctx, *args, **kwargs)
+        return run(ctx, *args, **kwargs)
 
-    bound.__name__, bound.__doc__ = name, fn.__doc__
-    return bound
+    return record.as_method(method, name, run)
+
+
+CCL = record.method_class("CCL", _Collectives, record.records(), _method)
 
 
 __all__ = ["CCL", "CollectiveConfig", "Config", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",

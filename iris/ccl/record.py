@@ -12,6 +12,7 @@ records'.
 """
 
 import dataclasses
+import inspect
 from typing import Callable, Optional
 
 REGISTRY = {}  # name and alias -> Collective, in declaration order
@@ -47,13 +48,37 @@ class Collective:
 
 def declare(name, run, reference, summary, hierarchical, **fields):
     """File the record of a collective (once per name: a second record of a name is a mistake, and raises)."""
-    record = Collective(name, run, reference, summary, hierarchical, **fields)
+    return file(REGISTRY, Collective(name, run, reference, summary, hierarchical, **fields))
+
+
+def file(registry, record):
+    """``record`` filed in ``registry`` under each of its names; a name already there raises (the fused ops'
+    records, ``iris/ops/record.py``, are filed the same way)."""
     for each in record.names:
-        if each in REGISTRY:
-            raise ValueError(f"iris.ccl.record: {each!r} is declared twice ({REGISTRY[each].run.__module__} and "
-                             f"{run.__module__})")
-        REGISTRY[each] = record
+        if each in registry:
+            raise ValueError(f"{record.run.__module__}: {each!r} is declared twice ({registry[each].run.__module__} "
+                             f"and {record.run.__module__})")
+    registry.update(dict.fromkeys(record.names, record))
     return record
+
+
+def method_class(name, base, records, method):
+    """The class ``name``, derived from ``base``, with a method for each name of each record, made by ``method(name,
+    record)``: ``ctx.ccl``'s and ``ctx.ops``'s classes, made once from the records, so that ``dir()`` and ``help()``
+    show every collective with its signature and docstring."""
+    namespace = {each: method(each, record) for record in records for each in record.names}
+    return type(name, (base,), {"__module__": base.__module__, "__qualname__": name, "__doc__": base.__doc__,
+                                **namespace})
+
+
+def as_method(function, name, run):
+    """``function`` (which takes ``self`` for ``run``'s context) named ``name`` and showing ``run``'s docstring and
+    signature, ``self`` in the context's place."""
+    signature = inspect.signature(run)
+    self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    function.__name__, function.__doc__ = name, run.__doc__
+    function.__signature__ = signature.replace(parameters=[self, *list(signature.parameters.values())[1:]])
+    return function
 
 
 def records():

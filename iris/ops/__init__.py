@@ -1,23 +1,24 @@
-"""Fused GEMM + communication on the symmetric heap: ``ctx.ops.<op>(out, A, B, ...)``."""
+"""Fused GEMM + communication on the symmetric heap: ``ctx.ops.<op>(out, A, B, ...)``.
 
+Each fused op's module declares its record (``iris/ops/record.py``); importing the modules here files them, and
+``Ops`` has a method for every record."""
+
+from iris.ccl.record import as_method, method_class
+from iris.ops import record
 from iris.ops.all_gather_matmul import all_gather_matmul
 from iris.ops.config import FusedConfig, OpsConfig
 from iris.ops.matmul_all_gather import matmul_all_gather
 from iris.ops.reduce_ops import matmul_all_reduce, matmul_reduce_scatter
-from iris.spellings import ops_call
-
-_OPS = {f.__name__: f for f in (matmul_all_reduce, all_gather_matmul, matmul_all_gather, matmul_reduce_scatter)}
+from iris.spellings import ops_arguments
 
 
-class Ops:
-    """``ctx.ops``: the fused ops bound to one context, ``ctx.ops.<op>(out, A, B, ...)``. Upstream's forms of the
-    call (the context passed again, its positional ``bias, async_op, config, workspace``) are taken by
-    ``ops_call`` at the binding (``iris/spellings.py``)."""
+class _FusedOps:
+    """``ctx.ops``: the fused ops bound to one context, ``ctx.ops.<op>(out, A, B, ...)`` (``help(ctx.ops)`` lists
+    them). Upstream's forms of the call (the context passed again, its positional ``bias, async_op, config,
+    workspace``) are taken too (``ops_arguments``, ``iris/spellings.py``)."""
 
     def __init__(self, ctx):
         self._ctx = ctx
-        for name, fn in _OPS.items():
-            setattr(self, name, _bind(fn, ctx))
 
     @property
     def workspaces(self):
@@ -25,15 +26,21 @@ class Ops:
         return self._ctx.workspaces
 
 
-def _bind(fn, ctx):
-    @ops_call(ctx)
-    def bound(out, a, b, *args, **kwargs):
-        if ctx.num_nodes > 1:
-            single_node_only(ctx, fn.__name__)
-        return fn(ctx, out, a, b, *args, **kwargs)
+def _method(name, op):
+    """``ctx.ops.<name>``: ``op.run`` with the context, upstream's forms of the call taken, within one node."""
+    run = op.run
 
-    bound.__name__, bound.__doc__ = fn.__name__, fn.__doc__
-    return bound
+    def method(self, out, a, b, *args, **kwargs):
+        ctx = self._ctx
+        if ctx.num_nodes > 1:
+            single_node_only(ctx, name)
+        args, kwargs = ops_arguments(ctx, args, kwargs)
+        return run(ctx, out, a, b, *args, **kwargs)
+
+    return as_method(method, name, run)
+
+
+Ops = method_class("Ops", _FusedOps, record.records(), _method)
 
 
 def single_node_only(ctx, name):

@@ -35,7 +35,8 @@ from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, call_match, fence_async_proxy, finish_call, next_tile, open_call, wait_until
 from iris.host import launches
-from iris.ops import common
+from iris.ops import common, reference
+from iris.ops.record import declare
 from iris.host.copy_engine.schedule import CopySchedule, copy_sms
 from iris.ops.upstream_layouts import all_gather_matmul_k, is_k_sharded
 from iris.ops.gemm import (corner, descriptors_fit, mainloop, num_programs, operand, operand_maker, store_tile,
@@ -299,3 +300,8 @@ def _leading(a_operand, gathered_operand, gathered, b_operand, out_operand):
     """The SM kernel's leading arguments from the call's (out, A, B)."""
     return lambda out, a, b: (a_operand(a), a, gathered_operand, gathered, b_operand(b), out_operand(out),
                               strides(a, b, out))
+
+
+declare("all_gather_matmul", all_gather_matmul, reference.all_gather_matmul,
+        "the rows of A gathered from every rank, times B", "A [M / W, K], B [K, N], out [M, N]",
+        compile_op="all_gather_matmul")

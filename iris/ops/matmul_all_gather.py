@@ -24,7 +24,8 @@ from iris.device.sync import call_match, count_published, group_barrier, open_ca
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host import launches
 from iris.host.groups import MAX_COMM_PROGRAMS
-from iris.ops import common
+from iris.ops import common, reference
+from iris.ops.record import declare
 from iris.ops.upstream_layouts import is_row_sharded, matmul_all_gather_rows
 from iris.host.copy_engine.schedule import CopySchedule, bands_before, copy_sms, output_bands
 from iris.ops.gemm import (add_partials, band_of, corner, descriptors_fit, first_unit, leading_operands,
@@ -240,3 +241,8 @@ def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
                         ("matmul_all_gather.partials", "matmul_all_gather.part_flags"),
                         symmetric=((0, common.span_bytes(out), outs),))(out, a, b)
     return common.add_bias(ctx, out, bias, caller)
+
+
+declare("matmul_all_gather", matmul_all_gather, reference.matmul_all_gather,
+        "A times each rank's column block of B, gathered along the columns (out on the heap)",
+        "A [M, K], B [K, N / W], out [M, N]", compile_op="matmul_all_gather")

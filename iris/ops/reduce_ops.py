@@ -42,7 +42,8 @@ from iris.device.rma import store
 from iris.device.sync import call_epoch, call_match, count_published, finish_call, group_barrier, open_call, wait_until
 from iris.host import launches
 from iris.host.groups import MAX_COMM_PROGRAMS
-from iris.ops import common
+from iris.ops import common, reference
+from iris.ops.record import declare
 from iris.host.copy_engine.schedule import CopySchedule, bands_before, copy_sms, output_bands
 from iris.ops.gemm import (band_of, corner, descriptors_fit, first_unit, mainloop, num_programs,
                              leading_operands, operand_maker, store_tile, strides, tile_coords)
@@ -398,3 +399,11 @@ def matmul_reduce_scatter(ctx, out, a, b, bias=None, group=None, config=None):
     common.expect_shape(caller, "out", out, (m_local, b.shape[1]), f"[A rows / group size {size}, B columns]")
     _run(ctx, caller, out, a, b, group, config, all_reduce=False, key=key, given=given)
     return common.add_bias(ctx, out, bias, caller)
+
+
+declare("matmul_all_reduce", matmul_all_reduce, reference.matmul_all_reduce,
+        "the sum over ranks of A_r @ B_r (the fused kernel: out on the heap)", "A [M, K / W], B [K / W, N], out [M, N]",
+        compile_op="matmul_all_reduce")
+declare("matmul_reduce_scatter", matmul_reduce_scatter, reference.matmul_reduce_scatter,
+        "this rank's rows of the sum over ranks of A_r @ B_r", "A [M, K / W], B [K / W, N], out [M / W, N]",
+        compile_op="matmul_reduce_scatter")

@@ -33,14 +33,12 @@ every check, with its error.
 import dataclasses
 import operator
 import os
-import sys
 import time
 
 import torch
 
 from iris.platform import private
 from iris.host.copy_engine.lanes import Copy, Signal, Transfer, Wait, lane_type
-from iris.host.memory.peers import peer_address
 from iris.host.copy_engine.proxy import CopyProxy
 from iris.errors import RankTimeoutError
 from iris.host.distributed import DEFAULT_TIMEOUT_S
@@ -79,13 +77,7 @@ def resolve_engines(engines=(), copy_engine=None, enable_copy_engine=None):
     env = os.environ.get("IRIS_ENABLE_COPY_ENGINE", "").strip().lower()
     if env not in _TRUE + _FALSE + _AUTO:
         raise ValueError(f"iris.iris: IRIS_ENABLE_COPY_ENGINE={env!r}; use 1/true/yes/on, 0/false/no/off or auto")
-    on = bool(names) or env in _TRUE
-    # upstream's switch: a program that set iris.device.sdma_utils.sdma_ep to None has no copy engine (read where
-    # the program imported it: the library never imports the alias module)
-    if on and getattr(sys.modules.get("iris.device.sdma_utils"), "sdma_ep", True) is None:
-        raise ImportError("iris.iris: the copy engine was asked for but iris.device.sdma_utils.sdma_ep is None "
-                          "(upstream: the iris[sdma] extra); leave sdma_utils.sdma_ep as iris sets it")
-    return on
+    return bool(names) or env in _TRUE
 
 
 TILE_FIELDS = ("pid_m", "pid_n", "block_m", "block_n", "elem_size", "src_stride", "data")
@@ -123,8 +115,7 @@ def _flag(ctx, flag, caller, *, name, remote_to=None):
     bits = 8 * flag.element_size()
     if remote_to is None:
         return flag.data_ptr(), bits
-    ctx.check_symmetric(flag, caller, name)
-    return peer_address(ctx, flag, remote_to), bits
+    return ctx.on_heap(flag, caller, name).at(remote_to), bits  # remote_to: the put's lane has checked it
 
 
 class _SignalLauncher:
@@ -302,7 +293,7 @@ class CopyEngines:
                 raise TypeError(f"{caller}: {name} must be a tensor, got {type(t).__name__}")
             if t.device != self.device:
                 raise ValueError(f"{caller}: {name} is on {t.device}; the copy engine reads and writes {self.device}")
-        self.ctx.check_symmetric(dst, caller, "dst_tensor")
+        target = self.ctx.on_heap(dst, caller, "dst_tensor").at(to_rank)  # the lane has checked to_rank
         nbytes = src.numel() * src.element_size()
         if dst.numel() * dst.element_size() != nbytes:
             raise ValueError(f"{caller}: src_tensor has {nbytes} bytes ({tuple(src.shape)} {src.dtype}) but dst_tensor "
@@ -310,11 +301,11 @@ class CopyEngines:
                              "size")
         if nbytes == 0:
             return lane, Copy(0, 0, 0, 0, 0, 1)
-        return lane, self._rows(src, dst, to_rank, caller=caller)
+        return lane, self._rows(src, dst, target, caller=caller)
 
-    def _rows(self, src, dst, to_rank, *, caller):
-        """One copy: contiguous tensors as one row, 2-D views with contiguous rows of one shape as a 2-D copy."""
-        target = peer_address(self.ctx, dst, to_rank)
+    def _rows(self, src, dst, target, *, caller):
+        """One copy into ``target`` (``dst``'s counterpart on the peer): contiguous tensors as one row, 2-D views with
+        contiguous rows of one shape as a 2-D copy."""
         if src.is_contiguous() and dst.is_contiguous():
             nbytes = src.numel() * src.element_size()
             return Copy(target, nbytes, src.data_ptr(), nbytes, nbytes, 1)

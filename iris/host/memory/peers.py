@@ -9,10 +9,9 @@ from iris.platform import private
 
 def peer_address(ctx, tensor, peer):
     """Address, in this process, of ``tensor``'s symmetric counterpart on rank ``peer``."""
-    ctx.check_symmetric(tensor, "peer_address")
+    operand = ctx.on_heap(tensor, "peer_address")
     ctx.check_direct(peer, "peer_address", "peer")
-    bases = ctx.heap.bases  # Python ints, fixed for the context's life (growth keeps every base)
-    return tensor.data_ptr() - bases[ctx.get_rank()] + bases[peer]
+    return operand.at(peer)
 
 
 def peer_view(ctx, tensor, peer):

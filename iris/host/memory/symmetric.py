@@ -3,10 +3,25 @@ tensor is on the heap (or on another provider's memory) and the table that trans
 the heap as a provider. They read ``self.heap``, ``self.heap_bases`` and ``self._device_context``."""
 
 import functools
+from typing import NamedTuple
 
 import torch
 
 from iris.host.memory.providers import HeapProvider, find
+
+
+class HeapOperand(NamedTuple):
+    """A tensor checked once to lie on this rank's heap (``ctx.on_heap``): its offset into the heap, and so its
+    address on any rank whose heap is mapped here (``at``). A call passes it down instead of asking again."""
+
+    tensor: torch.Tensor
+    offset: int
+    bases: list  # every rank's heap base in this process (Python ints, fixed for the context's life)
+
+    def at(self, rank):
+        """The address of the tensor's counterpart on ``rank`` (a rank whose heap is mapped here: the caller has
+        checked it, ``ctx.check_direct``)."""
+        return self.bases[rank] + self.offset
 
 
 class SymmetricMethods:
@@ -41,6 +56,12 @@ class SymmetricMethods:
                              "ctx.zeros(...) / ctx.empty(...), copy it there with ctx.as_symmetric(t), or map memory "
                              "of another provider with iris.TorchSymmMemProvider or iris.wrap_symmetric")
         return tensor
+
+    def on_heap(self, tensor, caller, name="tensor"):
+        """``tensor`` checked to lie on the heap (``check_symmetric``'s error otherwise), as a ``HeapOperand``."""
+        self.check_symmetric(tensor, caller, name)
+        bases = self.heap.bases
+        return HeapOperand(tensor, tensor.data_ptr() - bases[self.heap.rank], bases)
 
     def symmetric_table(self, tensor, caller, name="tensor"):
         """The bases table kernels translate ``tensor`` with: ``heap_bases`` for a heap tensor; for memory of another
