@@ -1,6 +1,8 @@
 """The exceptions a rank sees when something outside its own code fails: a peer, a wait, a launched rank. Defined
 here, at the bottom, so that any layer can raise or catch them without importing the machinery that detects them."""
 
+from collections.abc import Iterable
+
 
 class PeerError(RuntimeError):
     """A peer rank raised or died while this rank's context was open, or left (closed its context, or returned from
@@ -9,7 +11,7 @@ class PeerError(RuntimeError):
 
     message = "a peer rank failed (see the iris watchdog's log line)"
 
-    def __init__(self, *args):
+    def __init__(self, *args: object) -> None:
         super().__init__(*(args or (self.message,)))
 
     def __reduce__(self):  # the carrier subclasses made by _raise_in are not importable; travel as PeerError
@@ -32,7 +34,7 @@ class MismatchError(PeerError):
 class RankTimeoutError(TimeoutError):
     """A host-side wait gave up; ``missing`` lists the ranks that did not arrive."""
 
-    def __init__(self, message, missing):
+    def __init__(self, message: str, missing: list[int]) -> None:
         super().__init__(message)
         self.missing = missing
 
@@ -45,7 +47,7 @@ class ClosedError(RuntimeError):
     """A call on a context after ``ctx.close()``: raised on the host, before any kernel or allocation, since its heap
     is unmapped. ``ClosedError(caller)`` words the message."""
 
-    def __init__(self, caller):
+    def __init__(self, caller: str) -> None:
         self.caller = caller
         super().__init__(f"{caller}: this iris context is closed (ctx.close() was called, or the `with` block that "
                          "made it has ended); its heap is unmapped, so no collective, copy or allocation can run on it: "
@@ -60,7 +62,7 @@ class RaceError(RuntimeError):
     raised by ``ctx.close()``; the message counts them and repeats the first report (each was printed as it
     happened). ``races``: the reports it raises."""
 
-    def __init__(self, message, races=()):
+    def __init__(self, message: str, races: Iterable[str] = ()) -> None:
         super().__init__(message)
         self.races = list(races)
 

@@ -7,9 +7,10 @@ This module is upstream Iris's ``iris.iris``: besides ``Iris`` and its factory `
 import functools
 import importlib
 import os
-from typing import Optional
+from collections.abc import Sequence
 
 import torch
+import torch.distributed as dist
 import triton.language as tl
 
 from iris.errors import ClosedError, RaceError
@@ -39,8 +40,10 @@ class Iris(TensorFactory, TopologyMethods, SymmetricMethods, CopyEngineMethods, 
     same ``heap_size``. Prefer the factory ``iris.iris(...)``.
     """
 
-    def __init__(self, heap_size=1 << 30, allocator_type="torch", engines=(), timeout_s=None, debug=None,
-                 workspace_size=None, copy_engine=None, enable_copy_engine=None, sanitize=None):
+    def __init__(self, heap_size: int = 1 << 30, allocator_type: bootstrap.Allocator = "torch",
+                 engines: str | Sequence[str] = (), timeout_s: float | None = None, debug: bool | None = None,
+                 workspace_size: int | None = None, copy_engine: str | None = None,
+                 enable_copy_engine: bool | None = None, sanitize: str | bool | None = None) -> None:
         if debug:
             enable_debug()
         heap_size, self.allocator_type, workspace_size = bootstrap.check_options(heap_size, allocator_type,
@@ -54,29 +57,29 @@ class Iris(TensorFactory, TopologyMethods, SymmetricMethods, CopyEngineMethods, 
         self.debug(f"heap of {heap_size} bytes on {self.device} ({self.backend} backend)")
 
     # ------------------------------------------------------------------ identity
-    def get_rank(self):
+    def get_rank(self) -> int:
         """This process's rank in the default process group."""
         return self.cur_rank
 
-    def get_num_ranks(self):
+    def get_num_ranks(self) -> int:
         """Number of ranks (the world size)."""
         return self.num_ranks
 
-    def get_device(self):
+    def get_device(self) -> torch.device:
         """The ``torch.device`` that holds this rank's heap (``cpu`` on the cpu backend)."""
         return self._device
 
-    def get_device_id(self):
+    def get_device_id(self) -> int:
         """The GPU index of this rank (several ranks share one in simulation mode); 0 on the cpu backend."""
         return self._device.index if self._device.type == "cuda" else 0
 
-    def get_cu_count(self):
+    def get_cu_count(self) -> int:
         """Streaming multiprocessors of this rank's GPU (the CPU count on the cpu backend)."""
         if self._device.type == "cuda":
             return torch.cuda.get_device_properties(self._device).multi_processor_count
         return os.cpu_count()
 
-    def get_agreed_cu_count(self):
+    def get_agreed_cu_count(self) -> int:
         """The smallest ``get_cu_count()`` over the ranks, exchanged once at context creation: what a kernel whose
         programs wait for their peers' same-numbered programs sizes its grid from, so that ranks on GPUs of
         different kinds launch the same grid (and every program stays resident on each)."""
@@ -125,7 +128,7 @@ class Iris(TensorFactory, TopologyMethods, SymmetricMethods, CopyEngineMethods, 
         return Ops(self)
 
     # ------------------------------------------------------------------ synchronisation
-    def device_barrier(self, group=None):
+    def device_barrier(self, group: dist.ProcessGroup | None = None) -> None:
         """Collective over ``group``, asynchronous for the host, graph-capturable (after a first call outside
         the capture): one single-program kernel on the current stream that returns once every member's
         kernel has arrived. Work queued before it on each member's stream (remote stores included) is
@@ -144,13 +147,13 @@ class Iris(TensorFactory, TopologyMethods, SymmetricMethods, CopyEngineMethods, 
         self.groups.check("Iris.device_barrier", entering=False)
 
     # ------------------------------------------------------------------ lifetime
-    def check_open(self, caller):
+    def check_open(self, caller: str) -> None:
         """Raise ``iris.ClosedError`` naming ``caller`` once ``close()`` has run (``close``'s docstring lists what
         refuses)."""
         if self._closed:
             raise ClosedError(caller)
 
-    def close(self):
+    def close(self) -> None:
         """Release the peer mappings and tell peers this rank closed cleanly (so its exit is no failure).
         Tensors on the local heap stay valid while referenced. From then on every method of the context and of its
         rooms (``ccl``, ``ops``, ``provider``, ``tracing``, ``workspaces``, ``heap``) raises ``iris.ClosedError``,
@@ -191,7 +194,7 @@ class Iris(TensorFactory, TopologyMethods, SymmetricMethods, CopyEngineMethods, 
         self.close()
 
 
-def enable_debug():
+def enable_debug() -> None:
     """Turn debug mode on for kernels compiled from now on (``iris.iris(debug=True)`` calls this): the device
     switches in ``iris/device/debug.py``, ``translate`` and ``sync``, Triton's device asserts, and the interpreter's
     on the cpu backend. A kernel compiled before keeps its mode; Triton refuses to launch it again once the switch
@@ -209,9 +212,10 @@ def enable_debug():
         patch_interpreter_asserts()
 
 
-def iris(heap_size: int = 1 << 30, allocator_type: str = "torch", engines=(), *, timeout_s: Optional[float] = None,
-         debug: Optional[bool] = None, workspace_size: Optional[int] = None, copy_engine: Optional[str] = None,
-         enable_copy_engine: Optional[bool] = None, sanitize: Optional[str] = None) -> Iris:
+def iris(heap_size: int = 1 << 30, allocator_type: bootstrap.Allocator = "torch", engines: str | Sequence[str] = (),
+         *, timeout_s: float | None = None, debug: bool | None = None, workspace_size: int | None = None,
+         copy_engine: str | None = None, enable_copy_engine: bool | None = None,
+         sanitize: str | bool | None = None) -> Iris:
     """Create this rank's ``Iris`` context (collective) with a symmetric heap of ``heap_size`` bytes (1 GiB by
     default; every rank passes the same size). Initialises ``torch.distributed`` from the
     environment (NCCL on GPUs, gloo on the cpu backend) unless the caller already did. ``debug=True`` (or

@@ -75,7 +75,7 @@ def add_rank_handler(stream=None):
     return _handler
 
 
-def set_logger_level(level):
+def set_logger_level(level: int | str) -> None:
     """Set the level of the ``iris`` logger (``iris.DEBUG``, ``iris.INFO``, ``iris.WARNING``, ``iris.ERROR``)."""
     logger.setLevel(level)
     add_rank_handler()
@@ -96,14 +96,14 @@ class RankLogger:
     def _log(self, level, message):
         logger.log(level, message, extra={"iris_rank": self.get_rank(), "iris_num_ranks": self.get_num_ranks()})
 
-    def debug(self, message):
+    def debug(self, message: str) -> None:
         self._log(DEBUG, message)
 
-    def info(self, message):
+    def info(self, message: str) -> None:
         self._log(INFO, message)
 
-    def warning(self, message):
+    def warning(self, message: str) -> None:
         self._log(WARNING, message)
 
-    def error(self, message):
+    def error(self, message: str) -> None:
         self._log(ERROR, message)

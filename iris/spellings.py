@@ -42,7 +42,10 @@ def accepts(**renames):
                     kwargs[ours] = kwargs.pop(theirs)
             return method(*args, **kwargs)
 
-        extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in renames]
+        # each of upstream's keywords takes what ours takes (None: not given)
+        extra = [inspect.Parameter(theirs, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                   annotation=signature.parameters[ours].annotation)
+                 for theirs, ours in renames.items()]
         spelled.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *extra])
         KEYWORDS[caller] = dict(renames)
         return spelled

@@ -282,8 +282,9 @@ def _closed_rooms_body():
                 "get_heap_bases": (), "group_sync": (None, "caller"), "is_symmetric": (t,), "linspace": (0, 1, 8),
                 "memory_stats": (), "ones": (8,), "put": (t, peer), "put_tile": (None, peer, 0, 0),
                 "put_tiles": ([], peer, [], []), "quiet": (), "rand": (8,), "randint": (5, (8,)), "randn": (8,),
-                "symmetric_table": (t, "caller"), "uniform": ((8,),), "zeros": (8,), "zeros_like": (t,),
-                "empty_like": (t,), "ones_like": (t,), "full_like": (t, 2.0), "rand_like": (t,), "randn_like": (t,),
+                "symmetric_table": (t, "caller"), "on_heap": (t, "caller"), "uniform": ((8,),), "zeros": (8,),
+                "zeros_like": (t,), "empty_like": (t,), "ones_like": (t,), "full_like": (t, 2.0), "rand_like": (t,),
+                "randn_like": (t,),
                 "get_rank": (), "get_num_ranks": (), "get_device": (), "get_device_id": (), "get_cu_count": (),
                 "get_agreed_cu_count": (), "check_rank": (0, "caller"), "group_ranks": (None, "caller"),
                 "spans_nodes": (None, "caller"), "check_direct": (peer, "caller"), "init_random": (1,),
@@ -416,7 +417,7 @@ def _gone_body(case):
     else:
         message = error_message(_all_reduce_in, ctx, out, inp, None)
     seconds = time.monotonic() - start
-    # on GPUs the released wait lets the kernel run on and write (README, "When something goes wrong"); on the cpu
+    # on GPUs the released wait lets the kernel run on and write (docs/debugging.md, "What is matched"); on the cpu
     # backend the error stops the kernel in its wait
     untouched = bool((out == -7.0).all()) or ctx.get_device().type == "cuda"
     later = None if case == "barrier" else error_message(ctx.ccl.all_reduce, out, inp)
@@ -759,8 +760,8 @@ FUSED_CASES = ["matmul_all_gather", "all_gather_matmul", "all_gather_matmul copy
 
 def test_fused_ops_moe_and_copy_engines_refuse_an_operand_at_another_offset(pools):
     # On GPUs a refused call through the copy engines leaves its side stream waiting for good (a stream wait cannot
-    # be called off without letting its copies go, into a peer's heap at this rank's offsets): README says so; the
-    # cpu backend's copy queue is a thread whose waits check the context, so there the case runs
+    # be called off without letting its copies go, into a peer's heap at this rank's offsets): docs/debugging.md says
+    # so; the cpu backend's copy queue is a thread whose waits check the context, so there the case runs
     cases = [case for case in FUSED_CASES if not (on_gpu() and case.endswith("copy engine"))]
     _assert_refused(pools(2).run(_refused_body, _fused_case, cases), cases)
 

@@ -5,6 +5,9 @@ Each collective's module declares its record (``iris/ccl/record.py``); importing
 
 import inspect
 
+import torch
+import torch.distributed as dist
+
 from iris.ccl import record
 from iris.ccl.multinode import hierarchical
 from iris.ccl.all_gather import all_gather
@@ -15,7 +18,9 @@ from iris.ccl.config import CollectiveConfig, Config
 from iris.ccl.moe.dispatch import DispatchHandle, MoEDispatchConfig, MoEDispatcher
 from iris.ccl.reduce_scatter import reduce_scatter, reduce_scatter_tensor
 from iris.ccl.reduce_scatter_v import reduce_scatter_v
+from iris.ccl.moe.routing import ExptAssignment
 from iris.ccl.rooted import broadcast, gather, recv, reduce, scatter, send
+from iris.host.distributed import Context
 
 
 class _Collectives:
@@ -24,18 +29,18 @@ class _Collectives:
     nodes a call over the world runs the hierarchical algorithm of the same name
     (``iris/ccl/multinode/hierarchical.py``), a call within one node the kernel."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    def barrier(self, group=None):
+    def barrier(self, group: dist.ProcessGroup | None = None) -> None:
         """Device-side barrier over ``group`` (``ctx.device_barrier``): stream-ordered, graph-capturable."""
         self._ctx.device_barrier(group)
 
-    def moe_dispatcher(self, hidden_dim, num_experts, topk, max_tokens, group=None, config=None,
-                       expt_assignment=None, dtype=None):
+    def moe_dispatcher(self, hidden_dim: int, num_experts: int, topk: int, max_tokens: int,
+                       group: dist.ProcessGroup | None = None, config: MoEDispatchConfig | None = None,
+                       expt_assignment: ExptAssignment | None = None,
+                       dtype: torch.dtype | None = None) -> MoEDispatcher:
         """An ``iris.ccl.MoEDispatcher`` on this context (see it for semantics). Collective: allocates on the heap."""
-        import torch
-
         return MoEDispatcher(self._ctx, hidden_dim, num_experts, topk, max_tokens, group=group, config=config,
                              expt_assignment=expt_assignment, dtype=torch.bfloat16 if dtype is None else dtype)
 

@@ -5,6 +5,8 @@ Push: each rank stores its input straight into slot ``group_index`` of every mem
     barrier (every out is free)  ->  put inp into out[me] of every rank  ->  barrier (every slot has landed)
 """
 
+import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -12,6 +14,7 @@ from iris.ccl import common, record, reference
 from iris.device.group import first_block, program_row, store_to_group, tail_mask
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
+from iris.host.distributed import Context
 
 
 @triton.jit
@@ -31,7 +34,8 @@ def _all_gather_kernel(out, inp, n, sync, GROUP_SIZE: tl.constexpr, HINT: tl.con
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every rank's slot has landed in out
 
 
-def all_gather(ctx, out, inp, group=None, async_op=False, config=None):
+def all_gather(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup | None = None,
+               async_op: bool = False, config: common.AnyConfig | None = None) -> common.Work | None:
     """``out`` (``[group_size * n, ...]``, on the heap) receives every rank's ``inp`` (``[n, ...]``, anywhere)
     in rank order along dim 0. ``inp`` may be this rank's slot of ``out`` (in place).
 

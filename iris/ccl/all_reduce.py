@@ -10,6 +10,8 @@ the same way on every rank, so program p only ever touches what program p of a p
 grid-wide barrier (which would need every program resident) is needed.
 """
 
+import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -18,6 +20,7 @@ from iris.ccl.config import ALL_REDUCE_ALGORITHMS
 from iris.device.group import first_block, program_row, reduce_blocks, reduce_from_group, store_to_group, tail_mask
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
+from iris.host.distributed import Context
 
 
 @triton.jit
@@ -77,7 +80,9 @@ def _all_reduce_two_shot_kernel(out, inp, n, shard, sync, GROUP_SIZE: tl.constex
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)  # every shard landed; no rank reads inp
 
 
-def all_reduce(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
+def all_reduce(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: common.ReduceOp = "sum",
+               group: dist.ProcessGroup | None = None, async_op: bool = False,
+               config: common.AnyConfig | None = None) -> common.Work | None:
     """``out = op(inp of every rank in group)``, elementwise; ``out`` may be ``inp`` (in place).
 
     Collective over ``group``; asynchronous for the host (stream-ordered, returns a ``Work`` with

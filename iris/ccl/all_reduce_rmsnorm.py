@@ -16,6 +16,7 @@ flags), so no program waits for another program of its own rank.
 """
 
 import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -23,6 +24,7 @@ from iris.ccl import common, record, reference
 from iris.device.group import program_row, reduce_from_group
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
+from iris.host.distributed import Context
 
 # A row is held whole in one program's registers: 32768 fp32 values over 16 warps are 64 per thread.
 MAX_HIDDEN = 32768
@@ -55,7 +57,10 @@ def _all_reduce_rmsnorm_kernel(out, residual_out, inp, residual, weight, rows, h
         group_barrier(row_flags, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, call=match)
 
 
-def all_reduce_rmsnorm(ctx, out, residual_out, inp, residual, weight, eps=1e-6, group=None, config=None):
+def all_reduce_rmsnorm(ctx: Context, out: torch.Tensor, residual_out: torch.Tensor, inp: torch.Tensor,
+                       residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                       group: dist.ProcessGroup | None = None,
+                       config: common.AnyConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum ``inp`` over the ranks of ``group``, add ``residual``, RMS-normalise each row over the last (hidden)
     dim and scale by ``weight``; returns ``(out, residual_out)``.
 

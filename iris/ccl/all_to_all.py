@@ -14,6 +14,8 @@ rows = 1, n = numel / W) and move ``[:, q, :]`` of our input to ``[:, me, :]`` o
 Push:  barrier (every out is free)  ->  put inp[:, q, :] into out[:, me, :] of rank q  ->  barrier
 """
 
+import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -21,6 +23,7 @@ from iris.ccl import common, record, reference
 from iris.device.group import program_row, tail_mask
 from iris.device.rma import store
 from iris.device.sync import call_match, group_barrier, open_call
+from iris.host.distributed import Context
 
 
 @triton.jit
@@ -102,7 +105,8 @@ def _launch(ctx, out, inp, dim, group, async_op, config, caller):
     return common.done(ctx, async_op)
 
 
-def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
+def all_to_all(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup | None = None,
+               async_op: bool = False, config: common.AnyConfig | None = None) -> common.Work | None:
     """Upstream Iris's layout: ``out`` and ``inp`` are ``(M, N * group_size)`` (more dims ride along with dim 1);
     ``out`` on the heap. Column block q of ``inp`` goes to rank q, arriving as column block ``group_rank`` of its
     ``out``. A 1-D tensor splits along dim 0. Not in place.
@@ -114,7 +118,8 @@ def all_to_all(ctx, out, inp, group=None, async_op=False, config=None):
     return _launch(ctx, out, inp, 1, group, async_op, config, "ccl.all_to_all")
 
 
-def all_to_all_single(ctx, out, inp, group=None, async_op=False, config=None):
+def all_to_all_single(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup | None = None,
+                      async_op: bool = False, config: common.AnyConfig | None = None) -> common.Work | None:
     """torch's layout (``dist.all_to_all_single`` with equal splits): ``out`` and ``inp`` are
     ``[group_size * n, ...]``; ``out`` on the heap. Slice q of ``inp`` along dim 0 goes to rank q, arriving as slice
     ``group_rank`` of its ``out``. Not in place.

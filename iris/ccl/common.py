@@ -2,8 +2,10 @@
 
 import zlib
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
+import torch.distributed as dist
 import triton
 
 from iris.ccl import record
@@ -12,7 +14,13 @@ from iris.host.distributed import all_gather_object
 from iris.host import launches
 from iris.host.groups import MAX_COMM_PROGRAMS
 
-REDUCE_OPS = ("sum", "avg", "max", "min")
+# What a collective's ``op`` takes (``reduce_op``): a name of the reductions (the check takes any case) or a member of
+# torch.distributed.ReduceOp (``ReduceOp.SUM``, ...); and its ``config``: ours, or upstream's, which
+# ``resolve_config`` translates.
+ReduceOpName = Literal["sum", "avg", "max", "min"]
+REDUCE_OPS = get_args(ReduceOpName)
+ReduceOp = ReduceOpName | dist.ReduceOp.RedOpType
+AnyConfig = CollectiveConfig | Config
 DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32)
 _TORCH_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min"}
 DEFAULT_CONFIG = CollectiveConfig()
@@ -191,18 +199,18 @@ class Work:
     """What ``async_op=True`` returns. The kernel is already queued on the current stream; ``wait()`` makes
     the then-current stream wait for it (nothing to do on the cpu backend, where kernels run synchronously)."""
 
-    def __init__(self, device):
+    def __init__(self, device: torch.device) -> None:
         self._event = None
         if device.type == "cuda":
             self._event = torch.cuda.Event()
             self._event.record()
 
-    def wait(self):
+    def wait(self) -> bool:
         if self._event is not None:
             torch.cuda.current_stream().wait_event(self._event)
         return True
 
-    def is_completed(self):
+    def is_completed(self) -> bool:
         return self._event is None or self._event.query()
 
 

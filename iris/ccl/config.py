@@ -153,7 +153,7 @@ class Config:
             raise ValueError(f"iris.ccl.Config: all_reduce_distribution={self.all_reduce_distribution}; use 0 "
                              "(striding) or 1 (block)")
 
-    def collective(self, caller):
+    def collective(self, caller: str) -> CollectiveConfig:
         """The ``CollectiveConfig`` our kernels read for ``caller``: the all_reduce variant only steers
         all_reduce, and ``comm_sms`` only when changed from upstream's default (64, tuned for MI300X: ours picks
         by size, and 4 programs on the cpu backend, where each program runs in Python)."""

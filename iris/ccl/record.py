@@ -13,6 +13,7 @@ records'.
 
 import dataclasses
 import inspect
+import typing
 from typing import Callable, Optional
 
 REGISTRY = {}  # name and alias -> Collective, in declaration order
@@ -78,6 +79,7 @@ def as_method(function, name, run):
     self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     function.__name__, function.__doc__ = name, run.__doc__
     function.__signature__ = signature.replace(parameters=[self, *list(signature.parameters.values())[1:]])
+    function.__annotations__ = {key: value for key, value in typing.get_type_hints(run).items() if key != "ctx"}
     return function
 
 

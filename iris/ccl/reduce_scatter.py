@@ -21,6 +21,7 @@ its own slice with the staged rows as their flags arrive. Stores cross NVLink fa
 """
 
 import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -33,6 +34,7 @@ from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_match, fence_release_sys, open_call, wait_until
 from iris.host import launches
+from iris.host.distributed import Context
 
 SEGMENT_BLOCKS = 4  # blocks per flagged segment: one sys fence per 4 x 16 KiB of bf16 on the large shape
 # The push's bandwidth-bound shape: two programs per SM of 16 warps, each pushing 8192 elements a step. On
@@ -119,7 +121,9 @@ def pushes(plan, slice_bytes, caller):
     return algorithm == "push" or (algorithm == "auto" and plan.large and slice_bytes >= PUSH_MIN_BYTES)
 
 
-def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
+def reduce_scatter(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: common.ReduceOp = "sum",
+                   group: dist.ProcessGroup | None = None, async_op: bool = False,
+                   config: common.AnyConfig | None = None) -> common.Work | None:
     """Two layouts, told apart by ``out``'s size:
 
     - upstream Iris's, ``out`` as large as ``inp`` (``[M, N]``, anywhere; ``inp`` on the heap): each rank's ``out``
@@ -151,7 +155,9 @@ def reduce_scatter(ctx, out, inp, op="sum", group=None, async_op=False, config=N
     return _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, key)
 
 
-def reduce_scatter_tensor(ctx, out, inp, op="sum", group=None, async_op=False, config=None):
+def reduce_scatter_tensor(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: common.ReduceOp = "sum",
+                          group: dist.ProcessGroup | None = None, async_op: bool = False,
+                          config: common.AnyConfig | None = None) -> common.Work | None:
     """torch's layout only (``dist.reduce_scatter_tensor``): ``out`` [n, ...] = slice ``group_rank`` along dim 0
     of ``op`` over every rank's ``inp`` [group_size * n, ...]. Same contract as ``reduce_scatter``'s slice form.
 

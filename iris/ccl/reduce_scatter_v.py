@@ -10,6 +10,8 @@ Every rank launches the same grid (planned for the largest split, so that progra
 of the others); a program with nothing of its rank's range to reduce only meets the others at the barriers.
 """
 
+import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -17,6 +19,7 @@ from iris.ccl import common, record, reference
 from iris.device.group import program_row, reduce_blocks
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
+from iris.host.distributed import Context
 
 
 @triton.jit
@@ -33,7 +36,9 @@ def _reduce_scatter_v_kernel(out, inp, first, n, sync, GROUP_SIZE: tl.constexpr,
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE, RELAXED=True, KERNEL_END=True, call=match)
 
 
-def reduce_scatter_v(ctx, out, inp, splits, op="sum", group=None, async_op=False, config=None):
+def reduce_scatter_v(ctx: Context, out: torch.Tensor, inp: torch.Tensor, splits: list[int] | tuple[int, ...],
+                     op: common.ReduceOp = "sum", group: dist.ProcessGroup | None = None, async_op: bool = False,
+                     config: common.AnyConfig | None = None) -> common.Work | None:
     """``out`` (``splits[group_rank]`` elements, anywhere on this device) = elements ``sum(splits[:group_rank])`` to
     ``sum(splits[:group_rank + 1])`` of ``op`` over every rank's ``inp`` (``sum(splits)`` elements, contiguous, on
     the heap). ``splits`` (one int per member of ``group``, in group order) must be the same on every rank: it is

@@ -9,6 +9,8 @@ this file and two kernels:
                             -> barrier (inputs free)
 """
 
+import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -16,6 +18,7 @@ from iris.ccl import common, record, reference
 from iris.device.group import first_block, program_row, reduce_from_group, tail_mask
 from iris.device.rma import get
 from iris.device.sync import call_match, group_barrier, open_call
+from iris.host.distributed import Context
 
 
 @triton.jit
@@ -84,7 +87,8 @@ def _pull(ctx, caller, dst, src, n, root, group, config, async_op, call, anchor,
     return common.done(ctx, async_op)
 
 
-def broadcast(ctx, tensor, src=0, group=None, async_op=False, config=None):
+def broadcast(ctx: Context, tensor: torch.Tensor, src: int = 0, group: dist.ProcessGroup | None = None,
+              async_op: bool = False, config: common.AnyConfig | None = None) -> common.Work | None:
     """``tensor`` (on the heap) on every rank becomes ``src``'s ``tensor``; ``src`` is a global rank.
     Collective over ``group``; stream-ordered; graph-capturable after a first call.
 
@@ -98,7 +102,8 @@ def broadcast(ctx, tensor, src=0, group=None, async_op=False, config=None):
                  table)
 
 
-def scatter(ctx, out, inp, src=0, group=None, async_op=False, config=None):
+def scatter(ctx: Context, out: torch.Tensor, inp: torch.Tensor, src: int = 0, group: dist.ProcessGroup | None = None,
+            async_op: bool = False, config: common.AnyConfig | None = None) -> common.Work | None:
     """Rank r's ``out`` (``[n, ...]``) becomes slice r along dim 0 of ``src``'s ``inp`` (``[group_size * n,
     ...]``). ``inp`` is read on ``src`` only, but must be a heap tensor on every rank (allocated collectively, so
     it sits at the same offset everywhere). Collective; stream-ordered; graph-capturable after a first call.
@@ -137,7 +142,8 @@ def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
     return common.done(ctx, async_op)
 
 
-def gather(ctx, out, inp, dst=0, group=None, async_op=False, config=None):
+def gather(ctx: Context, out: torch.Tensor, inp: torch.Tensor, dst: int = 0, group: dist.ProcessGroup | None = None,
+           async_op: bool = False, config: common.AnyConfig | None = None) -> common.Work | None:
     """On ``dst``, ``out`` (``[group_size * n, ...]``) becomes every rank's ``inp`` (``[n, ...]``, on the heap)
     in rank order; ``out`` is untouched elsewhere. Collective; stream-ordered; graph-capturable.
 
@@ -146,7 +152,9 @@ def gather(ctx, out, inp, dst=0, group=None, async_op=False, config=None):
     return _root_pulls(ctx, "ccl.gather", out, inp, dst, group, config, async_op)
 
 
-def reduce(ctx, out, inp, dst=0, op="sum", group=None, async_op=False, config=None):
+def reduce(ctx: Context, out: torch.Tensor, inp: torch.Tensor, dst: int = 0, op: common.ReduceOp = "sum",
+           group: dist.ProcessGroup | None = None, async_op: bool = False,
+           config: common.AnyConfig | None = None) -> common.Work | None:
     """On ``dst``, ``out`` becomes ``op`` over every rank's ``inp`` (on the heap); ``out`` is untouched elsewhere.
     Collective; stream-ordered; graph-capturable. fp16/bf16 accumulate in fp32.
 
@@ -163,14 +171,16 @@ def _pair(ctx, caller, peer):
     return ctx.groups.get(sorted([ctx.cur_rank, peer]), caller)
 
 
-def send(ctx, tensor, dst, async_op=False, config=None):
+def send(ctx: Context, tensor: torch.Tensor, dst: int, async_op: bool = False,
+         config: common.AnyConfig | None = None) -> common.Work | None:
     """Make ``tensor`` (on the heap) available to ``dst``, which must call ``recv`` on the same heap tensor
     (same allocation, hence the same offset); returns to the stream once ``dst`` has copied it.
     Pairwise, not collective over the world; stream-ordered; graph-capturable."""
     return _point_to_point(ctx, "ccl.send", tensor, dst, ctx.cur_rank, config, async_op)
 
 
-def recv(ctx, tensor, src, async_op=False, config=None):
+def recv(ctx: Context, tensor: torch.Tensor, src: int, async_op: bool = False,
+         config: common.AnyConfig | None = None) -> common.Work | None:
     """Copy ``src``'s ``tensor`` (the same heap allocation ``src`` passes to ``send``) into ours."""
     return _point_to_point(ctx, "ccl.recv", tensor, src, src, config, async_op)
 

@@ -29,6 +29,7 @@ import torch
 
 from iris.distributed.collectives import GroupCollectives
 from iris.distributed.staging import staging_for
+from iris.iris import Iris
 
 # The bound context, held weakly: a context the program drops (``del ctx; gc.collect()``) gives its heap back
 # even while bound, and the ops then say that none is bound. Its collectives (and staging buffer) hang off the
@@ -36,13 +37,11 @@ from iris.distributed.staging import staging_for
 _iris_ctx = None  # weakref.ref to the bound Iris, or None
 
 
-def set_context(ctx, staging_bytes=None):
+def set_context(ctx: Iris, staging_bytes: int | None = None) -> None:
     """Bind ``torch.ops.iris.*`` to ``ctx`` (an ``iris.Iris``). Collective: every rank, with the same
     ``staging_bytes`` (see ``iris.distributed.staging.staging_for``), before the ops run or are traced. The
     binding does not keep ``ctx`` alive."""
     global _iris_ctx
-    from iris.iris import Iris
-
     if not isinstance(ctx, Iris):
         raise TypeError(f"iris.compile.set_context: Expected an Iris instance (ctx = iris.iris(...)), got "
                         f"{type(ctx).__name__}")
@@ -50,7 +49,7 @@ def set_context(ctx, staging_bytes=None):
     _iris_ctx = weakref.ref(ctx)
 
 
-def get_context():
+def get_context() -> Iris:
     """The context ``set_context`` bound; RuntimeError when none is (or it was dropped)."""
     ctx = _iris_ctx() if _iris_ctx is not None else None
     if ctx is None:

@@ -27,6 +27,7 @@ from torch._C import _distributed_c10d as c10d
 
 from iris.distributed.collectives import GroupCollectives
 from iris.distributed.staging import staging_for
+from iris.iris import Iris
 from iris.platform import private
 
 BACKEND_NAME = "iris"
@@ -34,13 +35,11 @@ DEFAULT_HEAP_BYTES = {"cpu": 16 << 20, "cuda": 256 << 20}
 _bound = None  # the context the backend uses
 
 
-def set_context(ctx, staging_bytes=None):
+def set_context(ctx: Iris, staging_bytes: int | None = None) -> None:
     """Use ``ctx`` (an ``iris.Iris``) for every iris process group made from now on, instead of a context of the
     backend's own. Collective (every rank, before its first iris group): allocates the staging buffer on
     ``ctx``'s heap (``staging_bytes``; see ``iris.distributed.staging.staging_for``)."""
     global _bound
-    from iris.iris import Iris
-
     if not isinstance(ctx, Iris):
         raise TypeError(f"iris.distributed.set_context: expected an iris context (iris.iris(...)), got "
                         f"{type(ctx).__name__}")
@@ -48,7 +47,7 @@ def set_context(ctx, staging_bytes=None):
     _bound = ctx
 
 
-def get_context():
+def get_context() -> Iris | None:
     """The context the iris process groups use, or None before the first collective."""
     return _bound
 

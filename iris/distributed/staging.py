@@ -19,6 +19,8 @@ import os
 
 import torch
 
+from iris.iris import Iris
+
 
 ALIGN = 256
 # Per context: on GPUs 64 MiB (the copy of a full chunk, 2 x 64 MiB through HBM at ~4 TB/s, takes ~33 us, a
@@ -48,7 +50,7 @@ class Staging:
         return self.buffer.view(dtype)[start:start + numel]
 
 
-def staging_for(ctx, staging_bytes=None):
+def staging_for(ctx: Iris, staging_bytes: int | None = None) -> Staging:
     """The context's ``Staging``, made on first call. Collective on first call (every rank of the context, same
     ``staging_bytes``): it allocates on the heap. ``staging_bytes`` defaults to ``IRIS_STAGING_BYTES`` or 64 MiB
     on GPUs, 1 MiB on the cpu backend, and at most half of what is left of the heap."""

@@ -19,7 +19,7 @@ import itertools
 import os
 import socket
 import weakref
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 import torch.distributed as dist
@@ -41,7 +41,8 @@ from iris.host.watchdog import StoreReports, Watchdog
 from iris.platform import backend as _backend
 from iris.platform.device_info import get_device_id_for_rank
 
-ALLOCATORS = ("torch", "vmem")
+Allocator = Literal["torch", "vmem"]
+ALLOCATORS = get_args(Allocator)
 _serials = itertools.count(1)
 
 

@@ -8,14 +8,21 @@ import math
 import os
 import pickle
 import time
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from iris.errors import PeerError, RankTimeoutError
+from iris.host.groups import GroupSync
 from iris.logging import logger
 from iris.platform import private
+
+# The context, ``iris.Iris``, as the layers below ``iris/iris.py`` annotate a parameter that takes one (``ctx`` of the
+# collectives and the providers): importing the class here would point up the layers (``tests/test_layers.py``), so
+# to a type checker it is ``Any``.
+Context = Any
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("IRIS_TIMEOUT_S", 300))
 # Host waits on the store poll it (``store.check``, one round trip), first every 0.5 ms, backing off to every
@@ -211,7 +218,8 @@ class SyncMethods:
     synchronisation state, and the host-side ``broadcast`` of a value. They read ``self.groups``, ``self.topology``
     and the store the context was made with."""
 
-    def barrier(self, stream=None, group=None, timeout_s=None):
+    def barrier(self, stream: torch.cuda.Stream | None = None, group: dist.ProcessGroup | None = None,
+                timeout_s: float | None = None) -> None:
         """Collective, host-blocking. Wait for this rank's device work (``stream`` only, if given), then
         for every rank of ``group``. Raises ``iris.RankTimeoutError`` naming the ranks that did not
         arrive after ``timeout_s`` (default ``IRIS_TIMEOUT_S`` or 300 s). Not graph-capturable; use
@@ -248,7 +256,7 @@ class SyncMethods:
     def _watch_group(self, ranks):
         self.workspaces.watch(ranks)
 
-    def group_sync(self, group, caller):
+    def group_sync(self, group: dist.ProcessGroup | None, caller: str) -> GroupSync:
         """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises
         ``iris.PeerError`` once a peer has failed (every collective starts here or at ``groups.get``)."""
         ranks = self.group_ranks(group, caller)
@@ -265,7 +273,7 @@ class SyncMethods:
         at every call (upstream's tests check that it is kept)."""
         return {None: self.group_sync(None, "Iris.device_barrier").flags}
 
-    def broadcast(self, value, src=0):
+    def broadcast(self, value: Any, src: int = 0) -> Any:
         """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back
         as numpy arrays (moved with a tensor broadcast; bfloat16 arrives as float32, which numpy lacks), anything
         else as the same Python object."""

@@ -20,12 +20,14 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import contextmanager
+from typing import Any
 
 from iris.device import debug
 from iris.errors import RankError
 from iris.logging import logger
-from iris.platform.backend import choose_backend, require_gpus
+from iris.platform.backend import Backend, choose_backend, require_gpus
 from iris.host import sanitize
 from iris.host.watchdog import mark_failed, mark_returned, mark_running
 
@@ -196,7 +198,8 @@ class RankPool:
     (contiguous ranks, one ``IRIS_NODE_ID`` per node: ``iris/host/topology.py``). With ``process_group=False`` the
     ranks start without a default process group, as torchrun's do (``launch``)."""
 
-    def __init__(self, world_size, backend=None, start_timeout_s=300, env=None, nodes=1, process_group=True):
+    def __init__(self, world_size: int, backend: Backend | None = None, start_timeout_s: float = 300,
+                 env: dict[str, str] | None = None, nodes: int = 1, process_group: bool = True) -> None:
         check_world_size(world_size, "RankPool")
         if not isinstance(nodes, int) or nodes < 1 or world_size % nodes:
             raise ValueError(f"RankPool: nodes={nodes!r} must be a positive divisor of world_size={world_size} (every "
@@ -281,7 +284,7 @@ class RankPool:
             raise RankError(f"{what}: {len(errors)} of {self.world_size} ranks failed\n{detail}")
         return results
 
-    def run(self, fn, *args, timeout_s=600, **kwargs):
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float = 600, **kwargs: Any) -> list[Any]:
         if not self._procs:
             self._start()
         payload = pickle.dumps((fn, args, kwargs))
@@ -289,7 +292,7 @@ class RankPool:
             conn.send(payload)
         return self._collect(timeout_s, getattr(fn, "__name__", "run"))
 
-    def close(self, force=False):
+    def close(self, force: bool = False) -> None:
         for conn in self._conns:
             try:
                 if not force:
@@ -312,7 +315,8 @@ class RankPool:
         self.close()
 
 
-def launch(fn, world_size, *args, backend=None, timeout_s=600, nodes=1, **kwargs):
+def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: Backend | None = None, timeout_s: float = 600,
+           nodes: int = 1, **kwargs: Any) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` fresh rank processes and return the results by rank.
     ``fn`` must be importable (defined at module level). ``backend`` overrides ``IRIS_BACKEND``; ``nodes``
     simulates that many nodes (``RankPool``). No default process group exists when ``fn`` starts, as under
@@ -321,7 +325,7 @@ def launch(fn, world_size, *args, backend=None, timeout_s=600, nodes=1, **kwargs
         return pool.run(fn, *args, timeout_s=timeout_s, **kwargs)
 
 
-def run(main, world_size=None, *args, **kwargs):
+def run(main: Callable[..., Any], world_size: int | None = None, *args: Any, **kwargs: Any) -> list[Any]:
     """For scripts: under torchrun (``RANK`` is set) call ``main(*args)`` in this process; otherwise start
     ``world_size`` ranks of it (default 2) with ``launch`` (``nodes=N``: as N simulated nodes). Either way ``main``
     starts with no default process group (``iris.iris()`` makes one, or ``dist.init_process_group``). Under torchrun,

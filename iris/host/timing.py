@@ -3,8 +3,12 @@ benchmark harness (``iris.bench``) builds on it; nothing in the library imports 
 
 import statistics
 import time
+from collections.abc import Callable, Sequence
+from typing import Literal, get_args
 
 import torch
+
+ReturnMode = Literal["mean", "min", "max", "median", "all"]
 
 
 def _timer(device_is_cuda):
@@ -28,13 +32,14 @@ def _timer(device_is_cuda):
     return start, stop
 
 
-def do_bench(fn, barrier_fn=lambda: None, preamble_fn=lambda: None, n_warmup=25, n_repeat=100, quantiles=None,
-             return_mode="mean"):
+def do_bench(fn: Callable[[], object], barrier_fn: Callable[[], object] = lambda: None,
+             preamble_fn: Callable[[], object] = lambda: None, n_warmup: int = 25, n_repeat: int = 100,
+             quantiles: Sequence[float] | None = None, return_mode: ReturnMode = "mean") -> float | list[float]:
     """Run ``fn`` ``n_warmup`` times, then time ``n_repeat`` calls, each preceded by ``preamble_fn()`` and
     ``barrier_fn()`` (outside the timed region). Times are milliseconds, from CUDA events on GPUs and the
     host clock on the cpu backend. Returns the ``quantiles`` if given, else the ``return_mode`` statistic
     (``"mean"``, ``"min"``, ``"max"``, ``"median"``, or ``"all"`` for the list)."""
-    modes = ("mean", "min", "max", "median", "all")
+    modes = get_args(ReturnMode)
     if return_mode not in modes:
         raise ValueError(f"do_bench: return_mode={return_mode!r}; use one of {modes}")
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()

@@ -161,7 +161,7 @@ class TopologyMethods:
         """Per rank: whether device code can reach its heap by load/store (same node), upstream's ``direct``."""
         return self.topology.direct
 
-    def spans_nodes(self, group, caller):
+    def spans_nodes(self, group: dist.ProcessGroup | None, caller: str) -> bool:
         """Whether ``group`` (None: the world) holds ranks of several nodes; such a group must be the world, which
         the collectives run hierarchically (``iris/ccl/multinode/hierarchical.py``)."""
         ranks = self.group_ranks(group, caller)
@@ -174,7 +174,7 @@ class TopologyMethods:
                              "torch.distributed on a group of the NCCL/gloo backend")
         return True
 
-    def check_direct(self, peer, caller, name="peer"):
+    def check_direct(self, peer: int, caller: str, name: str = "peer") -> int:
         """Raise at once when ``peer``'s heap is not mapped here (another node): host calls taking a peer rank."""
         self.check_rank(peer, caller, name)
         if not self.topology.direct[peer]:
@@ -184,13 +184,13 @@ class TopologyMethods:
                              "with the collectives (ctx.ccl) or torch.distributed")
         return peer
 
-    def check_rank(self, rank, caller, name="rank"):
+    def check_rank(self, rank: int, caller: str, name: str = "rank") -> int:
         if not isinstance(rank, int) or not 0 <= rank < self.num_ranks:
             raise ValueError(f"{caller}: {name}={rank!r} is outside [0, {self.num_ranks}); ranks run from 0 to "
                              f"world_size - 1 = {self.num_ranks - 1}")
         return rank
 
-    def group_ranks(self, group, caller):
+    def group_ranks(self, group: dist.ProcessGroup | None, caller: str) -> list[int]:
         """The sorted ranks of ``group`` (a ``ProcessGroup``, or None for every rank); a clear error, naming
         ``caller``, when it is not a group or this rank is not in it."""
         if group is None:

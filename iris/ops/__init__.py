@@ -4,6 +4,7 @@ Each fused op's module declares its record (``iris/ops/record.py``); importing t
 ``Ops`` has a method for every record."""
 
 from iris.ccl.record import as_method, method_class
+from iris.host.distributed import Context
 from iris.ops import record
 from iris.ops.all_gather_matmul import all_gather_matmul
 from iris.ops.config import FusedConfig, OpsConfig
@@ -17,7 +18,7 @@ class _FusedOps:
     them). Upstream's forms of the call (the context passed again, its positional ``bias, async_op, config,
     workspace``) are taken too (``ops_arguments``, ``iris/spellings.py``)."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
     @property

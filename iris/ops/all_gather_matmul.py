@@ -26,6 +26,7 @@ The arrived flags are set to 1 and cleared after the kernel, so a replayed CUDA 
 """
 
 import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -35,7 +36,9 @@ from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, call_match, fence_async_proxy, finish_call, next_tile, open_call, wait_until
 from iris.host import launches
+from iris.host.distributed import Context
 from iris.ops import common, reference
+from iris.ops.config import AnyOpsConfig
 from iris.ops.record import declare
 from iris.host.copy_engine.schedule import CopySchedule, copy_sms
 from iris.ops.upstream_layouts import all_gather_matmul_k, is_k_sharded
@@ -199,7 +202,9 @@ def _engines_gemm(a, gathered, b, out, strides, shape, arrived, members, rank, g
                tl.minimum(lo + per_chunk, per_rank), step * per_rank, M, N, K, blocks, TILE, TMA)
 
 
-def all_gather_matmul(ctx, out, a, b, bias=None, group=None, config=None):
+def all_gather_matmul(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                      bias: torch.Tensor | None = None, group: dist.ProcessGroup | None = None,
+                      config: AnyOpsConfig | None = None) -> torch.Tensor:
     """Two shardings of A, told apart by shape (``upstream_layouts.py``):
 
     - upstream Iris's: ``A`` [M, K / W] this rank's column block, ``out`` [M, N] = ``cat([A_r], dim=1) @ B

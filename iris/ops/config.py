@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+import torch
+
 VARIANTS = ("auto", "fused", "bulk")
 
 
@@ -55,7 +57,7 @@ class OpsConfig:
         if self.num_stages is not None and not 1 <= self.num_stages <= 8:
             raise ValueError(f"OpsConfig: num_stages={self.num_stages} is outside [1, 8]")
 
-    def blocks(self, device_type, dtype):
+    def blocks(self, device_type: str, dtype: torch.dtype) -> tuple[int, int, int]:
         """(block_m, block_n, block_k): 32 cubed in the interpreter; on GPUs the tile that fills an H100/H200
         SM's shared memory at ``stages()`` deep (fp32 goes through tf32 at twice the bytes: half of N and K)."""
         if device_type == "cpu":
@@ -64,7 +66,8 @@ class OpsConfig:
             default = (128, 128, 32) if dtype.itemsize == 4 else (128, 256, 64)
         return tuple(value or fallback for value, fallback in zip((self.block_m, self.block_n, self.block_k), default))
 
-    def uses_copy_engine(self, device_type, group_size, traced=False, shared_gpu=False):
+    def uses_copy_engine(self, device_type: str, group_size: int, traced: bool = False,
+                         shared_gpu: bool = False) -> bool:
         """Whether a fused kernel leaves the peers' copies to the copy engines. By default on GPUs in groups of 2,
         where it measured 3-6% faster than stores from the SMs alone (docs/perf-notes.md); not in larger groups,
         where one side stream copies to every peer in turn while the SMs store to all of them at once (not yet
@@ -76,7 +79,7 @@ class OpsConfig:
             return self.copy_engine
         return device_type == "cuda" and group_size == 2 and not traced and not shared_gpu
 
-    def stages(self):
+    def stages(self) -> int:
         """Pipeline depth of the K loop: 3 unless set (4 does not fit a 128 x 256 bf16 tile's shared memory)."""
         return self.num_stages or 3
 
@@ -111,7 +114,7 @@ class FusedConfig:
     all_reduce_num_rings: int = 1
     ksplit: bool = False
 
-    def validate(self, world_size=None):
+    def validate(self, world_size: int | None = None) -> None:
         """Upstream's checks: positive sizes, a known all-reduce variant, and for ``ring`` a ``block_size_n``
         that ``world_size`` divides."""
         for name in ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_xcds", "chunk_size",
@@ -127,8 +130,12 @@ class FusedConfig:
             raise ValueError(f"FusedConfig: for the ring variant, block_size_n ({self.block_size_n}) must be "
                              f"divisible by world_size ({world_size})")
 
-    def to_ops_config(self):
+    def to_ops_config(self) -> OpsConfig:
         """The ``OpsConfig`` this asks for (validated here; an ``OpsConfig`` error names the field it came from)."""
         self.validate()
         return OpsConfig(block_m=self.block_size_m, block_n=self.block_size_n, block_k=self.block_size_k,
                          group_m=self.group_size_m)
+
+
+# what a fused op's ``config`` takes: ours, or upstream's, which it translates
+AnyOpsConfig = OpsConfig | FusedConfig

@@ -15,6 +15,7 @@ wave's tiles still leave from the SMs, which then have nothing else to do.
 """
 
 import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -23,8 +24,10 @@ from iris.device.group import program_row, store_to_group
 from iris.device.sync import call_match, count_published, group_barrier, open_call
 from iris.device.tracing import OP_GEMM_TILE, OP_SCATTER_TILE, now, record
 from iris.host import launches
+from iris.host.distributed import Context
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common, reference
+from iris.ops.config import AnyOpsConfig
 from iris.ops.record import declare
 from iris.ops.upstream_layouts import is_row_sharded, matmul_all_gather_rows
 from iris.host.copy_engine.schedule import CopySchedule, bands_before, copy_sms, output_bands
@@ -159,7 +162,9 @@ def _matmul_all_gather_kernel(a, b, out, strides, shape, sync, trace, stream_k, 
         group_barrier(row, heap_bases, members, rank, GROUP_SIZE, call=match)
 
 
-def matmul_all_gather(ctx, out, a, b, bias=None, group=None, config=None):
+def matmul_all_gather(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                      bias: torch.Tensor | None = None, group: dist.ProcessGroup | None = None,
+                      config: AnyOpsConfig | None = None) -> torch.Tensor:
     """Two shardings, told apart by shape (``upstream_layouts.py``); ``out`` [M, N] on the heap:
 
     - upstream Iris's: ``A`` [M / W, K] this rank's row block, ``B`` [K, N] the same on every rank: ``out`` =

@@ -31,6 +31,7 @@ into the peers' ``out``; only the walk's last wave, which finishes with the GEMM
 """
 
 import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -41,8 +42,10 @@ from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_epoch, call_match, count_published, finish_call, group_barrier, open_call, wait_until
 from iris.host import launches
+from iris.host.distributed import Context
 from iris.host.groups import MAX_COMM_PROGRAMS
 from iris.ops import common, reference
+from iris.ops.config import AnyOpsConfig
 from iris.ops.record import declare
 from iris.host.copy_engine.schedule import CopySchedule, bands_before, copy_sms, output_bands
 from iris.ops.gemm import (band_of, corner, descriptors_fit, first_unit, mainloop, num_programs,
@@ -363,7 +366,9 @@ def _send_partials(schedule, staging, outbox, bands, band_counts, band_flags, wa
             schedule.signal(their_flags[i:i + 1])
 
 
-def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
+def matmul_all_reduce(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                      bias: torch.Tensor | None = None, group: dist.ProcessGroup | None = None,
+                      config: AnyOpsConfig | None = None) -> torch.Tensor:
     """``out`` ([M, N]) = ``sum over r of A_r @ B_r (+ bias)``; ``A`` [M, K / W] and ``B`` [K / W, N] are this
     rank's slices. Collective; stream-ordered. Partials are summed in fp32 and rounded once (fused), or rounded
     to the dtype first and summed in fp32 by the collective (bulk). The fused kernel needs ``out`` on the heap
@@ -382,7 +387,9 @@ def matmul_all_reduce(ctx, out, a, b, bias=None, group=None, config=None):
     return common.add_bias(ctx, out, bias, caller)
 
 
-def matmul_reduce_scatter(ctx, out, a, b, bias=None, group=None, config=None):
+def matmul_reduce_scatter(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                          bias: torch.Tensor | None = None, group: dist.ProcessGroup | None = None,
+                          config: AnyOpsConfig | None = None) -> torch.Tensor:
     """``out`` ([M / W, N], anywhere) = rows ``group_rank`` of ``sum over r of A_r @ B_r (+ bias)``. Collective;
     stream-ordered. The fused kernel needs block_m dividing M / W; otherwise "auto" runs the bulk pair.
 

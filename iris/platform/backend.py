@@ -14,8 +14,10 @@ come before anything imports triton, or the variable must already be set.
 
 import os
 import sys
+from typing import Literal, get_args
 
-BACKENDS = ("cuda", "simulation", "cpu")
+Backend = Literal["cuda", "simulation", "cpu"]
+BACKENDS = get_args(Backend)
 
 
 def _gpu_visible():

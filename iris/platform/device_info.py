@@ -12,18 +12,18 @@ import torch
 GLOBALTIMER_KHZ = 1_000_000
 
 
-def count_devices():
+def count_devices() -> int:
     """GPUs visible to this process (0 on a machine without one)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def set_device(device_id):
+def set_device(device_id: int) -> None:
     """Make ``device_id`` the current GPU (a no-op without GPUs)."""
     if torch.cuda.is_available():
         torch.cuda.set_device(device_id)
 
 
-def get_device_id_for_rank(local_rank):
+def get_device_id_for_rank(local_rank: int) -> int:
     """The GPU the rank of ``local_rank`` on this node uses, as the backends assign it: the local rank modulo the
     GPUs visible (so ranks sharing one GPU under ``IRIS_BACKEND=simulation`` all get it); 0 without GPUs. Upstream
     Iris's name: ``torch.cuda.set_device(iris.get_device_id_for_rank(local_rank))``."""
@@ -34,7 +34,7 @@ def get_device_id_for_rank(local_rank):
     return local_rank % count if count else 0
 
 
-def get_cu_count(device_id=None):
+def get_cu_count(device_id: int | None = None) -> int:
     """Streaming multiprocessors of the GPU (the CPU count without GPUs)."""
     if torch.cuda.is_available():
         index = torch.cuda.current_device() if device_id is None else device_id
@@ -42,17 +42,17 @@ def get_cu_count(device_id=None):
     return os.cpu_count()
 
 
-def get_num_xcc(device_id=None):
+def get_num_xcc(device_id: int | None = None) -> int:
     """Accelerator complex dies per GPU: 1 on NVIDIA and on the cpu backend."""
     return 1
 
 
-def get_wall_clock_rate(device_id=None):
+def get_wall_clock_rate(device_id: int | None = None) -> int:
     """kHz of the timer ``iris.device.utils.read_realtime`` reads (nanoseconds here: 1e6 kHz)."""
     return GLOBALTIMER_KHZ
 
 
-def get_arch(device_id=None):
+def get_arch(device_id: int | None = None) -> str:
     """The GPU's architecture name (``sm_90`` on H100/H200), or ``"cpu"``."""
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability(device_id)

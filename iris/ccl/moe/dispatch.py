@@ -22,13 +22,16 @@ import itertools
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import triton
 
 from iris.ccl import common
 from iris.ccl.moe.kernels import (_combine_push_kernel, _combine_reduce_kernel, _counts_kernel, _dispatch_rows_kernel,
                                   _route_kernel)
-from iris.ccl.moe.routing import RaggedTensorMetadata, make_expt_assignment, make_expt_dict_uniform, owners
+from iris.ccl.moe.routing import (ExptAssignment, RaggedTensorMetadata, make_expt_assignment, make_expt_dict_uniform,
+                                  owners)
 from iris.host import launches
+from iris.host.distributed import Context
 from iris.host.groups import MAX_COMM_PROGRAMS
 
 ID_DTYPES = (torch.int16, torch.int32, torch.int64)
@@ -40,6 +43,8 @@ _SERIAL = itertools.count()
 # (token, slot) entries per program of the route kernel: its [128, 128] compares are 128 per thread at 4 warps; the
 # DeepSeek prefill shape (4096 tokens x 8) is 256 programs, decode (128 x 8) is 8
 ROUTE_BLOCK = 128
+# What a dispatch returns as ``buf``: the rows, or with an FP8 dtype the pair ``(rows, row_scales)``
+Rows = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -99,8 +104,9 @@ class MoEDispatcher:
     the capacity, ``config.validate``), and are graph-capturable after a first call. A dispatch invalidates the
     previous call's ``buf`` and handle. Making a dispatcher is collective too (it allocates on the heap)."""
 
-    def __init__(self, ctx, hidden_dim, num_experts, topk, max_tokens, group=None, config=None,
-                 expt_assignment=None, dtype=torch.bfloat16):
+    def __init__(self, ctx: Context, hidden_dim: int, num_experts: int, topk: int, max_tokens: int,
+                 group: dist.ProcessGroup | None = None, config: MoEDispatchConfig | None = None,
+                 expt_assignment: ExptAssignment | None = None, dtype: torch.dtype = torch.bfloat16) -> None:
         caller = "ccl.moe_dispatcher"
         for name, value in (("hidden_dim", hidden_dim), ("num_experts", num_experts), ("topk", topk)):
             if not isinstance(value, int) or value < 1:
@@ -176,7 +182,8 @@ class MoEDispatcher:
 
     # ------------------------------------------------------------------ dispatch
 
-    def dispatch(self, tokens, topk_idx, topk_weight, scales=None):
+    def dispatch(self, tokens: torch.Tensor, topk_idx: torch.Tensor, topk_weight: torch.Tensor,
+                 scales: torch.Tensor | None = None) -> tuple[Rows, RaggedTensorMetadata, DispatchHandle]:
         """Rows of ``tokens [T, H]`` (``T <= max_tokens``, any count per rank) to the owners of ``topk_idx [T, k]``
         (int16/32/64, -1 = no expert); ``topk_weight [T, k]`` is kept for a weighted combine. With an FP8 dtype,
         ``scales [T, ceil(H / 128)]`` fp32 travel with their rows and ``buf`` is the pair ``(rows, row_scales)``.
@@ -240,7 +247,7 @@ class MoEDispatcher:
 
     # ------------------------------------------------------------------ combine
 
-    def combine(self, expert_out, handle, weighted=False):
+    def combine(self, expert_out: torch.Tensor, handle: DispatchHandle, weighted: bool = False) -> torch.Tensor:
         """``out [T, H]`` for this shard's tokens of ``handle``'s dispatch: ``out[t]`` = the sum over t's slots j
         with an expert of that expert's output row (``expert_out`` row-aligned with ``buf``), times
         ``topk_weight[t, j]`` when ``weighted``; fp32 in slot order j = 0 .. k-1, rounded once. Tokens with no
@@ -322,7 +329,7 @@ class MoEDispatcher:
             raise ValueError(f"{caller}: scales are for FP8 rows; this dispatcher moves {self.dtype}")
         return T
 
-    def check(self):
+    def check(self) -> None:
         """Wait for the current stream (this dispatcher's kernels on GPUs) and raise what its route kernels reported:
         an expert id outside ``[-1, num_experts)`` (``config.validate``), which the calls after them raise
         otherwise."""

@@ -34,6 +34,7 @@ import dataclasses
 import operator
 import os
 import time
+from typing import Iterable
 
 import torch
 
@@ -79,6 +80,9 @@ def resolve_engines(engines=(), copy_engine=None, enable_copy_engine=None):
         raise ValueError(f"iris.iris: IRIS_ENABLE_COPY_ENGINE={env!r}; use 1/true/yes/on, 0/false/no/off or auto")
     return bool(names) or env in _TRUE
 
+
+# A flag argument: a one-element int32/int64 tensor, or a raw address (32 bits, upstream's rule)
+Flag = torch.Tensor | int
 
 TILE_FIELDS = ("pid_m", "pid_n", "block_m", "block_n", "elem_size", "src_stride", "data")
 _TILE_FIELDS = operator.attrgetter(*TILE_FIELDS)  # one C call for the seven reads of a tile
@@ -371,7 +375,7 @@ class CopyEngineMethods:
     ``put_tiles``, ``quiet`` and the device context; each refuses when the context has no copy engines
     (``engines=()``), is closed, or a peer has failed, then hands the call to ``self.copy_engines``."""
 
-    def get_copy_engine_ctx(self):
+    def get_copy_engine_ctx(self) -> torch.Tensor | None:
         """The device-side copy-engine context to pass to device ops as ``copy_engine_ctx`` (a uint64 [world_size, 6]
         tensor, opaque), or None when the context was made without ``engines=("sdma",)``."""
         self.check_open("Iris.get_copy_engine_ctx")
@@ -385,8 +389,9 @@ class CopyEngineMethods:
         return self.copy_engines
 
     @accepts(from_tensor="src_tensor", dst_rank="to_rank", to_tensor="dst_tensor")
-    def put(self, src_tensor, to_rank, dst_tensor=None, wait_flag=None, wait_value=None, signal_flag=None,
-            signal_value=1, async_op=False, channel=0):
+    def put(self, src_tensor: torch.Tensor, to_rank: int, dst_tensor: torch.Tensor | None = None,
+            wait_flag: Flag | None = None, wait_value: int | None = None, signal_flag: Flag | None = None,
+            signal_value: int = 1, async_op: bool = False, channel: int = 0) -> None:
         """Copy ``src_tensor`` into ``dst_tensor``'s counterpart (default: ``src_tensor``'s) on ``to_rank`` on a copy
         engine, after the work queued on the current stream and, with ``wait_flag``, once that local int32/int64
         flag reaches ``wait_value``; then add ``signal_value`` to ``signal_flag``'s counterpart on ``to_rank``
@@ -397,8 +402,9 @@ class CopyEngineMethods:
         self._engines("Iris.put").put(src_tensor, to_rank, dst_tensor, wait_flag, wait_value, signal_flag,
                                       signal_value, async_op, channel)
 
-    def put_tile(self, tile, to_rank, to_ptr, to_stride, wait_flag=None, wait_value=None, signal_flag=None,
-                 signal_value=1, async_op=False, channel=0):
+    def put_tile(self, tile: Tile, to_rank: int, to_ptr: int, to_stride: int, wait_flag: Flag | None = None,
+                 wait_value: int | None = None, signal_flag: Flag | None = None, signal_value: int = 1,
+                 async_op: bool = False, channel: int = 0) -> None:
         """Upstream's low-level 2-D put: ``tile`` (``iris.copy_engine.Tile``: a sub-window of the matrix at address
         ``tile.data``, row pitch ``tile.src_stride`` bytes) into the same window of the matrix at ``to_ptr`` (an
         address already in the peer's heap, e.g. ``iris.copy_engine.peer_address``), row pitch ``to_stride`` bytes.
@@ -406,15 +412,16 @@ class CopyEngineMethods:
         self._engines("Iris.put_tile").put_tiles([tile], to_rank, [to_ptr], [to_stride], wait_flag, wait_value,
                                                  signal_flag, signal_value, async_op, channel, caller="Iris.put_tile")
 
-    def put_tiles(self, tiles, to_rank, to_ptrs, to_strides, wait_flag=None, wait_value=None, signal_flag=None,
-                  signal_value=1, async_op=False, channel=0):
+    def put_tiles(self, tiles: Iterable[Tile], to_rank: int, to_ptrs: Iterable[int], to_strides: Iterable[int],
+                  wait_flag: Flag | None = None, wait_value: int | None = None, signal_flag: Flag | None = None,
+                  signal_value: int = 1, async_op: bool = False, channel: int = 0) -> None:
         """``put_tile`` for a batch in one submission: one wait before the first tile, one 2-D copy per tile, one
         signal after the last."""
         self._engines("Iris.put_tiles").put_tiles(tiles, to_rank, to_ptrs, to_strides, wait_flag, wait_value,
                                                   signal_flag, signal_value, async_op, channel)
 
     @accepts(dst_rank="to_rank")
-    def quiet(self, to_rank=None, channel=0):
+    def quiet(self, to_rank: int | None = None, channel: int = 0) -> None:
         """Host-blocking: until every transfer queued to ``to_rank`` (every rank: None) on ``channel`` has landed,
         signals included; the context's timeout, ``PeerError`` once a peer fails. Inside a capture, nothing to do.
         ``dst_rank`` is upstream's other name (``iris/upstream.py``)."""

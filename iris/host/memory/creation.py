@@ -10,13 +10,22 @@ programs that import this module run unchanged. Errors are torch's kinds: ``Runt
 """
 
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 
+from iris.host.memory.heap import SymmetricHeap
+
 _MODULE = "iris.tensor_creation"
 
+# What the factories take, as torch's take it: a size is ints or one sequence of them (``parse_size``); a device a
+# ``torch.device``, its name or a GPU index; a fill value any Python number (bool and int included).
+Size = Sequence[int | Sequence[int]]
+Device = torch.device | str | int
+Scalar = int | float | complex
 
-def parse_size(size):
+
+def parse_size(size: Size) -> tuple[Sequence[int], int]:
     """``(size, number of elements)`` from a factory's ``*size``: ``(2, 3)``, ``((2, 3),)``, ``([2, 3],)`` and
     ``(((2, 3),),)`` all give ``(2, 3)``; ``((),)`` is a 0-d shape of one element. A list comes back as the list."""
     while len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
@@ -36,7 +45,7 @@ def _shape(size, caller):
     return tuple(shape), numel
 
 
-def is_valid_device(device, iris_device):
+def is_valid_device(device: Device | None, iris_device: Device) -> bool:
     """True when ``device`` names the heap's device: None, the same type and index, or the type without an
     index (``"cuda"`` means the current device, which iris sets to the rank's GPU)."""
     if device is None:
@@ -45,7 +54,7 @@ def is_valid_device(device, iris_device):
     return requested.type == heap.type and (requested.index is None or requested.index == heap.index)
 
 
-def throw_if_invalid_device(device, iris_device, caller=_MODULE):
+def throw_if_invalid_device(device: Device | None, iris_device: Device, caller: str = _MODULE) -> None:
     """``RuntimeError`` (torch's kind for a device mismatch) unless ``is_valid_device``."""
     if not is_valid_device(device, iris_device):
         raise RuntimeError(f"{caller}: device={device!r} but this rank's symmetric heap is on {iris_device}; heap "
@@ -58,13 +67,14 @@ def _check_layout(layout, caller):
                          "(layout=torch.strided)")
 
 
-def apply_layout(tensor, layout, caller=_MODULE):
+def apply_layout(tensor: torch.Tensor, layout: torch.layout, caller: str = _MODULE) -> torch.Tensor:
     """``tensor`` itself for ``torch.strided``; any other layout is a ``ValueError``."""
     _check_layout(layout, caller)
     return tensor
 
 
-def throw_if_invalid_output_tensor(heap, tensor, num_elements, dtype, caller=_MODULE):
+def throw_if_invalid_output_tensor(heap: SymmetricHeap, tensor: torch.Tensor, num_elements: int, dtype: torch.dtype,
+                                   caller: str = _MODULE) -> None:
     """``RuntimeError`` unless ``tensor`` (an ``out=`` argument) has ``num_elements`` elements of ``dtype`` and lies
     on ``heap``: a factory writes its result into ``out`` in place, so it cannot resize, cast or move it."""
     if not isinstance(tensor, torch.Tensor):
@@ -101,8 +111,10 @@ def _strides(shape, memory_format, like, caller):
     return torch.empty(shape, device="meta", memory_format=memory_format).stride()
 
 
-def create(heap, iris_device, caller, size, dtype, fill, *, out=None, device=None, layout=torch.strided,
-           requires_grad=False, memory_format=None, like=None):
+def create(heap: SymmetricHeap, iris_device: Device, caller: str, size: Size, dtype: torch.dtype | None,
+           fill: Callable[[torch.Tensor], object], *, out: torch.Tensor | None = None,
+           device: Device | None = None, layout: torch.layout = torch.strided, requires_grad: bool = False,
+           memory_format: torch.memory_format | None = None, like: torch.Tensor | None = None) -> torch.Tensor:
     """The one implementation behind every factory: a tensor of ``size`` (anything ``parse_size`` takes) and
     ``dtype`` (None: ``out``'s dtype, else torch's default), from the heap or ``out``, passed to ``fill`` in place.
     Collective when it allocates (``out`` is None)."""
@@ -131,29 +143,35 @@ def _nothing(tensor):
     pass
 
 
-def empty(heap, iris_device, size, *, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False,
-          memory_format=torch.contiguous_format, caller=f"{_MODULE}.empty"):
+def empty(heap: SymmetricHeap, iris_device: Device, size: Size, *, out: torch.Tensor | None = None,
+          dtype: torch.dtype | None = None, layout: torch.layout = torch.strided, device: Device | None = None,
+          requires_grad: bool = False, memory_format: torch.memory_format = torch.contiguous_format,
+          caller: str = f"{_MODULE}.empty") -> torch.Tensor:
     """An uninitialised heap tensor."""
     return create(heap, iris_device, caller, size, dtype, _nothing, out=out, device=device, layout=layout,
                   requires_grad=requires_grad, memory_format=memory_format)
 
 
-def zeros(heap, iris_device, size, *, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False,
-          caller=f"{_MODULE}.zeros"):
+def zeros(heap: SymmetricHeap, iris_device: Device, size: Size, *, out: torch.Tensor | None = None,
+          dtype: torch.dtype | None = None, layout: torch.layout = torch.strided, device: Device | None = None,
+          requires_grad: bool = False, caller: str = f"{_MODULE}.zeros") -> torch.Tensor:
     """A heap tensor of zeros."""
     return create(heap, iris_device, caller, size, dtype, torch.Tensor.zero_, out=out, device=device, layout=layout,
                   requires_grad=requires_grad)
 
 
-def ones(heap, iris_device, size, *, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False,
-         caller=f"{_MODULE}.ones"):
+def ones(heap: SymmetricHeap, iris_device: Device, size: Size, *, out: torch.Tensor | None = None,
+         dtype: torch.dtype | None = None, layout: torch.layout = torch.strided, device: Device | None = None,
+         requires_grad: bool = False, caller: str = f"{_MODULE}.ones") -> torch.Tensor:
     """A heap tensor of ones."""
     return create(heap, iris_device, caller, size, dtype, lambda t: t.fill_(1), out=out, device=device,
                   layout=layout, requires_grad=requires_grad)
 
 
-def full(heap, iris_device, size, fill_value, *, out=None, dtype=None, layout=torch.strided, device=None,
-         requires_grad=False, caller=f"{_MODULE}.full"):
+def full(heap: SymmetricHeap, iris_device: Device, size: Size, fill_value: Scalar, *,
+         out: torch.Tensor | None = None, dtype: torch.dtype | None = None, layout: torch.layout = torch.strided,
+         device: Device | None = None, requires_grad: bool = False,
+         caller: str = f"{_MODULE}.full") -> torch.Tensor:
     """A heap tensor filled with ``fill_value``; without ``dtype`` (or ``out``), the dtype torch.full infers from
     it (bool, int64, the default float type, or complex)."""
     if dtype is None and out is None:
@@ -162,15 +180,19 @@ def full(heap, iris_device, size, fill_value, *, out=None, dtype=None, layout=to
                   layout=layout, requires_grad=requires_grad)
 
 
-def zeros_like(heap, iris_device, input, *, dtype=None, layout=None, device=None, requires_grad=False,
-               memory_format=torch.preserve_format, caller=f"{_MODULE}.zeros_like"):
+def zeros_like(heap: SymmetricHeap, iris_device: Device, input: torch.Tensor, *, dtype: torch.dtype | None = None,
+               layout: torch.layout | None = None, device: Device | None = None, requires_grad: bool = False,
+               memory_format: torch.memory_format = torch.preserve_format,
+               caller: str = f"{_MODULE}.zeros_like") -> torch.Tensor:
     """A heap tensor of zeros with ``input``'s shape, dtype (unless given) and, by default, its memory layout."""
     return like(heap, iris_device, caller, input, torch.Tensor.zero_, dtype=dtype, layout=layout, device=device,
                 requires_grad=requires_grad, memory_format=memory_format)
 
 
-def like(heap, iris_device, caller, input, fill, *, dtype=None, layout=None, device=None, requires_grad=False,
-         memory_format=torch.preserve_format):
+def like(heap: SymmetricHeap, iris_device: Device, caller: str, input: torch.Tensor,
+         fill: Callable[[torch.Tensor], object], *, dtype: torch.dtype | None = None,
+         layout: torch.layout | None = None, device: Device | None = None, requires_grad: bool = False,
+         memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
     """``create`` for the ``*_like`` factories: ``input``'s shape, dtype and layout unless given, and by default its
     memory layout."""
     return create(heap, iris_device, caller, tuple(input.shape), input.dtype if dtype is None else dtype, fill,

@@ -15,10 +15,12 @@ that needs data of its own passes its own generator (``generator=torch.Generator
 which is used as given and leaves the shared stream where it was.
 """
 
+from collections.abc import Sequence
+
 import torch
 
 from iris.host.memory import creation as tensor_creation
-from iris.host.memory.creation import create
+from iris.host.memory.creation import Device, Scalar, Size, create
 
 
 def _require_floating(dtype, caller):
@@ -84,7 +86,7 @@ class TensorFactory:
     """Mixed into ``Iris``; needs ``self.heap`` and ``self.get_device()``, and ``init_random(seed)`` called once with
     a seed every rank agrees on before the first random factory."""
 
-    def init_random(self, seed):
+    def init_random(self, seed: int) -> None:
         """Seed the context's shared random stream (collective: every rank passes the same ``seed``)."""
         self._shared_generator = torch.Generator(self.get_device()).manual_seed(seed)
 
@@ -94,8 +96,9 @@ class TensorFactory:
     def _make(self, name, size, dtype, fill, **kwargs):
         return create(self.heap, self.get_device(), f"Iris.{name}", size, dtype, fill, **kwargs)
 
-    def empty(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False,
-              pin_memory=False, memory_format=torch.contiguous_format):
+    def empty(self, *size: int | Sequence[int], out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
+              layout: torch.layout = torch.strided, device: Device | None = None, requires_grad: bool = False,
+              pin_memory: bool = False, memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor:
         """Collective. An uninitialised heap tensor."""
         if out is None and device is None and not requires_grad and layout is torch.strided and (
                 memory_format is torch.contiguous_format):
@@ -105,56 +108,70 @@ class TensorFactory:
         return self._make("empty", size, dtype, tensor_creation._nothing, out=out, layout=layout, device=device,
                           requires_grad=requires_grad, memory_format=memory_format)
 
-    def zeros(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
+    def zeros(self, *size: int | Sequence[int], out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
+              layout: torch.layout = torch.strided, device: Device | None = None,
+              requires_grad: bool = False) -> torch.Tensor:
         """Collective. A heap tensor of zeros."""
         return self._make("zeros", size, dtype, torch.Tensor.zero_, out=out, layout=layout, device=device,
                           requires_grad=requires_grad)
 
-    def ones(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
+    def ones(self, *size: int | Sequence[int], out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
+             layout: torch.layout = torch.strided, device: Device | None = None,
+             requires_grad: bool = False) -> torch.Tensor:
         """Collective. A heap tensor of ones."""
         return self._make("ones", size, dtype, lambda t: t.fill_(1), out=out, layout=layout, device=device,
                           requires_grad=requires_grad)
 
-    def full(self, size, fill_value, *, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
+    def full(self, size: Size, fill_value: Scalar, *, out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
+             layout: torch.layout = torch.strided, device: Device | None = None,
+             requires_grad: bool = False) -> torch.Tensor:
         """Collective. A heap tensor filled with ``fill_value``; the dtype is inferred from it as torch.full does."""
         return tensor_creation.full(self.heap, self.get_device(), size, fill_value, out=out, dtype=dtype,
                                     layout=layout, device=device, requires_grad=requires_grad, caller="Iris.full")
 
-    def zeros_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
-                   memory_format=torch.preserve_format):
+    def zeros_like(self, input: torch.Tensor, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+                   device: Device | None = None, requires_grad: bool = False,
+                   memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         """Collective. A heap tensor of zeros with ``input``'s shape, dtype (unless given) and memory layout."""
         return tensor_creation.zeros_like(self.heap, self.get_device(), input, dtype=dtype, layout=layout,
                                           device=device, requires_grad=requires_grad, memory_format=memory_format,
                                           caller="Iris.zeros_like")
 
-    def empty_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
-                   memory_format=torch.preserve_format):
+    def empty_like(self, input: torch.Tensor, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+                   device: Device | None = None, requires_grad: bool = False,
+                   memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         """Collective. An uninitialised heap tensor with ``input``'s shape, dtype (unless given) and memory layout."""
         return self._like("empty_like", input, tensor_creation._nothing, dtype, layout, device, requires_grad,
                           memory_format)
 
-    def ones_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
-                  memory_format=torch.preserve_format):
+    def ones_like(self, input: torch.Tensor, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+                  device: Device | None = None, requires_grad: bool = False,
+                  memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         """Collective. A heap tensor of ones with ``input``'s shape, dtype (unless given) and memory layout."""
         return self._like("ones_like", input, lambda t: t.fill_(1), dtype, layout, device, requires_grad,
                           memory_format)
 
-    def full_like(self, input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
-                  memory_format=torch.preserve_format):
+    def full_like(self, input: torch.Tensor, fill_value: Scalar, *, dtype: torch.dtype | None = None,
+                  layout: torch.layout | None = None, device: Device | None = None, requires_grad: bool = False,
+                  memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         """Collective. A heap tensor of ``fill_value`` with ``input``'s shape, dtype (unless given) and memory
         layout."""
         return self._like("full_like", input, lambda t: t.fill_(fill_value), dtype, layout, device, requires_grad,
                           memory_format)
 
-    def rand_like(self, input, *, generator=None, dtype=None, layout=None, device=None, requires_grad=False,
-                  memory_format=torch.preserve_format):
+    def rand_like(self, input: torch.Tensor, *, generator: torch.Generator | None = None,
+                  dtype: torch.dtype | None = None, layout: torch.layout | None = None, device: Device | None = None,
+                  requires_grad: bool = False,
+                  memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         """Collective. Uniform values in [0, 1) with ``input``'s shape, dtype (unless given) and memory layout; the
         same on every rank unless ``generator`` is given."""
         fill = _uniform_fill(0.0, 1.0, self._generator(generator), "Iris.rand_like")
         return self._like("rand_like", input, fill, dtype, layout, device, requires_grad, memory_format)
 
-    def randn_like(self, input, *, generator=None, dtype=None, layout=None, device=None, requires_grad=False,
-                   memory_format=torch.preserve_format):
+    def randn_like(self, input: torch.Tensor, *, generator: torch.Generator | None = None,
+                   dtype: torch.dtype | None = None, layout: torch.layout | None = None, device: Device | None = None,
+                   requires_grad: bool = False,
+                   memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         """Collective. Normal(0, 1) values with ``input``'s shape, dtype (unless given) and memory layout; the same on
         every rank unless ``generator`` is given."""
         fill = _normal_fill(self._generator(generator), "Iris.randn_like")
@@ -167,20 +184,24 @@ class TensorFactory:
                                     layout=layout, device=device, requires_grad=requires_grad,
                                     memory_format=memory_format)
 
-    def randn(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
-              requires_grad=False, pin_memory=False):
+    def randn(self, *size: int | Sequence[int], generator: torch.Generator | None = None,
+              out: torch.Tensor | None = None, dtype: torch.dtype | None = None, layout: torch.layout = torch.strided,
+              device: Device | None = None, requires_grad: bool = False, pin_memory: bool = False) -> torch.Tensor:
         """Collective. Normal(0, 1) values, the same on every rank unless ``generator`` is given (module docstring)."""
         return self._make("randn", size, dtype, _normal_fill(self._generator(generator), "Iris.randn"), out=out,
                           layout=layout, device=device, requires_grad=requires_grad)
 
-    def rand(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
-             requires_grad=False, pin_memory=False):
+    def rand(self, *size: int | Sequence[int], generator: torch.Generator | None = None,
+             out: torch.Tensor | None = None, dtype: torch.dtype | None = None, layout: torch.layout = torch.strided,
+             device: Device | None = None, requires_grad: bool = False, pin_memory: bool = False) -> torch.Tensor:
         """Collective. Uniform values in [0, 1), the same on every rank unless ``generator`` is given."""
         return self._uniform("rand", size, 0.0, 1.0, generator, out=out, dtype=dtype, layout=layout, device=device,
                              requires_grad=requires_grad)
 
-    def uniform(self, size, low=0.0, high=1.0, *, generator=None, out=None, dtype=None, layout=torch.strided,
-                device=None, requires_grad=False):
+    def uniform(self, size: int | Sequence[int], low: float = 0.0, high: float = 1.0, *,
+                generator: torch.Generator | None = None, out: torch.Tensor | None = None,
+                dtype: torch.dtype | None = None, layout: torch.layout = torch.strided, device: Device | None = None,
+                requires_grad: bool = False) -> torch.Tensor:
         """Collective. Uniform values in [low, high), the same on every rank unless ``generator`` is given."""
         return self._uniform("uniform", (size,), low, high, generator, out=out, dtype=dtype, layout=layout,
                              device=device, requires_grad=requires_grad)
@@ -189,8 +210,10 @@ class TensorFactory:
         return self._make(name, size, dtype, _uniform_fill(low, high, self._generator(generator), f"Iris.{name}"),
                           **kwargs)
 
-    def randint(self, *args, size=None, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
-                requires_grad=False):
+    def randint(self, *args: int | Sequence[int], size: int | Sequence[int] | None = None,
+                generator: torch.Generator | None = None, out: torch.Tensor | None = None,
+                dtype: torch.dtype | None = None, layout: torch.layout = torch.strided, device: Device | None = None,
+                requires_grad: bool = False) -> torch.Tensor:
         """Collective. Integers in [low, high): ``randint(high, size)`` or ``randint(low, high, size)``; the same on
         every rank unless ``generator`` is given."""
         if size is None and len(args) in (2, 3):
@@ -208,8 +231,10 @@ class TensorFactory:
         return self._make("randint", (size,), dtype, lambda t: t.random_(low, high, generator=generator), out=out,
                           layout=layout, device=device, requires_grad=requires_grad)
 
-    def arange(self, start=0, end=None, step=1, *, out=None, dtype=None, layout=torch.strided, device=None,
-               requires_grad=False):
+    def arange(self, start: float | torch.Tensor = 0, end: float | torch.Tensor | None = None,
+               step: float | torch.Tensor = 1, *, out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
+               layout: torch.layout = torch.strided, device: Device | None = None,
+               requires_grad: bool = False) -> torch.Tensor:
         """Collective. ``arange(end)`` or ``arange(start, end, step)``, dtype inferred as torch.arange does."""
         if end is None:
             start, end = 0, start
@@ -225,8 +250,10 @@ class TensorFactory:
         return self._make("arange", (numel,), dtype, lambda t: torch.arange(start, end, step, out=t), out=out,
                           layout=layout, device=device, requires_grad=requires_grad)
 
-    def linspace(self, start, end, steps, *, out=None, dtype=None, layout=torch.strided, device=None,
-                 requires_grad=False):
+    def linspace(self, start: Scalar | torch.Tensor, end: Scalar | torch.Tensor, steps: int | Sequence[int], *,
+                 out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
+                 layout: torch.layout = torch.strided, device: Device | None = None,
+                 requires_grad: bool = False) -> torch.Tensor:
         """Collective. ``steps`` evenly spaced values from ``start`` to ``end`` inclusive; complex when either end
         is (dtype inferred as torch.linspace does)."""
         steps = _steps(steps, "Iris.linspace")
@@ -237,7 +264,7 @@ class TensorFactory:
         return self._make("linspace", (steps,), dtype, lambda t: torch.linspace(start, end, steps, out=t), out=out,
                           layout=layout, device=device, requires_grad=requires_grad)
 
-    def as_symmetric(self, tensor):
+    def as_symmetric(self, tensor: torch.Tensor) -> torch.Tensor:
         """Collective. A heap copy of ``tensor`` (same shape, dtype and values). It copies, on every allocator:
         memory from torch's allocator cannot be exported to peers, and mapping a caller's VMM allocation into the
         heap would need a hole at the same offset on every rank. It always allocates, even for a tensor already

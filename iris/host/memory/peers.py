@@ -4,10 +4,11 @@ heap. The host's side of ``translate``; the copy engines and the benchmarks' bas
 
 import torch
 
+from iris.host.distributed import Context
 from iris.platform import private
 
 
-def peer_address(ctx, tensor, peer):
+def peer_address(ctx: Context, tensor: torch.Tensor, peer: int) -> int:
     """Address, in this process, of ``tensor``'s symmetric counterpart on rank ``peer``."""
     operand = ctx.on_heap(tensor, "peer_address")
     ctx.check_direct(peer, "peer_address", "peer")

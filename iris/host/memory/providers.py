@@ -34,13 +34,15 @@ whatever the provider. Ranks index the provider's group (the world unless ``grou
 
 import dataclasses
 import weakref
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
 from iris.device.debug import TRACE_WORDS
 from iris.device.translate import BASE_ALIGNMENT
-from iris.host.distributed import all_gather_object
+from iris.host.distributed import Context, all_gather_object
+from iris.host.memory.creation import Device
 
 
 def bases_table(rank, world_size, bases, extent):
@@ -61,7 +63,7 @@ class SymmetricAddressMap:
     maker: str = ""       # the function that made the map, for the error that refuses a second table
     shape: tuple = ()     # the tensor it was made for
 
-    def peer_address(self, tensor, rank):
+    def peer_address(self, tensor: torch.Tensor, rank: int) -> int:
         """The address, in this process, of ``tensor``'s counterpart on ``rank`` (``tensor`` inside the allocation)."""
         return tensor.data_ptr() - self.bases[self.local_rank] + self.bases[rank]
 
@@ -178,20 +180,22 @@ class HeapProvider:
     """iris's symmetric heap as a provider: one uniform heap, so a tensor's table is the heap's bases moved by its
     offset. ``ctx.provider`` is this context's."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    def allocate_symmetric_map(self, *size, dtype=None):
+    def allocate_symmetric_map(self, *size: int | Sequence[int],
+                               dtype: torch.dtype | None = None) -> tuple[torch.Tensor, SymmetricAddressMap]:
         """Collective. An uninitialised heap tensor and its ``SymmetricAddressMap``."""
         tensor = self.ctx.empty(*size, dtype=dtype)
         return tensor, self.symmetric_address_map(tensor)
 
-    def allocate_symmetric(self, *size, dtype=None):
+    def allocate_symmetric(self, *size: int | Sequence[int],
+                           dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Collective. An uninitialised heap tensor and its ``peer_bases`` (entry r: its address on rank r)."""
         tensor, address = self.allocate_symmetric_map(*size, dtype=dtype)
         return tensor, address.peer_bases
 
-    def symmetric_address_map(self, tensor):
+    def symmetric_address_map(self, tensor: torch.Tensor) -> SymmetricAddressMap:
         """Local. The map of a heap tensor (off-node ranks keep the heap table's codes)."""
         ctx = self.ctx
         ctx.check_symmetric(tensor, "HeapProvider.symmetric_address_map")
@@ -207,23 +211,25 @@ class TorchSymmMemProvider:
     (torch's symmetric memory has no CPU backend) and one GPU per rank (torch refuses two ranks on one GPU).
     Multicast is neither needed nor used (``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` is fine)."""
 
-    def __init__(self, group=None, device=None):
+    def __init__(self, group: dist.ProcessGroup | None = None, device: Device | None = None) -> None:
         self.group = dist.group.WORLD if group is None else group
         self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
 
-    def allocate_symmetric_map(self, *size, dtype=None):
+    def allocate_symmetric_map(self, *size: int | Sequence[int],
+                               dtype: torch.dtype | None = None) -> tuple[torch.Tensor, SymmetricAddressMap]:
         """Collective over the group. A tensor from ``symm_mem.empty`` and its ``SymmetricAddressMap``."""
         from torch.distributed import _symmetric_memory as symm_mem
 
         tensor = symm_mem.empty(*size, dtype=dtype or torch.get_default_dtype(), device=self.device)
         return tensor, self.symmetric_address_map(tensor)
 
-    def allocate_symmetric(self, *size, dtype=None):
+    def allocate_symmetric(self, *size: int | Sequence[int],
+                           dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Collective over the group. A tensor from ``symm_mem.empty`` and its ``peer_bases``."""
         tensor, address = self.allocate_symmetric_map(*size, dtype=dtype)
         return tensor, address.peer_bases
 
-    def symmetric_address_map(self, tensor):
+    def symmetric_address_map(self, tensor: torch.Tensor) -> SymmetricAddressMap:
         """Collective over the group (torch's ``rendezvous``). The map of ``tensor``, which must come from
         ``symm_mem.empty`` (a view of one too): entry r is ``buffer_ptrs[r]`` moved by the tensor's offset in its
         buffer, the same on every rank. Every rank raises when any rank's table is refused (``_table_problem``)."""
@@ -243,7 +249,8 @@ class TorchSymmMemProvider:
                            shape=tensor.shape)
 
 
-def wrap_symmetric(tensor, peer_addresses, group=None):
+def wrap_symmetric(tensor: torch.Tensor, peer_addresses: Sequence[int] | torch.Tensor,
+                   group: dist.ProcessGroup | None = None) -> SymmetricAddressMap:
     """Collective over ``group`` (default: the world). The ``SymmetricAddressMap`` of ``tensor``, whose counterpart
     on group rank r sits at ``peer_addresses[r]`` in this process (entry ``rank`` must be ``tensor.data_ptr()``).
     Checked: the list's length, the local entry, the same shape and dtype on every rank, the alignment of the

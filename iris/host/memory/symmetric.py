@@ -18,7 +18,7 @@ class HeapOperand(NamedTuple):
     offset: int
     bases: list  # every rank's heap base in this process (Python ints, fixed for the context's life)
 
-    def at(self, rank):
+    def at(self, rank: int) -> int:
         """The address of the tensor's counterpart on ``rank`` (a rank whose heap is mapped here: the caller has
         checked it, ``ctx.check_direct``)."""
         return self.bases[rank] + self.offset
@@ -27,13 +27,13 @@ class HeapOperand(NamedTuple):
 class SymmetricMethods:
     """Mixed into ``Iris`` (module docstring)."""
 
-    def get_heap_bases(self):
+    def get_heap_bases(self) -> torch.Tensor:
         """int64[world_size] on the device: entry r is where rank r's heap appears in this process.
         Pass it to kernels that call the free device functions (``iris.load``, ``iris.put``, ...)."""
         self.check_open("Iris.get_heap_bases")
         return self.heap_bases
 
-    def get_device_context(self):
+    def get_device_context(self) -> torch.Tensor:
         """int64 tensor for ``iris.DeviceContext.initialize`` and Gluon's ``IrisDeviceCtx.initialize``, laid out as
         upstream Iris's: ``[rank, world_size, heap_base_0, ..., heap_base_{W-1}, trace_enabled, max_events,
         event counter address, operation counter address, 13 trace buffer addresses]`` (the tracing words are
@@ -41,12 +41,12 @@ class SymmetricMethods:
         self.check_open("Iris.get_device_context")
         return self._device_context
 
-    def is_symmetric(self, tensor):
+    def is_symmetric(self, tensor: torch.Tensor) -> bool:
         """True when ``tensor`` lies entirely in this rank's symmetric heap."""
         self.check_open("Iris.is_symmetric")
         return self.heap.contains(tensor)
 
-    def check_symmetric(self, tensor, caller, name="tensor"):
+    def check_symmetric(self, tensor: torch.Tensor, caller: str, name: str = "tensor") -> torch.Tensor:
         """Raise a clear error when ``tensor`` is not on the heap (kernels would read a peer's garbage), or
         ``ClosedError`` once the context is closed."""
         self.check_open(caller)
@@ -57,13 +57,13 @@ class SymmetricMethods:
                              "of another provider with iris.TorchSymmMemProvider or iris.wrap_symmetric")
         return tensor
 
-    def on_heap(self, tensor, caller, name="tensor"):
+    def on_heap(self, tensor: torch.Tensor, caller: str, name: str = "tensor") -> HeapOperand:
         """``tensor`` checked to lie on the heap (``check_symmetric``'s error otherwise), as a ``HeapOperand``."""
         self.check_symmetric(tensor, caller, name)
         bases = self.heap.bases
         return HeapOperand(tensor, tensor.data_ptr() - bases[self.heap.rank], bases)
 
-    def symmetric_table(self, tensor, caller, name="tensor"):
+    def symmetric_table(self, tensor: torch.Tensor, caller: str, name: str = "tensor") -> torch.Tensor:
         """The bases table kernels translate ``tensor`` with: ``heap_bases`` for a heap tensor; for memory of another
         provider (``TorchSymmMemProvider``, ``wrap_symmetric``), the ``peer_bases`` of the live map whose allocation
         holds it, which must span the whole world in rank order. Anything else raises ``check_symmetric``'s error."""
@@ -81,7 +81,7 @@ class SymmetricMethods:
                              "the default group")
         return address.peer_bases
 
-    def memory_stats(self):
+    def memory_stats(self) -> dict[str, int]:
         """This rank's heap in the spirit of ``torch.cuda.memory_stats``: ``allocated_bytes.all.current`` /
         ``.peak`` (bytes in live tensors and whole-world workspaces, including tensors dropped here but not yet
         on every rank), ``reserved_bytes.all.current`` / ``.peak`` (bytes mapped: the heap's size, which grows
@@ -93,7 +93,7 @@ class SymmetricMethods:
         stats["workspace_bytes"] = self.workspaces.bytes()
         return stats
 
-    def empty_cache(self):
+    def empty_cache(self) -> None:
         """Collective over every rank. Collect this rank's garbage (tensors in reference cycles) and return to
         the heap every tensor all ranks have dropped, and the workspaces and sync flags of every group whose
         ProcessGroups every member has dropped; ``memory_stats`` then shows what is live."""
@@ -103,7 +103,8 @@ class SymmetricMethods:
         gc.collect()
         self.heap.reclaim("Iris.empty_cache")
 
-    def allocate_symmetric(self, *size, dtype=None):
+    def allocate_symmetric(self, *size: int,
+                           dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Collective. An uninitialised heap tensor and int64[world_size] ``peer_bases`` on the device:
         entry r is the address of this tensor on rank r (entry ``cur_rank`` is its own ``data_ptr()``). The same
         shape as every provider's (``iris/host/memory/providers.py``), so one kernel serves them all."""

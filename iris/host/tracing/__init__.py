@@ -10,13 +10,14 @@ skew (about a microsecond on NVLink). On the cpu backend the clock is logical (e
 """
 
 import json
+import os
 
 import torch
 
 from iris.device.debug import TRACE_WORDS
 from iris.device.trace_events import EVENT_NAMES
 from iris.device.tracing import EVENT_WORDS, OP_GEMM_TILE, OP_SCATTER_TILE, _read_clock_kernel
-from iris.host.distributed import all_gather_object
+from iris.host.distributed import Context, all_gather_object
 
 OPS = {OP_GEMM_TILE.value: "gemm tile", OP_SCATTER_TILE.value: "scatter tile"}
 # The buffers user kernels' ctx.tracing.record_event_* fill (iris/device/user_tracing.py), upstream's, in the order of
@@ -28,12 +29,12 @@ USER_BUFFERS = (("event_id", torch.int32), ("pid", torch.int32), ("pid_m", torch
 
 
 class Tracing:
-    def __init__(self, ctx):
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.enabled = False
         self._args = torch.zeros(4, dtype=torch.int64, device=ctx.get_device())  # what kernels get when off
 
-    def enable(self, max_events=1 << 16):
+    def enable(self, max_events: int = 1 << 16) -> None:
         """Collective. Allocate room for ``max_events`` events on this rank and start recording."""
         self.ctx.check_open("tracing.enable")
         if not isinstance(max_events, int) or max_events <= 0:
@@ -60,7 +61,7 @@ class Tracing:
         _read_clock_kernel[(1,)](self._args, torch.zeros(1, dtype=torch.int64, device=dev), num_warps=1)
         self.reset()
 
-    def reset(self):
+    def reset(self) -> None:
         """Collective. Drop recorded events and take a new common time origin."""
         self._require("reset")
         self.counter.zero_()
@@ -72,12 +73,12 @@ class Tracing:
         _read_clock_kernel[(1,)](self._args, origin, num_warps=1)  # back to back with the barrier on the stream
         self.origin = int(origin.item())
 
-    def device_args(self):
+    def device_args(self) -> torch.Tensor:
         """The int64 tensor instrumented kernels take (``iris/device/tracing.py``)."""
         self.ctx.check_open("tracing.device_args")
         return self._args
 
-    def events(self):
+    def events(self) -> tuple[list[dict[str, int]], int]:
         """This rank's events as dicts (host-blocking)."""
         self._require("events")
         count = int(self.counter.item())
@@ -85,7 +86,7 @@ class Tracing:
         keys = ("op", "target", "bytes", "program", "sm", "start", "end", "rank")
         return [dict(zip(keys, row)) for row in rows], max(0, count - self.buffer.shape[0])
 
-    def device_events(self):
+    def device_events(self) -> tuple[list[dict[str, int | str]], int]:
         """This rank's events from user kernels (``ctx.tracing.record_event_start`` / ``end``) as dicts with
         upstream's fields and the event's name (``iris.TraceEvent``), and how many were dropped (host-blocking)."""
         self._require("device_events")
@@ -97,7 +98,7 @@ class Tracing:
             e["name"] = EVENT_NAMES.get(e["event_id"], f"event {e['event_id']}")
         return events, count - kept
 
-    def export(self, path):
+    def export(self, path: str | os.PathLike[str]) -> str | os.PathLike[str] | None:
         """Collective, host-blocking. Gather every rank's events; rank 0 writes Chrome trace JSON to ``path``
         and returns it (other ranks return None). One process row per rank, one thread row per SM
         (per program on the cpu backend)."""
