@@ -23,7 +23,7 @@ class MismatchError(PeerError):
     differ, though their element counts agree) or root, tensors at other heap offsets (a heap allocated
     differently), or calls in different groups that wait for each other. Raised on every rank the kernels' barriers
     (or the watchdog, for groups) found in disagreement, naming both calls; the context then refuses further calls,
-    like a peer failure. README, "When something goes wrong", lists what is compared and what is not."""
+    like a peer failure. ``docs/debugging.md``, "When something goes wrong", lists what is compared and what is not."""
 
     message = "the ranks of a group made different calls (see the iris watchdog's log line)"
 
