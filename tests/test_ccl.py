@@ -369,6 +369,7 @@ def _bad_input_body():
                                       config=CollectiveConfig(algorithm="two_shot")),
         "root": error_message(ctx.ccl.broadcast, inp, src=7),
         "root_tensor": error_message(ctx.ccl.broadcast, out, inp),  # scatter's (out, inp) order on broadcast
+        "reduce_list": error_message(ctx.ccl.reduce, out, [inp]),  # torch's list form
     }
     # Check mode: rank 1 passes a different shape. Every rank must refuse, before any kernel touches memory.
     mine = ctx.zeros(8 if rank == 0 else 6, 4)
@@ -397,6 +398,7 @@ def test_bad_input(pools):
     assert "ccl.reduce_scatter: algorithm='two_shot' is not one of ('auto', 'pull', 'push')" in r["rs_algorithm"]
     assert "ccl.broadcast: src=7 is not a rank of the group [0, 1]" in r["root"]
     assert "ccl.broadcast: src must be a rank (an int), got Tensor" in r["root_tensor"]
+    assert "TypeError: ccl.reduce: inp must be a torch.Tensor, got list" in r["reduce_list"]
     for rank_result in results:
         assert "ranks disagree on the call" in rank_result["mismatch"], rank_result["mismatch"]
         assert rank_result["untouched"]

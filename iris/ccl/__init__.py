@@ -33,14 +33,36 @@ class _Collectives:
         self._ctx = ctx
 
     def barrier(self, group: dist.ProcessGroup | None = None) -> None:
-        """Device-side barrier over ``group`` (``ctx.device_barrier``): stream-ordered, graph-capturable."""
+        """Device-side barrier over ``group`` (``ctx.device_barrier``): stream-ordered, graph-capturable. Work queued
+        before it on each member's stream is visible to work queued after it on every member.
+
+        Raises ``ValueError`` when this rank is not in ``group``; ``TypeError`` when ``group`` is not a process group
+        or None; ``iris.PeerError`` once a peer has failed.
+
+        Example::
+
+            x = ctx.full((4,), float(rank))  # written before the barrier ...
+            ctx.ccl.barrier()  # ... so every rank's kernels queued from here on see every rank's x
+        """
         self._ctx.device_barrier(group)
 
     def moe_dispatcher(self, hidden_dim: int, num_experts: int, topk: int, max_tokens: int,
                        group: dist.ProcessGroup | None = None, config: MoEDispatchConfig | None = None,
                        expt_assignment: ExptAssignment | None = None,
                        dtype: torch.dtype | None = None) -> MoEDispatcher:
-        """An ``iris.ccl.MoEDispatcher`` on this context (see it for semantics). Collective: allocates on the heap."""
+        """An ``iris.ccl.MoEDispatcher`` on this context (see it for semantics). Collective: allocates on the heap.
+        ``dtype``: the rows' (default bfloat16).
+
+        Raises ``ValueError`` for sizes that are not positive ints (``max_tokens`` may be 0), a dtype the dispatcher
+        does not move, ``num_experts`` the shards do not divide (without ``expt_assignment``) or an
+        ``expt_assignment`` of another shape; ``TypeError`` for a ``config`` that is not a ``MoEDispatchConfig``.
+
+        Example::
+
+            d = ctx.ccl.moe_dispatcher(hidden_dim=32, num_experts=4 * world_size, topk=2, max_tokens=8)
+            assert d.capacity == world_size * 8 * 2  # receive rows: every token of every shard, topk times
+            assert d.dtype == torch.bfloat16 and d.num_experts == 4 * world_size
+        """
         return MoEDispatcher(self._ctx, hidden_dim, num_experts, topk, max_tokens, group=group, config=config,
                              expt_assignment=expt_assignment, dtype=torch.bfloat16 if dtype is None else dtype)
 

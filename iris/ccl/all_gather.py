@@ -42,6 +42,16 @@ def all_gather(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group: dist.P
     Collective over ``group``; stream-ordered; graph-capturable after a first call.
 
         ref = torch.cat([inp_r for r in group], dim=0)
+
+    Raises ``ValueError`` for operands of other sizes or dtypes or an ``out`` off the heap; ``iris.MismatchError``
+    on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        inp = ctx.full((4,), float(rank))
+        out = ctx.zeros(world_size * 4)
+        ctx.ccl.all_gather(out, inp)  # rank r's 4 elements land at out[4 * r:4 * r + 4] on every rank
+        assert torch.equal(out, torch.arange(world_size).repeat_interleave(4).float())
     """
     caller = "ccl.all_gather"
     key = launches.key_of(caller, group, config, (out, inp))

@@ -91,6 +91,16 @@ def all_reduce(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: common.Re
     Uses ``config.comm_sms`` programs at most.
 
         ref = reduce(op, [inp_r for r in group])     # see iris/ccl/reference.py
+
+    Raises ``ValueError`` for operands of other shapes or dtypes, an ``inp`` off the heap, or an unknown ``op``;
+    ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        inp = ctx.full((1024,), float(rank + 1))
+        out = ctx.zeros(1024)
+        ctx.ccl.all_reduce(out, inp)  # every rank gets 1 + 2 + ... + world_size
+        assert torch.all(out == world_size * (world_size + 1) / 2)
     """
     caller = "ccl.all_reduce"
     key = launches.key_of(caller, group, config, (out, inp), op)

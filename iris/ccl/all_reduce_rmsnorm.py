@@ -73,6 +73,19 @@ def all_reduce_rmsnorm(ctx: Context, out: torch.Tensor, residual_out: torch.Tens
 
         residual_out = sum(inp_r for r in group) + residual          # see iris/ccl/reference.py
         out = residual_out * rsqrt(mean(residual_out ** 2, -1) + eps) * weight
+
+    Raises ``ValueError`` for operands of other shapes or dtypes (float16, bfloat16 or float32, all alike), a
+    ``weight`` that is not ``[hidden]``, a hidden size outside ``[1, 32768]``, an ``out`` or ``residual_out`` that is
+    ``inp``, a negative ``eps`` or an ``inp`` off the heap; ``iris.MismatchError`` on every rank when the ranks'
+    calls differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        inp = ctx.full((4, 64), 1.0)  # [tokens, hidden], on the heap
+        residual, weight = ctx.zeros(4, 64), ctx.ones(64)
+        out, residual_out = ctx.ccl.all_reduce_rmsnorm(ctx.empty(4, 64), ctx.empty(4, 64), inp, residual, weight)
+        assert torch.all(residual_out == world_size)  # 1 from every rank, + 0
+        assert torch.allclose(out, torch.ones_like(out))  # a constant row normalises to ones
     """
     caller = "ccl.all_reduce_rmsnorm"
     key = launches.key_of(caller, group, config, (out, residual_out, inp, residual, weight), eps)

@@ -114,6 +114,17 @@ def all_to_all(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group: dist.P
     Collective over ``group``; stream-ordered; graph-capturable after a first call.
 
         ref_q = torch.cat([inp_r.chunk(group_size, dim=1)[q] for r in group], dim=1)
+
+    Raises ``ValueError`` for operands of other shapes or dtypes, a dim 1 the group size does not divide, an ``out``
+    that is ``inp`` or lies off the heap; ``iris.MismatchError`` on every rank when the ranks' calls differ;
+    ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        inp = ctx.full((2, world_size * 4), float(rank))  # column block q goes to rank q
+        out = ctx.zeros(2, world_size * 4)
+        ctx.ccl.all_to_all(out, inp)  # column block r of out came from rank r
+        assert torch.equal(out, torch.arange(world_size).repeat_interleave(4).float().expand(2, -1))
     """
     return _launch(ctx, out, inp, 1, group, async_op, config, "ccl.all_to_all")
 
@@ -127,6 +138,18 @@ def all_to_all_single(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group:
     Collective over ``group``; stream-ordered; graph-capturable after a first call.
 
         ref_q = torch.cat([inp_r.chunk(group_size, dim=0)[q] for r in group], dim=0)
+
+    Raises ``ValueError`` for operands of other sizes or dtypes, a dim 0 the group size does not divide, an ``out``
+    that is ``inp`` or lies off the heap; ``iris.MismatchError`` on every rank when the ranks' calls differ;
+    ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        inp = ctx.arange(world_size * 4, dtype=torch.float32) + 100 * rank  # slice q (4 elements) goes to rank q
+        out = ctx.zeros(world_size * 4)
+        ctx.ccl.all_to_all_single(out, inp)  # slice r of out is slice `rank` of rank r's inp
+        mine = torch.arange(4 * rank, 4 * rank + 4).float()
+        assert torch.equal(out, torch.cat([mine + 100 * r for r in range(world_size)]))
     """
     return _launch(ctx, out, inp, 0, group, async_op, config, "ccl.all_to_all_single")
 

@@ -197,7 +197,15 @@ def accumulate_in_fp32(dtype):
 
 class Work:
     """What ``async_op=True`` returns. The kernel is already queued on the current stream; ``wait()`` makes
-    the then-current stream wait for it (nothing to do on the cpu backend, where kernels run synchronously)."""
+    the then-current stream wait for it (nothing to do on the cpu backend, where kernels run synchronously).
+
+    Example::
+
+        x = ctx.ones(1024)
+        work = ctx.ccl.all_reduce(x, x, async_op=True)  # queued; the host goes on
+        work.wait()
+        assert torch.all(x == world_size)
+    """
 
     def __init__(self, device: torch.device) -> None:
         self._event = None
@@ -206,11 +214,30 @@ class Work:
             self._event.record()
 
     def wait(self) -> bool:
+        """Make the current stream wait for the collective (the host does not wait); returns True.
+
+        Example::
+
+            x = ctx.ones(1024)
+            work = ctx.ccl.all_reduce(x, x, async_op=True)  # in place
+            work.wait()  # work queued from here on sees the sum
+            assert torch.all(x == world_size)
+        """
         if self._event is not None:
             torch.cuda.current_stream().wait_event(self._event)
         return True
 
     def is_completed(self) -> bool:
+        """Whether the collective has finished on the device; never blocks (always True on the cpu backend).
+
+        Example::
+
+            inp, out = ctx.full((4,), float(rank)), ctx.zeros(world_size * 4)
+            work = ctx.ccl.all_gather(out, inp, async_op=True)
+            while not work.is_completed():
+                pass  # the host is free to do other work
+            assert torch.equal(out, torch.arange(world_size).repeat_interleave(4).float())
+        """
         return self._event is None or self._event.query()
 
 

@@ -40,7 +40,17 @@ class CollectiveConfig:
     ``gluon_path``: how the Gluon all_gather moves data, ``"registers"`` (each thread stores its vectors to every
     member) or ``"tma"`` (tiles staged in shared memory, one Hopper bulk tensor store per member through tensor maps
     over the members' heaps: ``iris/ccl/gluon/all_gather_tma.py``; needs 16-byte aligned slots and sm_90).
-    ``iris.ccl.Config`` (upstream's) translates to this."""
+    ``iris.ccl.Config`` (upstream's) translates to this.
+
+    Raises ``ValueError`` naming the field for a value outside its range.
+
+    Example::
+
+        config = iris.ccl.CollectiveConfig(algorithm="two_shot", comm_sms=2)  # the same on every rank
+        x = ctx.ones(4096)
+        ctx.ccl.all_reduce(x, x, config=config)  # two-shot runs in place
+        assert torch.all(x == world_size)
+    """
 
     algorithm: str = "auto"
     comm_sms: int | None = None
@@ -100,7 +110,19 @@ class Config:
       wavefront) and an ``all_gather_variant`` other than ``"persistent"`` (register stores) or ``"tma"`` (ours:
       Hopper bulk tensor stores, ``CollectiveConfig.gluon_path``; upstream's TDM variants are gfx1250 code).
 
-    A plain ``@dataclass`` like upstream's (its ``__post_init__`` fills ``num_xcds`` and ``chunk_size``)."""
+    A plain ``@dataclass`` like upstream's (its ``__post_init__`` fills ``num_xcds`` and ``chunk_size``).
+
+    Raises ``ValueError`` naming the field for a value upstream's refuses, or that has no kernel here (a
+    ``cache_modifier`` Triton does not know; with ``use_gluon``, ``threads_per_warp`` other than 32 or a TDM
+    ``all_gather_variant``).
+
+    Example::
+
+        config = iris.ccl.Config(all_reduce_variant="one_shot")  # code written for upstream Iris passes it as is
+        x, out = ctx.ones(1024), ctx.zeros(1024)
+        ctx.ccl.all_reduce(out, x, config=config)
+        assert torch.all(out == world_size)
+    """
 
     block_size_m: int = 32
     block_size_n: int = 64
@@ -156,7 +178,15 @@ class Config:
     def collective(self, caller: str) -> CollectiveConfig:
         """The ``CollectiveConfig`` our kernels read for ``caller``: the all_reduce variant only steers
         all_reduce, and ``comm_sms`` only when changed from upstream's default (64, tuned for MI300X: ours picks
-        by size, and 4 programs on the cpu backend, where each program runs in Python)."""
+        by size, and 4 programs on the cpu backend, where each program runs in Python). ``caller``:
+        ``"ccl.<collective>"``.
+
+        Example::
+
+            config = iris.ccl.Config(all_reduce_variant="one_shot", comm_sms=8)
+            assert config.collective("ccl.all_reduce") == iris.ccl.CollectiveConfig(algorithm="one_shot", comm_sms=8)
+            assert config.collective("ccl.all_gather").algorithm == "auto"  # the variant steers all_reduce only
+        """
         algorithm = UPSTREAM_ALL_REDUCE.get(self.all_reduce_variant, "auto") if caller == "ccl.all_reduce" else "auto"
         comm_sms = None if self.comm_sms == Config.comm_sms else min(self.comm_sms, MAX_COMM_PROGRAMS)
         if self.use_gluon:  # upstream's Gluon kernels take num_warps from here; ours too

@@ -139,6 +139,20 @@ def reduce_scatter(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: commo
 
         ref = reduce(op, [inp_r for r in group]).chunk(group_size)[group_rank]     # torch's
         ref = where(tile of rank group_rank, reduce(op, [inp_r for r in group]), out)  # upstream's
+
+    Raises ``ValueError`` for operands of other sizes or dtypes, a dim 0 the group size does not divide (torch's
+    layout), an ``inp`` off the heap (the pull) or an unknown ``op``; ``iris.MismatchError`` on every rank when the
+    ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        inp = ctx.ones(32 * world_size, 64)
+        part = ctx.empty(32, 64)  # one slice: torch's layout
+        ctx.ccl.reduce_scatter(part, inp)
+        assert torch.all(part == world_size)
+        full = ctx.zeros(32 * world_size, 64)  # as large as inp: upstream's, the sum at this rank's 32 x 64 tiles
+        ctx.ccl.reduce_scatter(full, inp)  # here one tile a rank: rows 32 * rank to 32 * rank + 31
+        assert torch.all(full[32 * rank:32 * rank + 32] == world_size) and full.sum() == part.sum()
     """
     caller = "ccl.reduce_scatter"
     key = launches.key_of(caller, group, config, (out, inp), op)
@@ -162,6 +176,17 @@ def reduce_scatter_tensor(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op
     of ``op`` over every rank's ``inp`` [group_size * n, ...]. Same contract as ``reduce_scatter``'s slice form.
 
         ref = reduce(op, [inp_r for r in group]).chunk(group_size)[group_rank]
+
+    Raises ``ValueError`` for operands of other sizes or dtypes, a dim 0 the group size does not divide, an ``inp``
+    off the heap (the pull) or an unknown ``op``; ``iris.MismatchError`` on every rank when the ranks' calls differ;
+    ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        inp = ctx.arange(world_size * 4, dtype=torch.float32)  # the same on every rank here
+        out = ctx.empty(4)
+        ctx.ccl.reduce_scatter_tensor(out, inp)  # rank r gets slice r of the sum
+        assert torch.equal(out, world_size * torch.arange(4 * rank, 4 * rank + 4).float())
     """
     caller = "ccl.reduce_scatter_tensor"
     key = launches.key_of(caller, group, config, (out, inp), op)

@@ -47,6 +47,20 @@ def reduce_scatter_v(ctx: Context, out: torch.Tensor, inp: torch.Tensor, splits:
 
         start = sum(splits[:group_rank])
         ref = reduce(op, [inp_r.flatten() for r in group])[start:start + splits[group_rank]]
+
+    Raises ``ValueError`` for ``splits`` that are not one non-negative int per rank of the group, an ``inp`` of
+    other than ``sum(splits)`` elements or off the heap, an ``out`` of other than ``splits[group_rank]`` elements,
+    operands of other dtypes or an unknown ``op``; ``iris.MismatchError`` on every rank when the ranks' calls differ
+    (``splits`` included); ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        splits = [2 + r for r in range(world_size)]  # elements for each rank: the same list on every rank
+        inp = ctx.arange(sum(splits), dtype=torch.float32)
+        out = ctx.empty(splits[rank])
+        ctx.ccl.reduce_scatter_v(out, inp, splits)
+        start = sum(splits[:rank])
+        assert torch.equal(out, world_size * torch.arange(start, start + splits[rank]).float())
     """
     caller = "ccl.reduce_scatter_v"
     splits = _checked_splits(splits, caller)

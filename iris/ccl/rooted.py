@@ -93,6 +93,16 @@ def broadcast(ctx: Context, tensor: torch.Tensor, src: int = 0, group: dist.Proc
     Collective over ``group``; stream-ordered; graph-capturable after a first call.
 
         ref = tensor_src
+
+    Raises ``TypeError`` when ``src`` is not an int; ``ValueError`` when it is not a rank of the group, or for a
+    ``tensor`` off the heap or of an unsupported dtype; ``iris.MismatchError`` on every rank when the ranks' calls
+    differ (another ``src`` included); ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        tensor = ctx.full((8,), float(rank))
+        ctx.ccl.broadcast(tensor, src=0)
+        assert torch.all(tensor == 0)  # rank 0's values, on every rank
     """
     caller = "ccl.broadcast"
     common.precheck(caller, group, config, (tensor,), src)
@@ -109,6 +119,17 @@ def scatter(ctx: Context, out: torch.Tensor, inp: torch.Tensor, src: int = 0, gr
     it sits at the same offset everywhere). Collective; stream-ordered; graph-capturable after a first call.
 
         ref_r = inp_src.chunk(group_size)[r]
+
+    Raises ``TypeError`` when ``src`` is not an int; ``ValueError`` when it is not a rank of the group, for operands
+    of other sizes or dtypes, a dim 0 the group size does not divide or an ``inp`` off the heap;
+    ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        inp = ctx.arange(world_size * 4, dtype=torch.float32)  # read on rank 0 only, allocated on every rank
+        out = ctx.empty(4)
+        ctx.ccl.scatter(out, inp, src=0)
+        assert torch.equal(out, torch.arange(4 * rank, 4 * rank + 4).float())
     """
     caller = "ccl.scatter"
     common.precheck(caller, group, config, (out, inp), src)
@@ -148,6 +169,20 @@ def gather(ctx: Context, out: torch.Tensor, inp: torch.Tensor, dst: int = 0, gro
     in rank order; ``out`` is untouched elsewhere. Collective; stream-ordered; graph-capturable.
 
         ref_dst = torch.cat([inp_r for r in group])
+
+    Raises ``TypeError`` when ``dst`` is not an int; ``ValueError`` when it is not a rank of the group, for operands
+    of other sizes or dtypes or an ``inp`` off the heap; ``iris.MismatchError`` on every rank when the ranks' calls
+    differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        inp = ctx.full((4,), float(rank))
+        out = ctx.full((world_size * 4,), -1.0)
+        ctx.ccl.gather(out, inp, dst=0)
+        if rank == 0:
+            assert torch.equal(out, torch.arange(world_size).repeat_interleave(4).float())  # every inp, in rank order
+        else:
+            assert torch.all(out == -1)  # untouched
     """
     return _root_pulls(ctx, "ccl.gather", out, inp, dst, group, config, async_op)
 
@@ -159,8 +194,19 @@ def reduce(ctx: Context, out: torch.Tensor, inp: torch.Tensor, dst: int = 0, op:
     Collective; stream-ordered; graph-capturable. fp16/bf16 accumulate in fp32.
 
         ref_dst = reduce(op, [inp_r for r in group])
+
+    Raises ``TypeError`` when ``dst`` is not an int; ``ValueError`` when it is not a rank of the group, for an
+    unknown ``op``, operands of other sizes or dtypes or an ``inp`` off the heap; ``iris.MismatchError`` on every
+    rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        inp = ctx.full((8,), float(rank + 1))
+        out = ctx.zeros(8)
+        ctx.ccl.reduce(out, inp, dst=0, op="max")
+        assert torch.all(out == (world_size if rank == 0 else 0))  # out is untouched but on dst
     """
-    op = common.reduce_op(op, inp.dtype, "ccl.reduce")
+    op = common.reduce_op(op, common.flat(inp, "ccl.reduce", "inp").dtype, "ccl.reduce")  # a non-tensor: TypeError
     return _root_pulls(ctx, "ccl.reduce", out, inp, dst, group, config, async_op, op=op)
 
 
@@ -175,13 +221,41 @@ def send(ctx: Context, tensor: torch.Tensor, dst: int, async_op: bool = False,
          config: common.AnyConfig | None = None) -> common.Work | None:
     """Make ``tensor`` (on the heap) available to ``dst``, which must call ``recv`` on the same heap tensor
     (same allocation, hence the same offset); returns to the stream once ``dst`` has copied it.
-    Pairwise, not collective over the world; stream-ordered; graph-capturable."""
+    Pairwise, not collective over the world; stream-ordered; graph-capturable.
+
+    Raises ``ValueError`` when ``dst`` is this rank or outside ``[0, world_size)``, or for a ``tensor`` off the heap;
+    ``iris.MismatchError`` on both ranks when the pair's calls differ (not a send met by a recv of the same tensor);
+    ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        tensor = ctx.full((16,), float(rank))  # one allocation: the same heap offset on both ranks
+        if rank == 0:
+            ctx.ccl.send(tensor, dst=1)
+        elif rank == 1:
+            ctx.ccl.recv(tensor, src=0)
+            assert torch.all(tensor == 0)
+    """
     return _point_to_point(ctx, "ccl.send", tensor, dst, ctx.cur_rank, config, async_op)
 
 
 def recv(ctx: Context, tensor: torch.Tensor, src: int, async_op: bool = False,
          config: common.AnyConfig | None = None) -> common.Work | None:
-    """Copy ``src``'s ``tensor`` (the same heap allocation ``src`` passes to ``send``) into ours."""
+    """Copy ``src``'s ``tensor`` (the same heap allocation ``src`` passes to ``send``) into ours. Pairwise, like
+    ``send``; stream-ordered; graph-capturable.
+
+    Raises ``ValueError`` when ``src`` is this rank or outside ``[0, world_size)``, or for a ``tensor`` off the heap;
+    ``iris.MismatchError`` on both ranks when the pair's calls differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        tensor = ctx.full((16,), float(rank))  # one allocation: the same heap offset on both ranks
+        if rank == 0:
+            ctx.ccl.send(tensor, dst=1)
+        elif rank == 1:
+            ctx.ccl.recv(tensor, src=0)
+            assert torch.all(tensor == 0)
+    """
     return _point_to_point(ctx, "ccl.recv", tensor, src, src, config, async_op)
 
 

@@ -40,7 +40,18 @@ _iris_ctx = None  # weakref.ref to the bound Iris, or None
 def set_context(ctx: Iris, staging_bytes: int | None = None) -> None:
     """Bind ``torch.ops.iris.*`` to ``ctx`` (an ``iris.Iris``). Collective: every rank, with the same
     ``staging_bytes`` (see ``iris.distributed.staging.staging_for``), before the ops run or are traced. The
-    binding does not keep ``ctx`` alive."""
+    binding does not keep ``ctx`` alive.
+
+    Raises ``TypeError`` when ``ctx`` is not an ``iris.Iris``; ``ValueError`` for a ``staging_bytes`` below 256, or
+    other than that of the staging buffer the context already has.
+
+    Example::
+
+        import iris.compile  # registers the torch.ops.iris ops
+        iris.compile.set_context(ctx)  # every rank, once
+        x = torch.full((4,), float(rank + 1), device=ctx.get_device())  # an ordinary tensor
+        assert torch.all(torch.ops.iris.all_reduce(x) == world_size * (world_size + 1) / 2)
+    """
     global _iris_ctx
     if not isinstance(ctx, Iris):
         raise TypeError(f"iris.compile.set_context: Expected an Iris instance (ctx = iris.iris(...)), got "
@@ -50,7 +61,16 @@ def set_context(ctx: Iris, staging_bytes: int | None = None) -> None:
 
 
 def get_context() -> Iris:
-    """The context ``set_context`` bound; RuntimeError when none is (or it was dropped)."""
+    """The context ``set_context`` bound.
+
+    Raises ``RuntimeError`` when none is (or it was dropped).
+
+    Example::
+
+        import iris.compile  # registers the torch.ops.iris ops
+        iris.compile.set_context(ctx)
+        assert iris.compile.get_context() is ctx
+    """
     ctx = _iris_ctx() if _iris_ctx is not None else None
     if ctx is None:
         raise RuntimeError("iris.compile: Iris context not set; call iris.compile.set_context(ctx) on every rank "

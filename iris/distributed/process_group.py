@@ -38,7 +38,21 @@ _bound = None  # the context the backend uses
 def set_context(ctx: Iris, staging_bytes: int | None = None) -> None:
     """Use ``ctx`` (an ``iris.Iris``) for every iris process group made from now on, instead of a context of the
     backend's own. Collective (every rank, before its first iris group): allocates the staging buffer on
-    ``ctx``'s heap (``staging_bytes``; see ``iris.distributed.staging.staging_for``)."""
+    ``ctx``'s heap (``staging_bytes``; see ``iris.distributed.staging.staging_for``).
+
+    Raises ``TypeError`` when ``ctx`` is not an ``iris.Iris``; ``ValueError`` for a ``staging_bytes`` below 256, or
+    other than that of the staging buffer the context already has.
+
+    Example::
+
+        import iris.distributed  # registers the backend "iris"
+        iris.distributed.set_context(ctx)  # every rank, before its first iris group
+        group = dist.new_group(backend="iris")
+        x = torch.ones(8, device=ctx.get_device())  # an ordinary tensor
+        dist.all_reduce(x, group=group)  # an iris kernel
+        assert torch.all(x == world_size)
+        dist.destroy_process_group(group)
+    """
     global _bound
     if not isinstance(ctx, Iris):
         raise TypeError(f"iris.distributed.set_context: expected an iris context (iris.iris(...)), got "
@@ -48,7 +62,15 @@ def set_context(ctx: Iris, staging_bytes: int | None = None) -> None:
 
 
 def get_context() -> Iris | None:
-    """The context the iris process groups use, or None before the first collective."""
+    """The context the iris process groups use: the one ``set_context`` gave, else the backend's own once its first
+    group has made it, else None.
+
+    Example::
+
+        import iris.distributed  # registers the backend "iris"
+        iris.distributed.set_context(ctx)
+        assert iris.distributed.get_context() is ctx
+    """
     return _bound
 
 

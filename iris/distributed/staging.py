@@ -53,7 +53,18 @@ class Staging:
 def staging_for(ctx: Iris, staging_bytes: int | None = None) -> Staging:
     """The context's ``Staging``, made on first call. Collective on first call (every rank of the context, same
     ``staging_bytes``): it allocates on the heap. ``staging_bytes`` defaults to ``IRIS_STAGING_BYTES`` or 64 MiB
-    on GPUs, 1 MiB on the cpu backend, and at most half of what is left of the heap."""
+    on GPUs, 1 MiB on the cpu backend, and at most half of what is left of the heap.
+
+    Raises ``ValueError`` for a ``staging_bytes`` below 256 bytes, or other than that of the buffer the context
+    already has (the heap cannot free it).
+
+    Example::
+
+        import iris.distributed
+        staging = iris.distributed.staging_for(ctx)  # the first call allocates, on every rank
+        assert staging is iris.distributed.staging_for(ctx) and staging.nbytes % 256 == 0
+        assert staging.view(torch.float32, 16).shape == (16,)  # a view of the buffer, on the heap
+    """
     staging = ctx.integrations.get("staging")
     if staging is not None:
         if staging_bytes is not None and staging_bytes != staging.nbytes:

@@ -216,6 +216,19 @@ def all_gather_matmul(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
     ``B`` [K, N] is the same on every rank. Collective; stream-ordered.
 
         ref = torch.cat([A_r for r in group], dim=0) @ B + bias     # ours; dim=1 and bias[:, None] upstream's
+
+    Raises ``ValueError`` for operands that are not 2-D, of other dtypes (float16, bfloat16 or float32, all alike),
+    devices or shapes, a ``bias`` of another shape, or ``variant="fused"`` where the fused kernel cannot run;
+    ``TypeError`` for a ``config`` that is neither ``OpsConfig`` nor ``FusedConfig``; ``NotImplementedError`` from
+    ``ctx.ops`` across nodes; ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError``
+    once a peer has failed.
+
+    Example::
+
+        A, B = ctx.randn(64, 32), ctx.randn(32, 32)  # the whole operands: the same on every rank here
+        out = ctx.empty(64, 32)
+        ctx.ops.all_gather_matmul(out, A.chunk(world_size)[rank], B)  # this rank's rows of A
+        assert torch.allclose(out, A @ B, atol=1e-2)
     """
     caller, given = "ops.all_gather_matmul", config  # config is resolved below; the key holds the object passed
     key = common.launch_key(ctx, caller, group, given, (out, a, b))

@@ -32,7 +32,18 @@ class OpsConfig:
     matmul_all_gather needs a contiguous ``out`` (else the SMs store every tile), matmul_all_reduce one with
     contiguous rows; for both the last wave of tiles still leaves from the SMs, which have nothing else left to do
     by then. ``None`` is the measured choice (``uses_copy_engine``): on GPUs in groups of 2, except in traced calls
-    and on ranks sharing a GPU."""
+    and on ranks sharing a GPU.
+
+    Raises ``ValueError`` naming the field for a value outside its range.
+
+    Example::
+
+        config = iris.ops.OpsConfig(variant="bulk")  # the GEMM, then the collective
+        A, B = ctx.randn(64, 32), ctx.randn(32, 32)
+        out = ctx.zeros(64, 32)
+        ctx.ops.matmul_all_reduce(out, A.chunk(world_size, dim=1)[rank], B.chunk(world_size)[rank], config=config)
+        assert torch.allclose(out, A @ B, atol=1e-2)
+    """
 
     variant: str = "auto"
     block_m: int | None = None
@@ -59,7 +70,14 @@ class OpsConfig:
 
     def blocks(self, device_type: str, dtype: torch.dtype) -> tuple[int, int, int]:
         """(block_m, block_n, block_k): 32 cubed in the interpreter; on GPUs the tile that fills an H100/H200
-        SM's shared memory at ``stages()`` deep (fp32 goes through tf32 at twice the bytes: half of N and K)."""
+        SM's shared memory at ``stages()`` deep (fp32 goes through tf32 at twice the bytes: half of N and K).
+
+        Example::
+
+            config = iris.ops.OpsConfig(block_n=64)  # the others by backend and dtype
+            assert config.blocks("cpu", torch.float32) == (32, 64, 32)
+            assert config.blocks("cuda", torch.bfloat16) == (128, 64, 64)
+        """
         if device_type == "cpu":
             default = (32, 32, 32)
         else:
@@ -74,13 +92,26 @@ class OpsConfig:
         measured there); not in a traced call, whose device trace records a tile's scatter only when the SMs
         do it; and not when ranks share a GPU (more ranks than GPUs: ``Iris.shares_gpu``), where a copy between
         two ranks is a copy within one GPU, which the driver runs on the SMs, not on a copy engine, so nothing is
-        gained (asked for there, the fused kernel leaves an SM free for those copies: ``copy_schedule.copy_sms``)."""
+        gained (asked for there, the fused kernel leaves an SM free for those copies: ``copy_schedule.copy_sms``).
+
+        Example::
+
+            config = iris.ops.OpsConfig()
+            assert config.uses_copy_engine("cuda", 2) and not config.uses_copy_engine("cuda", 4)
+            assert not config.uses_copy_engine("cuda", 2, shared_gpu=True)
+            assert iris.ops.OpsConfig(copy_engine=True).uses_copy_engine("cpu", 4)  # asked for: always
+        """
         if self.copy_engine is not None:
             return self.copy_engine
         return device_type == "cuda" and group_size == 2 and not traced and not shared_gpu
 
     def stages(self) -> int:
-        """Pipeline depth of the K loop: 3 unless set (4 does not fit a 128 x 256 bf16 tile's shared memory)."""
+        """Pipeline depth of the K loop: 3 unless set (4 does not fit a 128 x 256 bf16 tile's shared memory).
+
+        Example::
+
+            assert iris.ops.OpsConfig().stages() == 3 and iris.ops.OpsConfig(num_stages=2).stages() == 2
+        """
         return self.num_stages or 3
 
 
@@ -98,7 +129,16 @@ class FusedConfig:
     ``num_xcds`` / ``chunk_size`` (AMD chiplets; NVIDIA GPUs have one L2 domain), ``cache_modifier_a/b`` and
     ``allow_tf32`` (our GEMM mainloop's choices: fp32 inputs go through tf32), ``all_reduce_variant`` /
     ``all_reduce_num_rings`` (matmul_all_reduce reduces in rank order in one schedule of ours, deterministic),
-    ``ksplit``. ``validate`` raises upstream's ``ValueError`` for the same bad values."""
+    ``ksplit``. ``validate`` raises upstream's ``ValueError`` for the same bad values.
+
+    Example::
+
+        config = iris.ops.FusedConfig(block_size_m=32, block_size_n=32, block_size_k=32)  # upstream's config
+        A, B = ctx.randn(64, 32), ctx.randn(32, 32)
+        out = ctx.zeros(64, 32)
+        ctx.ops.matmul_all_gather(out, A, B.chunk(world_size, dim=1)[rank], config=config)
+        assert torch.allclose(out, A @ B, atol=1e-2)
+    """
 
     block_size_m: int = 256
     block_size_n: int = 64
@@ -116,7 +156,20 @@ class FusedConfig:
 
     def validate(self, world_size: int | None = None) -> None:
         """Upstream's checks: positive sizes, a known all-reduce variant, and for ``ring`` a ``block_size_n``
-        that ``world_size`` divides."""
+        that ``world_size`` divides.
+
+        Raises ``ValueError`` naming the field when one fails.
+
+        Example::
+
+            config = iris.ops.FusedConfig(all_reduce_variant="ring", block_size_n=64)
+            config.validate(world_size=2)  # 2 divides block_size_n
+            try:
+                config.validate(world_size=3)
+                assert False, "3 does not divide 64"
+            except ValueError as e:
+                assert "block_size_n (64) must be divisible by world_size (3)" in str(e)
+        """
         for name in ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_xcds", "chunk_size",
                      "all_reduce_num_rings"):
             if getattr(self, name) <= 0:
@@ -131,7 +184,15 @@ class FusedConfig:
                              f"divisible by world_size ({world_size})")
 
     def to_ops_config(self) -> OpsConfig:
-        """The ``OpsConfig`` this asks for (validated here; an ``OpsConfig`` error names the field it came from)."""
+        """The ``OpsConfig`` this asks for (validated here; an ``OpsConfig`` error names the field it came from).
+
+        Raises ``ValueError`` for what ``validate`` refuses, and for a block size that is not a power of two >= 16.
+
+        Example::
+
+            config = iris.ops.FusedConfig(block_size_m=64, block_size_n=64, block_size_k=32, group_size_m=4)
+            assert config.to_ops_config() == iris.ops.OpsConfig(block_m=64, block_n=64, block_k=32, group_m=4)
+        """
         self.validate()
         return OpsConfig(block_m=self.block_size_m, block_n=self.block_size_n, block_k=self.block_size_k,
                          group_m=self.group_size_m)

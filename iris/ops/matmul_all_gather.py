@@ -176,6 +176,19 @@ def matmul_all_gather(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
 
         ref = torch.cat([A @ B_r for r in group], dim=1) + bias      # ours
         ref = torch.cat([A_r @ B for r in group], dim=0)             # upstream's
+
+    Raises ``ValueError`` for operands that are not 2-D, of other dtypes (float16, bfloat16 or float32, all alike),
+    devices or shapes, an ``out`` off the heap, a ``bias`` of another shape, or ``variant="fused"`` where the fused
+    kernel cannot run; ``TypeError`` for a ``config`` that is neither ``OpsConfig`` nor ``FusedConfig``;
+    ``NotImplementedError`` from ``ctx.ops`` across nodes; ``iris.MismatchError`` on every rank when the ranks'
+    calls differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        A, B = ctx.randn(64, 32), ctx.randn(32, 32)  # the whole operands: the same on every rank here
+        out = ctx.empty(64, 32)  # on the heap
+        ctx.ops.matmul_all_gather(out, A, B.chunk(world_size, dim=1)[rank])  # this rank's columns of B
+        assert torch.allclose(out, A @ B, atol=1e-2)
     """
     caller, given = "ops.matmul_all_gather", config  # config is resolved below; the key holds the object passed
     key = common.launch_key(ctx, caller, group, given, (out, a, b))

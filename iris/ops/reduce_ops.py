@@ -375,6 +375,19 @@ def matmul_all_reduce(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
     and block_m dividing M / W; otherwise "auto" runs the bulk pair.
 
         ref = sum(A_r @ B_r for r in group) + bias
+
+    Raises ``ValueError`` for operands that are not 2-D, of other dtypes (float16, bfloat16 or float32, all alike),
+    devices or shapes, an M the group size does not divide, a ``bias`` of another shape, or ``variant="fused"``
+    where the fused kernel cannot run; ``TypeError`` for a ``config`` that is neither ``OpsConfig`` nor
+    ``FusedConfig``; ``NotImplementedError`` from ``ctx.ops`` across nodes; ``iris.MismatchError`` on every rank
+    when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        A, B = ctx.randn(64, 32), ctx.randn(32, 32)  # the whole operands: the same on every rank here
+        out = ctx.empty(64, 32)  # on the heap: the fused kernel
+        ctx.ops.matmul_all_reduce(out, A.chunk(world_size, dim=1)[rank], B.chunk(world_size)[rank])  # A_r, B_r
+        assert torch.allclose(out, A @ B, atol=1e-2)
     """
     caller, given = "ops.matmul_all_reduce", config  # config is resolved below; the key holds the object passed
     key = common.launch_key(ctx, caller, group, given, (out, a, b))
@@ -394,6 +407,19 @@ def matmul_reduce_scatter(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: t
     stream-ordered. The fused kernel needs block_m dividing M / W; otherwise "auto" runs the bulk pair.
 
         ref = sum(A_r @ B_r for r in group).chunk(W)[group_rank] + bias
+
+    Raises ``ValueError`` for operands that are not 2-D, of other dtypes (float16, bfloat16 or float32, all alike),
+    devices or shapes, an M the group size does not divide, a ``bias`` of another shape, or ``variant="fused"``
+    where the fused kernel cannot run; ``TypeError`` for a ``config`` that is neither ``OpsConfig`` nor
+    ``FusedConfig``; ``NotImplementedError`` from ``ctx.ops`` across nodes; ``iris.MismatchError`` on every rank
+    when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+
+    Example::
+
+        A, B = ctx.randn(64, 32), ctx.randn(32, 32)  # the whole operands: the same on every rank here
+        out = ctx.empty(64 // world_size, 32)
+        ctx.ops.matmul_reduce_scatter(out, A.chunk(world_size, dim=1)[rank], B.chunk(world_size)[rank])
+        assert torch.allclose(out, (A @ B).chunk(world_size)[rank], atol=1e-2)  # this rank's rows of the sum
     """
     caller, given = "ops.matmul_reduce_scatter", config  # config is resolved below; the key holds the object passed
     key = common.launch_key(ctx, caller, group, given, (out, a, b))

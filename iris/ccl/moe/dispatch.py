@@ -59,7 +59,16 @@ class MoEDispatchConfig:
     after the kernel has run, or ``check()``), and let combine take an ``expert_out`` shorter than the capacity if
     it has the rows in use (one host synchronisation, only then); off, such ids are dropped silently and
     ``expert_out`` must have ``capacity`` rows. Ids outside the range count as -1 either way: they never reach
-    another expert's rows. Inside a CUDA graph capture the rows check is skipped."""
+    another expert's rows. Inside a CUDA graph capture the rows check is skipped.
+
+    Raises ``ValueError`` for block sizes that are not powers of two >= 16, ``num_warps`` other than 1 to 32 in
+    powers of two, or ``comm_sms`` outside ``[1, 256]``.
+
+    Example::
+
+        config = iris.ccl.MoEDispatchConfig(comm_sms=2, validate=False)  # the same on every rank
+        d = ctx.ccl.moe_dispatcher(hidden_dim=32, num_experts=world_size, topk=1, max_tokens=8, config=config)
+    """
 
     dispatch_block_size: int = 1024
     combine_block_size: int = 1024
@@ -82,7 +91,17 @@ class MoEDispatchConfig:
 class DispatchHandle:
     """What ``combine`` needs from its ``dispatch``: where each of our (token, slot) rows went (``dest_row``, the
     dispatcher's int32 ``[max_tokens * k]``, first ``T * k`` in use, -1 for no expert), the gate weights (fp32
-    ``[T, k]``), the receive metadata, and the call it belongs to (a later dispatch invalidates it)."""
+    ``[T, k]``), the receive metadata, and the call it belongs to (a later dispatch invalidates it).
+
+    Example::
+
+        d = ctx.ccl.moe_dispatcher(hidden_dim=32, num_experts=world_size, topk=2, max_tokens=4)
+        tokens = ctx.randn(3, 32, dtype=torch.bfloat16)
+        topk_idx = torch.tensor([[0, -1]] * 3, device=ctx.get_device())  # expert 0 only (-1: no expert)
+        buf, meta, handle = d.dispatch(tokens, topk_idx, torch.ones(3, 2, device=ctx.get_device()))
+        assert (handle.n_tokens, handle.topk) == (3, 2) and handle.topk_weight.dtype == torch.float32
+        assert torch.equal(d.combine(buf, handle), tokens)  # the handle says where each token's row went
+    """
 
     dest_row: torch.Tensor
     topk_weight: torch.Tensor
@@ -102,7 +121,17 @@ class MoEDispatcher:
     Both calls are collective over ``group`` (every member calls them, in the same order, with any token count
     up to ``max_tokens``, 0 included), stream-ordered, never block the host (but for a combine given fewer rows than
     the capacity, ``config.validate``), and are graph-capturable after a first call. A dispatch invalidates the
-    previous call's ``buf`` and handle. Making a dispatcher is collective too (it allocates on the heap)."""
+    previous call's ``buf`` and handle. Making a dispatcher is collective too (it allocates on the heap).
+
+    Example::
+
+        d = ctx.ccl.moe_dispatcher(hidden_dim=32, num_experts=2 * world_size, topk=2, max_tokens=8)
+        tokens = ctx.randn(8, 32, dtype=torch.bfloat16)
+        topk_idx = torch.tensor([[0, 2 * world_size - 1]] * 8, device=ctx.get_device())
+        buf, meta, handle = d.dispatch(tokens, topk_idx, torch.full((8, 2), 0.5, device=ctx.get_device()))
+        out = d.combine(buf, handle, weighted=True)  # identity experts: 0.5 * token + 0.5 * token
+        assert torch.equal(out, tokens)
+    """
 
     def __init__(self, ctx: Context, hidden_dim: int, num_experts: int, topk: int, max_tokens: int,
                  group: dist.ProcessGroup | None = None, config: MoEDispatchConfig | None = None,
@@ -195,7 +224,24 @@ class MoEDispatcher:
         dispatcher's and the next dispatch rewrites them. Collective.
 
             ref: for each expert e of ours, cat over shards s, tokens t, slots j with topk_idx_s[t, j] == e of
-                 tokens_s[t]"""
+                 tokens_s[t]
+
+        Raises ``ValueError`` for ``tokens``, ``topk_idx`` or ``topk_weight`` of other shapes or dtypes, more than
+        ``max_tokens`` tokens, ``scales`` missing or misshapen with an FP8 dtype (or given without one), and for an
+        expert id outside ``[-1, num_experts)`` (``config.validate``: on the cpu backend this call, on GPUs a later
+        call or ``check()``); ``iris.MismatchError`` on every rank when the ranks' calls differ;
+        ``iris.PeerError`` once a peer has failed.
+
+        Example::
+
+            d = ctx.ccl.moe_dispatcher(hidden_dim=32, num_experts=world_size, topk=1, max_tokens=8, dtype=torch.float32)
+            tokens = torch.full((8, 32), float(rank), device=ctx.get_device())
+            topk_idx = torch.full((8, 1), (rank + 1) % world_size, device=ctx.get_device())  # the next shard's expert
+            buf, meta, handle = d.dispatch(tokens, topk_idx, torch.ones(8, 1, device=ctx.get_device()))
+            assert meta.slice_sizes.tolist() == [8] and torch.all(buf[:8] == (rank - 1) % world_size)
+            out = d.combine(buf, handle)  # an identity expert: each token comes back as it left
+            assert torch.equal(out, tokens)
+        """
         caller = "moe_dispatch"
         T = self._check_dispatch(caller, tokens, topk_idx, topk_weight, scales)
         self._call += 1
@@ -253,7 +299,24 @@ class MoEDispatcher:
         ``topk_weight[t, j]`` when ``weighted``; fp32 in slot order j = 0 .. k-1, rounded once. Tokens with no
         expert get zero rows. Collective; the result's bits do not depend on which shard computes them.
 
-            ref: out[t] = sum_j [topk_idx[t, j] valid] * (w[t, j] if weighted else 1) * expert_out[row(t, j)]"""
+            ref: out[t] = sum_j [topk_idx[t, j] valid] * (w[t, j] if weighted else 1) * expert_out[row(t, j)]
+
+        Raises ``TypeError`` when ``handle`` is not a ``DispatchHandle``; ``ValueError`` for a handle of an earlier
+        dispatch, an ``expert_out`` of another width or dtype, not contiguous, or with fewer rows than the capacity
+        (with ``config.validate``: than the rows dispatch delivered), and for an expert id a dispatch's route kernel
+        reported; ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer
+        has failed.
+
+        Example::
+
+            d = ctx.ccl.moe_dispatcher(hidden_dim=32, num_experts=world_size, topk=2, max_tokens=8)
+            tokens = ctx.randn(8, 32, dtype=torch.bfloat16)
+            topk_idx = torch.tensor([[0, world_size - 1]] * 8, device=ctx.get_device())
+            buf, meta, handle = d.dispatch(tokens, topk_idx, torch.full((8, 2), 0.25, device=ctx.get_device()))
+            expert_out = 2 * buf  # every expert doubles its rows
+            assert torch.equal(d.combine(expert_out, handle), 4 * tokens)  # 2 slots of 2 * token
+            assert torch.equal(d.combine(expert_out, handle, weighted=True), tokens)  # 0.25 * 2 * token, twice
+        """
         caller = "moe_combine"
         self._check_combine(caller, expert_out, handle)
         H, T = self.hidden_dim, handle.n_tokens
@@ -332,7 +395,18 @@ class MoEDispatcher:
     def check(self) -> None:
         """Wait for the current stream (this dispatcher's kernels on GPUs) and raise what its route kernels reported:
         an expert id outside ``[-1, num_experts)`` (``config.validate``), which the calls after them raise
-        otherwise."""
+        otherwise. Local: no peer takes part.
+
+        Raises ``ValueError`` for such an id (once per report).
+
+        Example::
+
+            d = ctx.ccl.moe_dispatcher(hidden_dim=32, num_experts=world_size, topk=1, max_tokens=4)
+            tokens = ctx.randn(4, 32, dtype=torch.bfloat16)
+            topk_idx = torch.zeros(4, 1, dtype=torch.int32, device=ctx.get_device())  # ids in [-1, num_experts)
+            d.dispatch(tokens, topk_idx, torch.ones(4, 1, device=ctx.get_device()))
+            d.check()  # nothing to report
+        """
         if self._ctx.get_device().type == "cuda":
             torch.cuda.current_stream(self._ctx.get_device()).synchronize()
         self._raise_reported("moe_dispatch")
