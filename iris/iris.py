@@ -6,7 +6,6 @@ This module is upstream Iris's ``iris.iris``: besides ``Iris`` and its factory `
 
 import functools
 import importlib
-import os
 from collections.abc import Sequence
 
 import torch
@@ -32,12 +31,26 @@ ALLOCATORS = bootstrap.ALLOCATORS
 class Iris(TensorFactory, TopologyMethods, SymmetricMethods, CopyEngineMethods, SyncMethods, RankLogger):
     """One rank's view of the symmetric heap, composed of the rooms below: its parts are made by
     ``bootstrap.assemble`` (``iris/host/bootstrap.py``); its methods come from the rooms that own them
-    (tensor creation ``iris/host/memory/factories.py``, ranks and nodes ``iris/host/topology.py``, the heap
+    (tensor creation ``iris/host/memory/factories.py``, ranks, nodes and devices ``iris/host/topology.py``, the heap
     ``iris/host/memory/symmetric.py``, the copy engines ``iris/host/copy_engine/api.py``, host synchronisation
     ``iris/host/distributed.py``); what is here binds the collectives and ops and ends the context's life.
 
     Construction is collective: every rank of the default process group must create its context with the
-    same ``heap_size``. Prefer the factory ``iris.iris(...)``.
+    same ``heap_size``. Prefer the factory ``iris.iris(...)``: the same arguments, the same errors.
+
+    Once ``close()`` has run, every method but those ``close`` lists raises ``iris.ClosedError``; once a peer has
+    raised or died, every call that waits for peers raises ``iris.PeerError`` (``iris.MismatchError`` when the ranks
+    made different calls). The tensor factories (``zeros``, ``randn``, ...) raise torch's kinds: ``TypeError`` for a
+    size that is not integers or a dtype that is not a ``torch.dtype``, ``RuntimeError`` for a negative dimension, a
+    ``device`` other than the heap's or an ``out`` that does not fit, ``ValueError`` for a layout other than strided;
+    and ``MemoryError`` when the heap has no room left.
+
+    Example::
+
+        # not run by the tests: it makes a context of its own, which the `with` block closes
+        with iris.iris(heap_size=1 << 26) as ctx:
+            x = ctx.ones(1024)
+            assert ctx.is_symmetric(x) and x.device == ctx.get_device()
     """
 
     def __init__(self, heap_size: int = 1 << 30, allocator_type: bootstrap.Allocator = "torch",
@@ -55,35 +68,6 @@ class Iris(TensorFactory, TopologyMethods, SymmetricMethods, CopyEngineMethods, 
         if self.copy_engines is not None:
             self.info(self.copy_engines.describe())
         self.debug(f"heap of {heap_size} bytes on {self.device} ({self.backend} backend)")
-
-    # ------------------------------------------------------------------ identity
-    def get_rank(self) -> int:
-        """This process's rank in the default process group."""
-        return self.cur_rank
-
-    def get_num_ranks(self) -> int:
-        """Number of ranks (the world size)."""
-        return self.num_ranks
-
-    def get_device(self) -> torch.device:
-        """The ``torch.device`` that holds this rank's heap (``cpu`` on the cpu backend)."""
-        return self._device
-
-    def get_device_id(self) -> int:
-        """The GPU index of this rank (several ranks share one in simulation mode); 0 on the cpu backend."""
-        return self._device.index if self._device.type == "cuda" else 0
-
-    def get_cu_count(self) -> int:
-        """Streaming multiprocessors of this rank's GPU (the CPU count on the cpu backend)."""
-        if self._device.type == "cuda":
-            return torch.cuda.get_device_properties(self._device).multi_processor_count
-        return os.cpu_count()
-
-    def get_agreed_cu_count(self) -> int:
-        """The smallest ``get_cu_count()`` over the ranks, exchanged once at context creation: what a kernel whose
-        programs wait for their peers' same-numbered programs sizes its grid from, so that ranks on GPUs of
-        different kinds launch the same grid (and every program stays resident on each)."""
-        return self._agreed_cu_count
 
     @property
     def failure(self):
@@ -132,7 +116,17 @@ class Iris(TensorFactory, TopologyMethods, SymmetricMethods, CopyEngineMethods, 
         """Collective over ``group``, asynchronous for the host, graph-capturable (after a first call outside
         the capture): one single-program kernel on the current stream that returns once every member's
         kernel has arrived. Work queued before it on each member's stream (remote stores included) is
-        visible to work queued after it on every member. Sys-scope release/acquire counters on the heap."""
+        visible to work queued after it on every member. Sys-scope release/acquire counters on the heap.
+
+        Raises ``TypeError`` / ``ValueError`` for a ``group`` that is not a ``ProcessGroup`` this rank belongs to, and
+        ``ValueError`` for one that spans nodes but is not the world.
+
+        Example::
+
+            x = ctx.full((64,), float(rank))  # writes queued on this rank's stream
+            ctx.device_barrier()  # returns at once on GPUs; queued work after it sees every rank's x
+            assert torch.all(x == rank)
+        """
         from iris.device.sync import _device_barrier_kernel
 
         if self.num_nodes > 1 and self.spans_nodes(group, "Iris.device_barrier"):  # node, rail, node (hierarchical.py)
@@ -149,7 +143,12 @@ class Iris(TensorFactory, TopologyMethods, SymmetricMethods, CopyEngineMethods, 
     # ------------------------------------------------------------------ lifetime
     def check_open(self, caller: str) -> None:
         """Raise ``iris.ClosedError`` naming ``caller`` once ``close()`` has run (``close``'s docstring lists what
-        refuses)."""
+        refuses): the first line of a method, of a library built on the context, that touches the heap.
+
+        Example::
+
+            ctx.check_open("mylib.exchange")  # returns: the context is open
+        """
         if self._closed:
             raise ClosedError(caller)
 
@@ -162,7 +161,20 @@ class Iris(TensorFactory, TopologyMethods, SymmetricMethods, CopyEngineMethods, 
         ``spans_nodes``, ``check_direct``, ``init_random``, the log methods (``debug`` ... ``error``), ``close``
         itself, and ``heap.holds`` and ``workspaces.stamp``, which only remembered launches call, after their own
         check. A peer waiting
-        for this rank in a collective raises ``iris.PeerError`` naming it (``iris/host/watchdog.py``)."""
+        for this rank in a collective raises ``iris.PeerError`` naming it (``iris/host/watchdog.py``).
+
+        A second call does nothing. Raises ``iris.RaceError`` when the race detector (``sanitize="race"``) reported
+        races while the context was open.
+
+        Example::
+
+            # not run by the tests: it would close the context the examples share
+            ctx.close()
+            try:
+                ctx.zeros(4)
+            except iris.ClosedError as e:
+                assert e.caller == "Iris.zeros"
+        """
         if self._closed:
             return
         self._closed = True
@@ -225,7 +237,21 @@ def iris(heap_size: int = 1 << 30, allocator_type: bootstrap.Allocator = "torch"
     ``IRIS_WATCHDOG=0``). ``engines=("sdma",)`` (also ``"sdma"``, ``("ce",)``, ``copy_engine="sdma"``,
     ``enable_copy_engine=True`` or ``IRIS_ENABLE_COPY_ENGINE=1``) sets up this platform's copy engines for
     ``ctx.put / put_tile / put_tiles / quiet`` (``iris/host/copy_engine/api.py``). ``sanitize="race"`` (or
-    ``IRIS_SANITIZE=race``) turns on the cpu backend's race detector (``iris/host/sanitize.py``)."""
+    ``IRIS_SANITIZE=race``) turns on the cpu backend's race detector (``iris/host/sanitize.py``).
+
+    Raises ``ValueError`` for a ``heap_size`` or ``workspace_size`` that is not a number of bytes, an unknown
+    ``allocator_type`` or copy engine, ranks that pass different heap sizes, or nodes of unequal rank counts;
+    ``TypeError`` for an ``enable_copy_engine`` that is not a bool; ``RuntimeError`` when ``torch.distributed`` is
+    not initialised and ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` or ``MASTER_PORT`` is not set (start the program
+    with torchrun or ``iris.run``), or when a GPU backend finds no GPU.
+
+    Example::
+
+        # not run by the tests: it makes a second context (run it under torchrun or iris.run)
+        ctx = iris.iris(1 << 30)  # 1 GiB of symmetric heap on every rank
+        x = ctx.zeros(1024, dtype=torch.float16)
+        assert ctx.is_symmetric(x) and x.device == ctx.get_device()
+    """
     return Iris(heap_size=heap_size, allocator_type=allocator_type, engines=engines, timeout_s=timeout_s, debug=debug,
                 workspace_size=workspace_size, copy_engine=copy_engine, enable_copy_engine=enable_copy_engine,
                 sanitize=sanitize)

@@ -76,7 +76,17 @@ def add_rank_handler(stream=None):
 
 
 def set_logger_level(level: int | str) -> None:
-    """Set the level of the ``iris`` logger (``iris.DEBUG``, ``iris.INFO``, ``iris.WARNING``, ``iris.ERROR``)."""
+    """Set the level of the ``iris`` logger (``iris.DEBUG``, ``iris.INFO``, ``iris.WARNING``, ``iris.ERROR``, or
+    their names: ``"INFO"``) in this process, as ``IRIS_LOG_LEVEL`` does at import. Raises ``ValueError`` for an
+    unknown level name and ``TypeError`` for a level that is neither an int nor a str (``logging.Logger.setLevel``'s).
+
+    Example::
+
+        before = iris.logger.level
+        iris.set_logger_level(iris.INFO)  # ctx.info lines print from now on
+        ctx.info("heap ready")  # 12:00:00 INFO  [Iris] [0/2] heap ready
+        iris.set_logger_level(before)
+    """
     logger.setLevel(level)
     add_rank_handler()
 
@@ -97,13 +107,42 @@ class RankLogger:
         logger.log(level, message, extra={"iris_rank": self.get_rank(), "iris_num_ranks": self.get_num_ranks()})
 
     def debug(self, message: str) -> None:
+        """Log ``message`` at DEBUG on the ``iris`` logger, prefixed with this rank (quiet unless the level is DEBUG:
+        ``IRIS_LOG_LEVEL=DEBUG`` or ``iris.set_logger_level(iris.DEBUG)``).
+
+        Example::
+
+            ctx.debug(f"bases {ctx.get_heap_bases().tolist()}")  # 12:00:00 DEBUG [Iris] [0/2] bases [...]
+        """
         self._log(DEBUG, message)
 
     def info(self, message: str) -> None:
+        """Log ``message`` at INFO on the ``iris`` logger, prefixed with this rank (quiet unless the level is INFO or
+        lower: ``IRIS_LOG_LEVEL=INFO`` or ``iris.set_logger_level(iris.INFO)``).
+
+        Example::
+
+            ctx.info(f"{world_size} ranks up")  # 12:00:00 INFO  [Iris] [0/2] 2 ranks up
+        """
         self._log(INFO, message)
 
     def warning(self, message: str) -> None:
+        """Log ``message`` at WARNING on the ``iris`` logger, prefixed with this rank (printed at the default level).
+
+        Example::
+
+            if ctx.get_cu_count() > ctx.get_agreed_cu_count():
+                ctx.warning("ranks run on GPUs of different sizes: the grids fit the smallest")
+        """
         self._log(WARNING, message)
 
     def error(self, message: str) -> None:
+        """Log ``message`` at ERROR on the ``iris`` logger, prefixed with this rank (printed at the default level).
+
+        Example::
+
+            out = ctx.zeros(16)
+            if not torch.isfinite(out).all():
+                ctx.error("all_reduce gave non-finite values")
+        """
         self._log(ERROR, message)

@@ -223,7 +223,16 @@ class SyncMethods:
         """Collective, host-blocking. Wait for this rank's device work (``stream`` only, if given), then
         for every rank of ``group``. Raises ``iris.RankTimeoutError`` naming the ranks that did not
         arrive after ``timeout_s`` (default ``IRIS_TIMEOUT_S`` or 300 s). Not graph-capturable; use
-        ``device_barrier`` inside graphs. Raises ``iris.PeerError`` once a peer has failed."""
+        ``device_barrier`` inside graphs. Raises ``iris.PeerError`` once a peer has failed, or has closed its
+        context or returned without arriving here; ``TypeError`` / ``ValueError`` for a ``group`` that is not a
+        ``ProcessGroup`` this rank belongs to.
+
+        Example::
+
+            x = ctx.full((64,), float(rank))
+            ctx.barrier()  # the work queued above has finished, on every rank
+            assert torch.all(x == rank)
+        """
         self.groups.check("Iris.barrier")
         device_synchronize(self._device, stream)
         if self._device.type == "cpu" and stream is None and self.copy_engines is not None:
@@ -257,8 +266,19 @@ class SyncMethods:
         self.workspaces.watch(ranks)
 
     def group_sync(self, group: dist.ProcessGroup | None, caller: str) -> GroupSync:
-        """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks). Raises
-        ``iris.PeerError`` once a peer has failed (every collective starts here or at ``groups.get``)."""
+        """Synchronisation state (flags on the heap, member table) of ``group`` (None: all ranks), what a kernel
+        that synchronises with its peers takes (``GroupSync.args``). Collective over the group at its first use
+        (the members agree on a slot of flags; the world's is fixed), local after.
+
+        Raises ``iris.PeerError`` once a peer has failed (every collective starts here or at ``groups.get``);
+        ``ValueError`` for a group that spans nodes, and ``TypeError`` / ``ValueError`` for a ``group`` that is not a
+        ``ProcessGroup`` this rank belongs to.
+
+        Example::
+
+            sync = ctx.group_sync(None, "mylib.exchange")  # the world's
+            assert sync.ranks == list(range(world_size)) and sync.index == rank and sync.size == world_size
+        """
         ranks = self.group_ranks(group, caller)
         if self.topology.spans_nodes(ranks):
             nodes = sorted({self.topology.node_of(r) for r in ranks})
@@ -276,7 +296,18 @@ class SyncMethods:
     def broadcast(self, value: Any, src: int = 0) -> Any:
         """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back
         as numpy arrays (moved with a tensor broadcast; bfloat16 arrives as float32, which numpy lacks), anything
-        else as the same Python object."""
+        else as the same Python object.
+
+        Raises ``ValueError`` for a ``src`` outside ``[0, world_size)``, and ``iris.PeerError`` once a peer has
+        failed.
+
+        Example::
+
+            config = ctx.broadcast({"seed": 1234} if rank == 0 else None)
+            assert config == {"seed": 1234}
+            row = ctx.broadcast(torch.arange(4) * rank, src=world_size - 1)  # a numpy array on every rank
+            assert row.tolist() == [0, world_size - 1, 2 * (world_size - 1), 3 * (world_size - 1)]
+        """
         self.groups.check("Iris.broadcast")
         self.check_rank(src, "Iris.broadcast", "src")
         header = [None]

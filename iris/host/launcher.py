@@ -196,7 +196,21 @@ class RankPool:
     ``RankError`` and tears the pool down (the other ranks may be stuck waiting for the failed one); the next
     ``run`` starts it afresh. ``nodes`` > 1 simulates that many nodes of ``world_size // nodes`` ranks each
     (contiguous ranks, one ``IRIS_NODE_ID`` per node: ``iris/host/topology.py``). With ``process_group=False`` the
-    ranks start without a default process group, as torchrun's do (``launch``)."""
+    ranks start without a default process group, as torchrun's do (``launch``). The ranks start at the first
+    ``run``; ``close`` (or the end of a ``with`` block) stops them.
+
+    Raises ``ValueError`` for a ``world_size`` below 1 or a ``nodes`` that does not divide it.
+
+    Example::
+
+        # not run by the tests: it starts rank processes
+        def rank_of_context():  # at module level: the ranks import it
+            return iris.iris(1 << 24).get_rank()
+
+        if __name__ == "__main__":  # a rank imports this module too, which must not start ranks again
+            with iris.RankPool(2) as pool:
+                assert pool.run(rank_of_context) == [0, 1]
+    """
 
     def __init__(self, world_size: int, backend: Backend | None = None, start_timeout_s: float = 300,
                  env: dict[str, str] | None = None, nodes: int = 1, process_group: bool = True) -> None:
@@ -285,6 +299,23 @@ class RankPool:
         return results
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float = 600, **kwargs: Any) -> list[Any]:
+        """``fn(*args, **kwargs)`` on every rank (``fn`` importable, its arguments and results picklable); the
+        results by rank. Starts the ranks at the first call. Host-blocking.
+
+        Raises ``iris.RankError`` with every failing rank's traceback when a rank raises, dies, or passes
+        ``timeout_s`` (the pool is then torn down; the next ``run`` starts it afresh), or when the ranks fail to
+        start; ``RuntimeError`` when a GPU backend finds no GPU.
+
+        Example::
+
+            # not run by the tests: it starts rank processes
+            def scaled_world_size(scale):  # at module level: the ranks import it
+                return scale * dist.get_world_size()
+
+            if __name__ == "__main__":
+                with iris.RankPool(2) as pool:
+                    assert pool.run(scaled_world_size, 10) == [20, 20]
+        """
         if not self._procs:
             self._start()
         payload = pickle.dumps((fn, args, kwargs))
@@ -293,6 +324,22 @@ class RankPool:
         return self._collect(timeout_s, getattr(fn, "__name__", "run"))
 
     def close(self, force: bool = False) -> None:
+        """Stop the ranks: each leaves its loop and destroys its process group, or with ``force`` is killed at
+        once; one still alive after 10 s is killed. The pool can ``run`` again (it starts new ranks).
+
+        Example::
+
+            # not run by the tests: it starts rank processes
+            def rank():  # at module level: the ranks import it
+                return dist.get_rank()
+
+            if __name__ == "__main__":
+                pool = iris.RankPool(2)
+                try:
+                    assert pool.run(rank) == [0, 1]
+                finally:
+                    pool.close()
+        """
         for conn in self._conns:
             try:
                 if not force:
@@ -320,7 +367,24 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: Backend
     """Run ``fn(*args, **kwargs)`` on ``world_size`` fresh rank processes and return the results by rank.
     ``fn`` must be importable (defined at module level). ``backend`` overrides ``IRIS_BACKEND``; ``nodes``
     simulates that many nodes (``RankPool``). No default process group exists when ``fn`` starts, as under
-    torchrun: ``iris.iris()`` makes one, or ``fn`` calls ``dist.init_process_group`` (``"iris"`` included)."""
+    torchrun: ``iris.iris()`` makes one, or ``fn`` calls ``dist.init_process_group`` (``"iris"`` included).
+
+    Raises ``ValueError`` for a ``world_size`` below 1 or a ``nodes`` that does not divide it, ``RuntimeError`` when
+    a GPU backend finds no GPU, and ``iris.RankError`` with every failing rank's traceback when a rank raises, dies
+    or passes ``timeout_s``.
+
+    Example::
+
+        # not run by the tests: it starts rank processes
+        def main(n):  # at module level: the ranks import it
+            ctx = iris.iris(1 << 24)
+            out = ctx.zeros(n)
+            ctx.ccl.all_reduce(out, ctx.ones(n))
+            return out.sum().item()
+
+        if __name__ == "__main__":  # a rank imports this module too, which must not start ranks again
+            assert iris.launch(main, 2, 16) == [32.0, 32.0]
+    """
     with RankPool(world_size, backend=backend, nodes=nodes, process_group=False) as pool:
         return pool.run(fn, *args, timeout_s=timeout_s, **kwargs)
 
@@ -330,7 +394,21 @@ def run(main: Callable[..., Any], world_size: int | None = None, *args: Any, **k
     ``world_size`` ranks of it (default 2) with ``launch`` (``nodes=N``: as N simulated nodes). Either way ``main``
     starts with no default process group (``iris.iris()`` makes one, or ``dist.init_process_group``). Under torchrun,
     torchrun's ``WORLD_SIZE`` wins: its processes are already running, and no rank can be added or taken away;
-    a ``world_size`` that disagrees is named in a warning on rank 0."""
+    a ``world_size`` that disagrees is named in a warning on rank 0.
+
+    Raises ``launch``'s errors (``ValueError`` for a ``world_size`` below 1 under torchrun too).
+
+    Example::
+
+        # not run by the tests: it starts rank processes (a script: python prog.py, or torchrun prog.py)
+        def main():
+            ctx = iris.iris(1 << 24)
+            ctx.barrier()
+            return ctx.get_rank()
+
+        if __name__ == "__main__":
+            print(iris.run(main))  # [0, 1] as a plain script; under torchrun, [this rank] on each
+    """
     if world_size is not None:
         check_world_size(world_size, "iris.run")
     if "RANK" in os.environ:

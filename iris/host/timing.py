@@ -38,7 +38,17 @@ def do_bench(fn: Callable[[], object], barrier_fn: Callable[[], object] = lambda
     """Run ``fn`` ``n_warmup`` times, then time ``n_repeat`` calls, each preceded by ``preamble_fn()`` and
     ``barrier_fn()`` (outside the timed region). Times are milliseconds, from CUDA events on GPUs and the
     host clock on the cpu backend. Returns the ``quantiles`` if given, else the ``return_mode`` statistic
-    (``"mean"``, ``"min"``, ``"max"``, ``"median"``, or ``"all"`` for the list)."""
+    (``"mean"``, ``"min"``, ``"max"``, ``"median"``, or ``"all"`` for the list). Collective when ``barrier_fn`` is.
+
+    Raises ``ValueError`` for another ``return_mode``.
+
+    Example::
+
+        x = ctx.ones(4096)
+        ms = iris.do_bench(lambda: x.mul_(1.0), barrier_fn=ctx.barrier, n_warmup=2, n_repeat=10)
+        p50, p90 = iris.do_bench(lambda: x.mul_(1.0), n_warmup=2, n_repeat=10, quantiles=[0.5, 0.9])
+        assert ms > 0 and p50 <= p90
+    """
     modes = get_args(ReturnMode)
     if return_mode not in modes:
         raise ValueError(f"do_bench: return_mode={return_mode!r}; use one of {modes}")

@@ -19,6 +19,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+import torch
 import torch.distributed as dist
 
 NODE_ID_ENV = "IRIS_NODE_ID"
@@ -133,8 +134,72 @@ def make_groups(topology, backend):
 
 
 class TopologyMethods:
-    """The context's answers about ranks, groups and nodes (a part of ``Iris``): from ``self.topology``,
-    ``self.cur_rank`` and ``self.num_ranks``."""
+    """The context's answers about ranks, groups and nodes, and the device each rank runs on (a part of ``Iris``):
+    from ``self.topology``, ``self.cur_rank``, ``self.num_ranks``, ``self._device`` and ``self._agreed_cu_count``."""
+
+    def get_rank(self) -> int:
+        """This process's rank in the default process group.
+
+        Example::
+
+            assert ctx.get_rank() == dist.get_rank()
+            assert 0 <= ctx.get_rank() < ctx.get_num_ranks()
+        """
+        return self.cur_rank
+
+    def get_num_ranks(self) -> int:
+        """Number of ranks (the world size).
+
+        Example::
+
+            assert ctx.get_num_ranks() == dist.get_world_size()
+        """
+        return self.num_ranks
+
+    def get_device(self) -> torch.device:
+        """The ``torch.device`` that holds this rank's heap (``cpu`` on the cpu backend).
+
+        Example::
+
+            x = ctx.zeros(4)
+            assert x.device == ctx.get_device()
+            scratch = torch.ones(4, device=ctx.get_device())  # off the heap, on the same device
+        """
+        return self._device
+
+    def get_device_id(self) -> int:
+        """The GPU index of this rank (several ranks share one in simulation mode); 0 on the cpu backend.
+
+        Example::
+
+            device_id = ctx.get_device_id()  # what torch.cuda.set_device takes in a thread of this rank
+            assert device_id == (ctx.get_device().index or 0)
+        """
+        return self._device.index if self._device.type == "cuda" else 0
+
+    def get_cu_count(self) -> int:
+        """Streaming multiprocessors of this rank's GPU (the CPU count on the cpu backend).
+
+        Example::
+
+            sms = ctx.get_cu_count()  # 132 on an H100 SXM
+            assert sms >= ctx.get_agreed_cu_count() >= 1
+        """
+        if self._device.type == "cuda":
+            return torch.cuda.get_device_properties(self._device).multi_processor_count
+        return os.cpu_count()
+
+    def get_agreed_cu_count(self) -> int:
+        """The smallest ``get_cu_count()`` over the ranks, exchanged once at context creation: what a kernel whose
+        programs wait for their peers' same-numbered programs sizes its grid from, so that ranks on GPUs of
+        different kinds launch the same grid (and every program stays resident on each).
+
+        Example::
+
+            grid = (min(ctx.get_agreed_cu_count(), 64),)  # the same on every rank
+            assert ctx.broadcast(grid, src=0) == grid
+        """
+        return self._agreed_cu_count
 
     @property
     def num_nodes(self):
@@ -163,7 +228,15 @@ class TopologyMethods:
 
     def spans_nodes(self, group: dist.ProcessGroup | None, caller: str) -> bool:
         """Whether ``group`` (None: the world) holds ranks of several nodes; such a group must be the world, which
-        the collectives run hierarchically (``iris/ccl/multinode/hierarchical.py``)."""
+        the collectives run hierarchically (``iris/ccl/multinode/hierarchical.py``). Local.
+
+        Raises ``ValueError`` naming ``caller`` for a group that spans nodes but is not the world, and
+        ``group_ranks``'s errors.
+
+        Example::
+
+            assert ctx.spans_nodes(None, "mylib.exchange") == (ctx.num_nodes > 1)
+        """
         ranks = self.group_ranks(group, caller)
         if not self.topology.spans_nodes(ranks):
             return False
@@ -175,7 +248,17 @@ class TopologyMethods:
         return True
 
     def check_direct(self, peer: int, caller: str, name: str = "peer") -> int:
-        """Raise at once when ``peer``'s heap is not mapped here (another node): host calls taking a peer rank."""
+        """``peer``, checked to be a rank whose heap is mapped here (this node): host calls taking a peer rank call it
+        first. Local.
+
+        Raises ``ValueError`` naming ``caller`` and ``name`` when ``peer`` is out of range (``check_rank``) or on
+        another node.
+
+        Example::
+
+            peer = ctx.check_direct((rank + 1) % world_size, "mylib.send", "peer")
+            assert ctx.direct[peer]  # one node here: every rank is direct
+        """
         self.check_rank(peer, caller, name)
         if not self.topology.direct[peer]:
             raise ValueError(f"{caller}: {name}={peer} is on node {self.topology.node_of(peer)} and rank "
@@ -185,14 +268,39 @@ class TopologyMethods:
         return peer
 
     def check_rank(self, rank: int, caller: str, name: str = "rank") -> int:
-        if not isinstance(rank, int) or not 0 <= rank < self.num_ranks:
+        """``rank``, checked to be an int in ``[0, world_size)``. Local.
+
+        Raises ``ValueError`` naming ``caller``, ``name`` and the range otherwise.
+
+        Example::
+
+            assert ctx.check_rank(world_size - 1, "mylib.send", "peer") == world_size - 1
+            try:
+                ctx.check_rank(world_size, "mylib.send", "peer")
+                assert False, "unreachable: check_rank raises"
+            except ValueError as e:
+                assert str(e).startswith(f"mylib.send: peer={world_size} is outside [0, {world_size})")
+        """
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.num_ranks:
             raise ValueError(f"{caller}: {name}={rank!r} is outside [0, {self.num_ranks}); ranks run from 0 to "
                              f"world_size - 1 = {self.num_ranks - 1}")
         return rank
 
     def group_ranks(self, group: dist.ProcessGroup | None, caller: str) -> list[int]:
-        """The sorted ranks of ``group`` (a ``ProcessGroup``, or None for every rank); a clear error, naming
-        ``caller``, when it is not a group or this rank is not in it."""
+        """The sorted ranks of ``group`` (a ``ProcessGroup``, or None for every rank). Local.
+
+        Raises ``TypeError`` naming ``caller`` when ``group`` is not a ``ProcessGroup`` or None, and ``ValueError``
+        when this rank is not a member of it.
+
+        Example::
+
+            assert ctx.group_ranks(None, "mylib.exchange") == list(range(world_size))
+            try:
+                ctx.group_ranks([0, 1], "mylib.exchange")  # a list of ranks is no group
+                assert False, "unreachable: group_ranks raises"
+            except TypeError as e:
+                assert "torch.distributed.new_group" in str(e)
+        """
         if group is None:
             return list(range(self.num_ranks))
         if isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER:  # new_group's on ranks left out

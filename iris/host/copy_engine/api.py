@@ -93,7 +93,16 @@ _INT_TYPES = frozenset((int, bool))
 class Tile:
     """One 2-D tile of a row-major matrix, upstream's ``sdma_ep.Tile``: ``data`` is the matrix's address,
     ``src_stride`` its row pitch in bytes; the tile is rows ``pid_m * block_m`` on and columns ``pid_n * block_n``
-    on, ``block_m`` rows of ``block_n * elem_size`` bytes. Any object with these fields is accepted."""
+    on, ``block_m`` rows of ``block_n * elem_size`` bytes. Any object with these fields is accepted.
+
+    Example::
+
+        from iris.copy_engine import Tile
+
+        a = ctx.zeros(64, 64)
+        tile = Tile(pid_m=1, pid_n=0, block_m=32, block_n=32, elem_size=a.element_size(),
+                    src_stride=a.stride(0) * a.element_size(), data=a.data_ptr())  # a[32:, :32]
+    """
     pid_m: int
     pid_n: int
     block_m: int
@@ -377,7 +386,13 @@ class CopyEngineMethods:
 
     def get_copy_engine_ctx(self) -> torch.Tensor | None:
         """The device-side copy-engine context to pass to device ops as ``copy_engine_ctx`` (a uint64 [world_size, 6]
-        tensor, opaque), or None when the context was made without ``engines=("sdma",)``."""
+        tensor, opaque), or None when the context was made without ``engines=("sdma",)``. Local.
+
+        Example::
+
+            engines = ctx.get_copy_engine_ctx()  # a kernel's copy_engine_ctx argument (iris.put_signal, ...)
+            assert engines is None or engines.shape == (world_size, 6)
+        """
         self.check_open("Iris.get_copy_engine_ctx")
         return None if self.copy_engines is None else self.copy_engines.device_ctx
 
@@ -398,7 +413,25 @@ class CopyEngineMethods:
         (release: a kernel there that acquires the flag sees the data). ``async_op=False`` blocks the host until it
         has landed (the context's timeout; ``PeerError`` once a peer fails); ``async_op=True`` returns at once
         (``quiet`` waits). No SM is used for the copy; the signal is a one-thread kernel. Graph-capturable.
-        ``dst_rank`` / ``to_tensor`` / ``from_tensor`` are upstream's other names (``iris/upstream.py``)."""
+        ``dst_rank`` / ``to_tensor`` / ``from_tensor`` are upstream's other names (``iris/upstream.py``).
+
+        Raises ``RuntimeError`` when the context was made without copy engines; ``ValueError`` for a ``to_rank`` out
+        of range or on another node, a ``channel`` outside ``[0, IRIS_CE_CHANNELS)``, a flag that is not one
+        int32/int64 element, a ``wait_flag`` without ``wait_value``, or tensors that are not of one size on this
+        device, contiguous or 2-D with contiguous rows, with ``dst_tensor`` on the heap (``TypeError`` for a
+        non-tensor); ``iris.RankTimeoutError`` when a blocking put has not landed within the context's timeout;
+        ``iris.PeerError`` once a peer has failed.
+
+        Example::
+
+            # not run by the tests: it needs a context made with engines=("sdma",)
+            src, dst = ctx.full((1024,), float(rank)), ctx.zeros(1024)
+            flag = ctx.zeros(1, dtype=torch.int32)
+            ctx.barrier()  # every rank's dst and flag are zeroed before a peer writes them
+            ctx.put(src, (rank + 1) % world_size, dst, signal_flag=flag)  # host-blocking: it has landed
+            ctx.barrier()
+            assert torch.all(dst == (rank - 1) % world_size) and flag.item() == 1
+        """
         self._engines("Iris.put").put(src_tensor, to_rank, dst_tensor, wait_flag, wait_value, signal_flag,
                                       signal_value, async_op, channel)
 
@@ -408,7 +441,24 @@ class CopyEngineMethods:
         """Upstream's low-level 2-D put: ``tile`` (``iris.copy_engine.Tile``: a sub-window of the matrix at address
         ``tile.data``, row pitch ``tile.src_stride`` bytes) into the same window of the matrix at ``to_ptr`` (an
         address already in the peer's heap, e.g. ``iris.copy_engine.peer_address``), row pitch ``to_stride`` bytes.
-        Flags as in ``put``, as tensors or raw addresses (32 bits; a raw ``signal_flag`` is already the peer's)."""
+        Flags as in ``put``, as tensors or raw addresses (32 bits; a raw ``signal_flag`` is already the peer's).
+
+        Raises ``put``'s errors for the rank, channel, flags and timeout, ``TypeError`` for a tile field that is not
+        an int, and ``ValueError`` for a row wider than ``tile.src_stride`` or ``to_stride``.
+
+        Example::
+
+            # not run by the tests: it needs a context made with engines=("sdma",)
+            from iris.copy_engine import Tile, peer_address
+
+            a, b = ctx.rand(64, 64), ctx.zeros(64, 64)  # a: the same on every rank
+            tile = Tile(pid_m=1, pid_n=0, block_m=32, block_n=32, elem_size=4, src_stride=64 * 4, data=a.data_ptr())
+            peer = (rank + 1) % world_size
+            ctx.barrier()  # the peer's b is zeroed
+            ctx.put_tile(tile, peer, peer_address(ctx, b, peer), 64 * 4)  # a[32:, :32] into the peer's b[32:, :32]
+            ctx.barrier()
+            assert torch.equal(b[32:, :32], a[32:, :32]) and not b[:32].any()
+        """
         self._engines("Iris.put_tile").put_tiles([tile], to_rank, [to_ptr], [to_stride], wait_flag, wait_value,
                                                  signal_flag, signal_value, async_op, channel, caller="Iris.put_tile")
 
@@ -416,7 +466,22 @@ class CopyEngineMethods:
                   wait_flag: Flag | None = None, wait_value: int | None = None, signal_flag: Flag | None = None,
                   signal_value: int = 1, async_op: bool = False, channel: int = 0) -> None:
         """``put_tile`` for a batch in one submission: one wait before the first tile, one 2-D copy per tile, one
-        signal after the last."""
+        signal after the last. Raises ``put_tile``'s errors, and ``ValueError`` unless ``tiles``, ``to_ptrs`` and
+        ``to_strides`` have one entry per tile.
+
+        Example::
+
+            # not run by the tests: it needs a context made with engines=("sdma",)
+            from iris.copy_engine import Tile, peer_address
+
+            a, b = ctx.rand(64, 64), ctx.zeros(64, 64)  # a: the same on every rank
+            tiles = [Tile(m, m, 32, 32, 4, 64 * 4, a.data_ptr()) for m in (0, 1)]  # the two diagonal blocks
+            peer = (rank + 1) % world_size
+            ctx.barrier()
+            ctx.put_tiles(tiles, peer, [peer_address(ctx, b, peer)] * 2, [64 * 4] * 2)
+            ctx.barrier()
+            assert torch.equal(b[:32, :32], a[:32, :32]) and torch.equal(b[32:, 32:], a[32:, 32:])
+        """
         self._engines("Iris.put_tiles").put_tiles(tiles, to_rank, to_ptrs, to_strides, wait_flag, wait_value,
                                                   signal_flag, signal_value, async_op, channel)
 
@@ -424,5 +489,18 @@ class CopyEngineMethods:
     def quiet(self, to_rank: int | None = None, channel: int = 0) -> None:
         """Host-blocking: until every transfer queued to ``to_rank`` (every rank: None) on ``channel`` has landed,
         signals included; the context's timeout, ``PeerError`` once a peer fails. Inside a capture, nothing to do.
-        ``dst_rank`` is upstream's other name (``iris/upstream.py``)."""
+        ``dst_rank`` is upstream's other name (``iris/upstream.py``). Raises ``put``'s errors for the rank, channel
+        and timeout.
+
+        Example::
+
+            # not run by the tests: it needs a context made with engines=("sdma",)
+            src, dst = ctx.full((1024,), float(rank)), ctx.zeros(1024)
+            peer = (rank + 1) % world_size
+            ctx.barrier()
+            ctx.put(src, peer, dst, async_op=True)  # returns at once
+            ctx.quiet(peer)  # it has landed in the peer's dst
+            ctx.barrier()
+            assert torch.all(dst == (rank - 1) % world_size)
+        """
         self._engines("Iris.quiet").quiet(to_rank, channel)

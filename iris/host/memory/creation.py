@@ -27,7 +27,14 @@ Scalar = int | float | complex
 
 def parse_size(size: Size) -> tuple[Sequence[int], int]:
     """``(size, number of elements)`` from a factory's ``*size``: ``(2, 3)``, ``((2, 3),)``, ``([2, 3],)`` and
-    ``(((2, 3),),)`` all give ``(2, 3)``; ``((),)`` is a 0-d shape of one element. A list comes back as the list."""
+    ``(((2, 3),),)`` all give ``(2, 3)``; ``((),)`` is a 0-d shape of one element. A list comes back as the list.
+    Raises ``TypeError`` for a size that is not integers or one sequence of them.
+
+    Example::
+
+        assert iris.tensor_creation.parse_size((2, 3)) == ((2, 3), 6)
+        assert iris.tensor_creation.parse_size(([4, 5],)) == ([4, 5], 20)
+    """
     while len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
         size = size[0]
     if not all(isinstance(d, int) and not isinstance(d, bool) for d in size):
@@ -47,7 +54,15 @@ def _shape(size, caller):
 
 def is_valid_device(device: Device | None, iris_device: Device) -> bool:
     """True when ``device`` names the heap's device: None, the same type and index, or the type without an
-    index (``"cuda"`` means the current device, which iris sets to the rank's GPU)."""
+    index (``"cuda"`` means the current device, which iris sets to the rank's GPU).
+
+    Example::
+
+        heap_device = ctx.get_device()
+        assert iris.tensor_creation.is_valid_device(None, heap_device)
+        assert iris.tensor_creation.is_valid_device(heap_device.type, heap_device)
+        assert not iris.tensor_creation.is_valid_device("meta", heap_device)
+    """
     if device is None:
         return True
     requested, heap = torch.device(device), torch.device(iris_device)
@@ -55,7 +70,17 @@ def is_valid_device(device: Device | None, iris_device: Device) -> bool:
 
 
 def throw_if_invalid_device(device: Device | None, iris_device: Device, caller: str = _MODULE) -> None:
-    """``RuntimeError`` (torch's kind for a device mismatch) unless ``is_valid_device``."""
+    """Raises ``RuntimeError`` (torch's kind for a device mismatch) naming ``caller`` unless ``is_valid_device``.
+
+    Example::
+
+        iris.tensor_creation.throw_if_invalid_device(None, ctx.get_device())  # returns
+        try:
+            iris.tensor_creation.throw_if_invalid_device("meta", ctx.get_device(), "mylib.zeros")
+            assert False, "unreachable: the meta device is not the heap's"
+        except RuntimeError as e:
+            assert str(e).startswith("mylib.zeros: device='meta'")
+    """
     if not is_valid_device(device, iris_device):
         raise RuntimeError(f"{caller}: device={device!r} but this rank's symmetric heap is on {iris_device}; heap "
                            f"tensors live on the heap's device: pass device=None or device={str(iris_device)!r}")
@@ -68,7 +93,13 @@ def _check_layout(layout, caller):
 
 
 def apply_layout(tensor: torch.Tensor, layout: torch.layout, caller: str = _MODULE) -> torch.Tensor:
-    """``tensor`` itself for ``torch.strided``; any other layout is a ``ValueError``."""
+    """``tensor`` itself for ``torch.strided``; any other layout raises ``ValueError`` naming ``caller``.
+
+    Example::
+
+        x = ctx.zeros(4)
+        assert iris.tensor_creation.apply_layout(x, torch.strided) is x
+    """
     _check_layout(layout, caller)
     return tensor
 
@@ -76,7 +107,19 @@ def apply_layout(tensor: torch.Tensor, layout: torch.layout, caller: str = _MODU
 def throw_if_invalid_output_tensor(heap: SymmetricHeap, tensor: torch.Tensor, num_elements: int, dtype: torch.dtype,
                                    caller: str = _MODULE) -> None:
     """``RuntimeError`` unless ``tensor`` (an ``out=`` argument) has ``num_elements`` elements of ``dtype`` and lies
-    on ``heap``: a factory writes its result into ``out`` in place, so it cannot resize, cast or move it."""
+    on ``heap``: a factory writes its result into ``out`` in place, so it cannot resize, cast or move it (a
+    ``TypeError`` when ``tensor`` is not a tensor).
+
+    Example::
+
+        out = ctx.empty(8, dtype=torch.int32)
+        iris.tensor_creation.throw_if_invalid_output_tensor(ctx.heap, out, 8, torch.int32)  # returns
+        try:
+            iris.tensor_creation.throw_if_invalid_output_tensor(ctx.heap, out, 8, torch.float32, "mylib.fill")
+            assert False, "unreachable: the dtypes differ"
+        except RuntimeError as e:
+            assert "has dtype torch.int32, but torch.float32 is required" in str(e)
+    """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{caller}: out must be a heap tensor, got {type(tensor).__name__}")
     if tensor.numel() != num_elements:
@@ -117,7 +160,18 @@ def create(heap: SymmetricHeap, iris_device: Device, caller: str, size: Size, dt
            memory_format: torch.memory_format | None = None, like: torch.Tensor | None = None) -> torch.Tensor:
     """The one implementation behind every factory: a tensor of ``size`` (anything ``parse_size`` takes) and
     ``dtype`` (None: ``out``'s dtype, else torch's default), from the heap or ``out``, passed to ``fill`` in place.
-    Collective when it allocates (``out`` is None)."""
+    Collective when it allocates (``out`` is None).
+
+    Raises ``TypeError`` for a size that is not integers or a dtype that is not a ``torch.dtype``, ``RuntimeError``
+    for a negative dimension, a ``device`` other than the heap's or an ``out`` that does not fit, ``ValueError`` for a
+    layout other than strided or an unknown ``memory_format``, and ``MemoryError`` when the heap has no room left.
+
+    Example::
+
+        x = iris.tensor_creation.create(ctx.heap, ctx.get_device(), "mylib.iota", (2, 4), torch.int32,
+                                        lambda t: t.copy_(torch.arange(8).view(2, 4)))
+        assert x.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]] and ctx.is_symmetric(x)
+    """
     shape, numel = _shape(size, caller)
     if dtype is None:
         dtype = out.dtype if isinstance(out, torch.Tensor) else torch.get_default_dtype()
@@ -147,7 +201,14 @@ def empty(heap: SymmetricHeap, iris_device: Device, size: Size, *, out: torch.Te
           dtype: torch.dtype | None = None, layout: torch.layout = torch.strided, device: Device | None = None,
           requires_grad: bool = False, memory_format: torch.memory_format = torch.contiguous_format,
           caller: str = f"{_MODULE}.empty") -> torch.Tensor:
-    """An uninitialised heap tensor."""
+    """An uninitialised heap tensor (collective), upstream Iris's function; ``ctx.empty`` is the method. Raises
+    ``create``'s errors.
+
+    Example::
+
+        x = iris.tensor_creation.empty(ctx.heap, ctx.get_device(), (4, 2), dtype=torch.float16)
+        assert x.shape == (4, 2) and x.dtype == torch.float16 and ctx.is_symmetric(x)
+    """
     return create(heap, iris_device, caller, size, dtype, _nothing, out=out, device=device, layout=layout,
                   requires_grad=requires_grad, memory_format=memory_format)
 
@@ -155,7 +216,14 @@ def empty(heap: SymmetricHeap, iris_device: Device, size: Size, *, out: torch.Te
 def zeros(heap: SymmetricHeap, iris_device: Device, size: Size, *, out: torch.Tensor | None = None,
           dtype: torch.dtype | None = None, layout: torch.layout = torch.strided, device: Device | None = None,
           requires_grad: bool = False, caller: str = f"{_MODULE}.zeros") -> torch.Tensor:
-    """A heap tensor of zeros."""
+    """A heap tensor of zeros (collective), upstream Iris's function; ``ctx.zeros`` is the method. Raises
+    ``create``'s errors.
+
+    Example::
+
+        x = iris.tensor_creation.zeros(ctx.heap, ctx.get_device(), (4, 2))
+        assert x.shape == (4, 2) and not x.any() and ctx.is_symmetric(x)
+    """
     return create(heap, iris_device, caller, size, dtype, torch.Tensor.zero_, out=out, device=device, layout=layout,
                   requires_grad=requires_grad)
 
@@ -163,7 +231,14 @@ def zeros(heap: SymmetricHeap, iris_device: Device, size: Size, *, out: torch.Te
 def ones(heap: SymmetricHeap, iris_device: Device, size: Size, *, out: torch.Tensor | None = None,
          dtype: torch.dtype | None = None, layout: torch.layout = torch.strided, device: Device | None = None,
          requires_grad: bool = False, caller: str = f"{_MODULE}.ones") -> torch.Tensor:
-    """A heap tensor of ones."""
+    """A heap tensor of ones (collective), upstream Iris's function; ``ctx.ones`` is the method. Raises ``create``'s
+    errors.
+
+    Example::
+
+        x = iris.tensor_creation.ones(ctx.heap, ctx.get_device(), (16,), dtype=torch.int32)
+        assert x.sum() == 16 and ctx.is_symmetric(x)
+    """
     return create(heap, iris_device, caller, size, dtype, lambda t: t.fill_(1), out=out, device=device,
                   layout=layout, requires_grad=requires_grad)
 
@@ -173,7 +248,14 @@ def full(heap: SymmetricHeap, iris_device: Device, size: Size, fill_value: Scala
          device: Device | None = None, requires_grad: bool = False,
          caller: str = f"{_MODULE}.full") -> torch.Tensor:
     """A heap tensor filled with ``fill_value``; without ``dtype`` (or ``out``), the dtype torch.full infers from
-    it (bool, int64, the default float type, or complex)."""
+    it (bool, int64, the default float type, or complex). Collective; ``ctx.full`` is the method. Raises
+    ``create``'s errors.
+
+    Example::
+
+        x = iris.tensor_creation.full(ctx.heap, ctx.get_device(), (2, 3), 0.5)
+        assert x.dtype == torch.get_default_dtype() and torch.all(x == 0.5)
+    """
     if dtype is None and out is None:
         dtype = torch.full((), fill_value).dtype
     return create(heap, iris_device, caller, size, dtype, lambda t: t.fill_(fill_value), out=out, device=device,
@@ -184,7 +266,14 @@ def zeros_like(heap: SymmetricHeap, iris_device: Device, input: torch.Tensor, *,
                layout: torch.layout | None = None, device: Device | None = None, requires_grad: bool = False,
                memory_format: torch.memory_format = torch.preserve_format,
                caller: str = f"{_MODULE}.zeros_like") -> torch.Tensor:
-    """A heap tensor of zeros with ``input``'s shape, dtype (unless given) and, by default, its memory layout."""
+    """A heap tensor of zeros with ``input``'s shape, dtype (unless given) and, by default, its memory layout.
+    Collective; ``ctx.zeros_like`` is the method. Raises ``create``'s errors.
+
+    Example::
+
+        x = iris.tensor_creation.zeros_like(ctx.heap, ctx.get_device(), torch.ones(3, 5, dtype=torch.float16))
+        assert x.shape == (3, 5) and x.dtype == torch.float16 and not x.any()
+    """
     return like(heap, iris_device, caller, input, torch.Tensor.zero_, dtype=dtype, layout=layout, device=device,
                 requires_grad=requires_grad, memory_format=memory_format)
 

@@ -87,7 +87,17 @@ class TensorFactory:
     a seed every rank agrees on before the first random factory."""
 
     def init_random(self, seed: int) -> None:
-        """Seed the context's shared random stream (collective: every rank passes the same ``seed``)."""
+        """Seed the context's shared random stream, from which the random factories draw without a ``generator=``.
+        Every rank passes the same ``seed``: nothing is exchanged, so a rank given another seed draws other values.
+        Context creation seeds it with rank 0's ``torch.initial_seed()``.
+
+        Example::
+
+            ctx.init_random(1234)  # the same seed on every rank
+            a = ctx.randn(8)
+            ctx.init_random(1234)
+            assert torch.equal(ctx.randn(8), a)  # the stream again from its start
+        """
         self._shared_generator = torch.Generator(self.get_device()).manual_seed(seed)
 
     def _generator(self, generator):
@@ -99,7 +109,13 @@ class TensorFactory:
     def empty(self, *size: int | Sequence[int], out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
               layout: torch.layout = torch.strided, device: Device | None = None, requires_grad: bool = False,
               pin_memory: bool = False, memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor:
-        """Collective. An uninitialised heap tensor."""
+        """Collective. An uninitialised heap tensor.
+
+        Example::
+
+            x = ctx.empty(4, 2, dtype=torch.float16)
+            assert x.shape == (4, 2) and x.dtype == torch.float16 and ctx.is_symmetric(x)
+        """
         if out is None and device is None and not requires_grad and layout is torch.strided and (
                 memory_format is torch.contiguous_format):
             shape = _plain_shape(size)
@@ -111,28 +127,53 @@ class TensorFactory:
     def zeros(self, *size: int | Sequence[int], out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
               layout: torch.layout = torch.strided, device: Device | None = None,
               requires_grad: bool = False) -> torch.Tensor:
-        """Collective. A heap tensor of zeros."""
+        """Collective. A heap tensor of zeros.
+
+        Example::
+
+            x = ctx.zeros(4, 2)  # also ctx.zeros((4, 2))
+            assert x.shape == (4, 2) and ctx.is_symmetric(x) and not x.any()
+        """
         return self._make("zeros", size, dtype, torch.Tensor.zero_, out=out, layout=layout, device=device,
                           requires_grad=requires_grad)
 
     def ones(self, *size: int | Sequence[int], out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
              layout: torch.layout = torch.strided, device: Device | None = None,
              requires_grad: bool = False) -> torch.Tensor:
-        """Collective. A heap tensor of ones."""
+        """Collective. A heap tensor of ones.
+
+        Example::
+
+            x = ctx.ones(16, dtype=torch.int32)
+            assert x.dtype == torch.int32 and x.sum() == 16
+        """
         return self._make("ones", size, dtype, lambda t: t.fill_(1), out=out, layout=layout, device=device,
                           requires_grad=requires_grad)
 
     def full(self, size: Size, fill_value: Scalar, *, out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
              layout: torch.layout = torch.strided, device: Device | None = None,
              requires_grad: bool = False) -> torch.Tensor:
-        """Collective. A heap tensor filled with ``fill_value``; the dtype is inferred from it as torch.full does."""
+        """Collective. A heap tensor filled with ``fill_value``; the dtype is inferred from it as torch.full does.
+
+        Example::
+
+            x = ctx.full((2, 3), 7)  # int64, as torch.full((2, 3), 7)
+            assert x.dtype == torch.int64 and torch.all(x == 7)
+        """
         return tensor_creation.full(self.heap, self.get_device(), size, fill_value, out=out, dtype=dtype,
                                     layout=layout, device=device, requires_grad=requires_grad, caller="Iris.full")
 
     def zeros_like(self, input: torch.Tensor, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
                    device: Device | None = None, requires_grad: bool = False,
                    memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
-        """Collective. A heap tensor of zeros with ``input``'s shape, dtype (unless given) and memory layout."""
+        """Collective. A heap tensor of zeros with ``input``'s shape, dtype (unless given) and memory layout.
+
+        Example::
+
+            local = torch.ones(3, 5, dtype=torch.bfloat16)
+            x = ctx.zeros_like(local)  # on the heap, whatever the device of local
+            assert x.shape == local.shape and x.dtype == torch.bfloat16 and ctx.is_symmetric(x)
+        """
         return tensor_creation.zeros_like(self.heap, self.get_device(), input, dtype=dtype, layout=layout,
                                           device=device, requires_grad=requires_grad, memory_format=memory_format,
                                           caller="Iris.zeros_like")
@@ -140,14 +181,28 @@ class TensorFactory:
     def empty_like(self, input: torch.Tensor, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
                    device: Device | None = None, requires_grad: bool = False,
                    memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
-        """Collective. An uninitialised heap tensor with ``input``'s shape, dtype (unless given) and memory layout."""
+        """Collective. An uninitialised heap tensor with ``input``'s shape, dtype (unless given) and memory layout.
+        Raises ``TypeError`` when ``input`` is not a tensor.
+
+        Example::
+
+            x = ctx.empty_like(torch.zeros(8, 4), dtype=torch.float16)
+            assert x.shape == (8, 4) and x.dtype == torch.float16
+        """
         return self._like("empty_like", input, tensor_creation._nothing, dtype, layout, device, requires_grad,
                           memory_format)
 
     def ones_like(self, input: torch.Tensor, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
                   device: Device | None = None, requires_grad: bool = False,
                   memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
-        """Collective. A heap tensor of ones with ``input``'s shape, dtype (unless given) and memory layout."""
+        """Collective. A heap tensor of ones with ``input``'s shape, dtype (unless given) and memory layout. Raises
+        ``TypeError`` when ``input`` is not a tensor.
+
+        Example::
+
+            x = ctx.ones_like(torch.empty(2, 3))
+            assert x.shape == (2, 3) and torch.all(x == 1)
+        """
         return self._like("ones_like", input, lambda t: t.fill_(1), dtype, layout, device, requires_grad,
                           memory_format)
 
@@ -155,7 +210,13 @@ class TensorFactory:
                   layout: torch.layout | None = None, device: Device | None = None, requires_grad: bool = False,
                   memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         """Collective. A heap tensor of ``fill_value`` with ``input``'s shape, dtype (unless given) and memory
-        layout."""
+        layout. Raises ``TypeError`` when ``input`` is not a tensor.
+
+        Example::
+
+            x = ctx.full_like(torch.empty(4, dtype=torch.int32), rank)
+            assert x.dtype == torch.int32 and torch.all(x == rank)
+        """
         return self._like("full_like", input, lambda t: t.fill_(fill_value), dtype, layout, device, requires_grad,
                           memory_format)
 
@@ -164,7 +225,14 @@ class TensorFactory:
                   requires_grad: bool = False,
                   memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         """Collective. Uniform values in [0, 1) with ``input``'s shape, dtype (unless given) and memory layout; the
-        same on every rank unless ``generator`` is given."""
+        same on every rank unless ``generator`` is given. Raises ``TypeError`` when ``input`` is not a tensor and
+        ``ValueError`` for a dtype that is not floating-point.
+
+        Example::
+
+            x = ctx.rand_like(torch.empty(64))
+            assert x.shape == (64,) and 0 <= x.min() and x.max() < 1
+        """
         fill = _uniform_fill(0.0, 1.0, self._generator(generator), "Iris.rand_like")
         return self._like("rand_like", input, fill, dtype, layout, device, requires_grad, memory_format)
 
@@ -173,7 +241,14 @@ class TensorFactory:
                    requires_grad: bool = False,
                    memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         """Collective. Normal(0, 1) values with ``input``'s shape, dtype (unless given) and memory layout; the same on
-        every rank unless ``generator`` is given."""
+        every rank unless ``generator`` is given. Raises ``TypeError`` when ``input`` is not a tensor and
+        ``ValueError`` for a dtype that is not floating-point.
+
+        Example::
+
+            x = ctx.randn_like(torch.empty(32, 32), dtype=torch.bfloat16)
+            assert x.shape == (32, 32) and x.dtype == torch.bfloat16
+        """
         fill = _normal_fill(self._generator(generator), "Iris.randn_like")
         return self._like("randn_like", input, fill, dtype, layout, device, requires_grad, memory_format)
 
@@ -187,14 +262,29 @@ class TensorFactory:
     def randn(self, *size: int | Sequence[int], generator: torch.Generator | None = None,
               out: torch.Tensor | None = None, dtype: torch.dtype | None = None, layout: torch.layout = torch.strided,
               device: Device | None = None, requires_grad: bool = False, pin_memory: bool = False) -> torch.Tensor:
-        """Collective. Normal(0, 1) values, the same on every rank unless ``generator`` is given (module docstring)."""
+        """Collective. Normal(0, 1) values, the same on every rank unless ``generator`` is given (module docstring).
+        Raises ``ValueError`` for a dtype that is not floating-point.
+
+        Example::
+
+            w = ctx.randn(64, 64)  # the same values on every rank
+            assert ctx.broadcast(w, src=0).tolist() == w.tolist()
+            mine = ctx.randn(64, generator=torch.Generator(ctx.get_device()).manual_seed(100 + rank))  # per rank
+        """
         return self._make("randn", size, dtype, _normal_fill(self._generator(generator), "Iris.randn"), out=out,
                           layout=layout, device=device, requires_grad=requires_grad)
 
     def rand(self, *size: int | Sequence[int], generator: torch.Generator | None = None,
              out: torch.Tensor | None = None, dtype: torch.dtype | None = None, layout: torch.layout = torch.strided,
              device: Device | None = None, requires_grad: bool = False, pin_memory: bool = False) -> torch.Tensor:
-        """Collective. Uniform values in [0, 1), the same on every rank unless ``generator`` is given."""
+        """Collective. Uniform values in [0, 1), the same on every rank unless ``generator`` is given. Raises
+        ``ValueError`` for a dtype that is not floating-point.
+
+        Example::
+
+            x = ctx.rand(4, 16)
+            assert x.shape == (4, 16) and 0 <= x.min() and x.max() < 1
+        """
         return self._uniform("rand", size, 0.0, 1.0, generator, out=out, dtype=dtype, layout=layout, device=device,
                              requires_grad=requires_grad)
 
@@ -202,7 +292,14 @@ class TensorFactory:
                 generator: torch.Generator | None = None, out: torch.Tensor | None = None,
                 dtype: torch.dtype | None = None, layout: torch.layout = torch.strided, device: Device | None = None,
                 requires_grad: bool = False) -> torch.Tensor:
-        """Collective. Uniform values in [low, high), the same on every rank unless ``generator`` is given."""
+        """Collective. Uniform values in [low, high), the same on every rank unless ``generator`` is given. Raises
+        ``ValueError`` for a dtype that is not floating-point.
+
+        Example::
+
+            x = ctx.uniform((8, 8), -1.0, 1.0)
+            assert x.shape == (8, 8) and -1 <= x.min() and x.max() < 1
+        """
         return self._uniform("uniform", (size,), low, high, generator, out=out, dtype=dtype, layout=layout,
                              device=device, requires_grad=requires_grad)
 
@@ -215,7 +312,15 @@ class TensorFactory:
                 dtype: torch.dtype | None = None, layout: torch.layout = torch.strided, device: Device | None = None,
                 requires_grad: bool = False) -> torch.Tensor:
         """Collective. Integers in [low, high): ``randint(high, size)`` or ``randint(low, high, size)``; the same on
-        every rank unless ``generator`` is given."""
+        every rank unless ``generator`` is given.
+
+        Raises ``ValueError`` for another count of positional arguments, ``RuntimeError`` unless ``low < high``.
+
+        Example::
+
+            experts = ctx.randint(0, 8, (16,))  # int64 in [0, 8)
+            assert experts.dtype == torch.int64 and 0 <= experts.min() and experts.max() < 8
+        """
         if size is None and len(args) in (2, 3):
             args, size = args[:-1], args[-1]
         if size is None or len(args) not in (1, 2):
@@ -235,7 +340,16 @@ class TensorFactory:
                step: float | torch.Tensor = 1, *, out: torch.Tensor | None = None, dtype: torch.dtype | None = None,
                layout: torch.layout = torch.strided, device: Device | None = None,
                requires_grad: bool = False) -> torch.Tensor:
-        """Collective. ``arange(end)`` or ``arange(start, end, step)``, dtype inferred as torch.arange does."""
+        """Collective. ``arange(end)`` or ``arange(start, end, step)``, dtype inferred as torch.arange does.
+
+        Raises ``ValueError`` for a ``step`` of 0 or one that moves away from ``end``.
+
+        Example::
+
+            x = ctx.arange(10)
+            assert x.tolist() == list(range(10)) and x.dtype == torch.int64
+            assert ctx.arange(0.0, 1.0, 0.25).tolist() == [0.0, 0.25, 0.5, 0.75]
+        """
         if end is None:
             start, end = 0, start
         if step == 0:
@@ -255,7 +369,15 @@ class TensorFactory:
                  layout: torch.layout = torch.strided, device: Device | None = None,
                  requires_grad: bool = False) -> torch.Tensor:
         """Collective. ``steps`` evenly spaced values from ``start`` to ``end`` inclusive; complex when either end
-        is (dtype inferred as torch.linspace does)."""
+        is (dtype inferred as torch.linspace does).
+
+        Raises ``TypeError`` for a ``steps`` that is not one non-negative integer.
+
+        Example::
+
+            x = ctx.linspace(0, 1, 5)
+            assert x.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+        """
         steps = _steps(steps, "Iris.linspace")
         if dtype is None and out is None:
             default = torch.get_default_dtype()
@@ -268,7 +390,14 @@ class TensorFactory:
         """Collective. A heap copy of ``tensor`` (same shape, dtype and values). It copies, on every allocator:
         memory from torch's allocator cannot be exported to peers, and mapping a caller's VMM allocation into the
         heap would need a hole at the same offset on every rank. It always allocates, even for a tensor already
-        on the heap, so that every rank's heap makes the same allocations."""
+        on the heap, so that every rank's heap makes the same allocations.
+
+        Example::
+
+            local = torch.arange(8.0, device=ctx.get_device()) + rank  # torch's memory, which peers cannot map
+            x = ctx.as_symmetric(local)
+            assert ctx.is_symmetric(x) and torch.equal(x, local)
+        """
         out = self.empty(tensor.shape, dtype=tensor.dtype)
         out.copy_(tensor)
         return out

@@ -9,7 +9,20 @@ from iris.platform import private
 
 
 def peer_address(ctx: Context, tensor: torch.Tensor, peer: int) -> int:
-    """Address, in this process, of ``tensor``'s symmetric counterpart on rank ``peer``."""
+    """Address, in this process, of ``tensor``'s symmetric counterpart on rank ``peer``: the host's ``translate``, for
+    ``ctx.put_tile``'s ``to_ptr``. Local.
+
+    Raises ``ValueError`` when ``tensor`` is not on the heap, or ``peer`` is out of range or on another node.
+
+    Example::
+
+        from iris.copy_engine import peer_address
+
+        x = ctx.zeros(64)
+        peer, bases = (rank + 1) % world_size, ctx.get_heap_bases()
+        address = peer_address(ctx, x, peer)
+        assert address - int(bases[peer]) == x.data_ptr() - int(bases[rank])  # the same offset in every heap
+    """
     operand = ctx.on_heap(tensor, "peer_address")
     ctx.check_direct(peer, "peer_address", "peer")
     return operand.at(peer)

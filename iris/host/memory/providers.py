@@ -53,7 +53,15 @@ def bases_table(rank, world_size, bases, extent):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SymmetricAddressMap:
-    """One allocation's address on every rank (module docstring). ``peer_bases`` is what kernels take."""
+    """One allocation's address on every rank (module docstring). ``peer_bases`` is what kernels take. Made by the
+    providers (``allocate_symmetric_map``, ``symmetric_address_map``) and ``iris.wrap_symmetric``, not by hand.
+
+    Example::
+
+        x, address = ctx.provider.allocate_symmetric_map(64)
+        assert address.world_size == world_size and address.local_rank == rank and address.nbytes == 64 * 4
+        assert address.bases[rank] == x.data_ptr() and address.peer_bases.tolist() == list(address.bases)
+    """
     peer_bases: torch.Tensor
     bases: tuple
     local_rank: int
@@ -64,7 +72,15 @@ class SymmetricAddressMap:
     shape: tuple = ()     # the tensor it was made for
 
     def peer_address(self, tensor: torch.Tensor, rank: int) -> int:
-        """The address, in this process, of ``tensor``'s counterpart on ``rank`` (``tensor`` inside the allocation)."""
+        """The address, in this process, of ``tensor``'s counterpart on ``rank`` (``tensor`` inside the allocation).
+        Local; unchecked.
+
+        Example::
+
+            x, address = ctx.provider.allocate_symmetric_map(64)
+            peer = (rank + 1) % world_size
+            assert address.peer_address(x[16:], peer) == address.bases[peer] + 16 * x.element_size()
+        """
         return tensor.data_ptr() - self.bases[self.local_rank] + self.bases[rank]
 
 
@@ -178,25 +194,53 @@ def _nbytes(tensor):
 
 class HeapProvider:
     """iris's symmetric heap as a provider: one uniform heap, so a tensor's table is the heap's bases moved by its
-    offset. ``ctx.provider`` is this context's."""
+    offset. ``ctx.provider`` is this context's. Its methods raise ``iris.ClosedError`` once the context is closed.
+
+    Example::
+
+        provider = ctx.provider  # iris.HeapProvider(ctx)
+        x, peer_bases = provider.allocate_symmetric(16, 16)
+        assert ctx.is_symmetric(x) and int(peer_bases[rank]) == x.data_ptr()
+    """
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
     def allocate_symmetric_map(self, *size: int | Sequence[int],
                                dtype: torch.dtype | None = None) -> tuple[torch.Tensor, SymmetricAddressMap]:
-        """Collective. An uninitialised heap tensor and its ``SymmetricAddressMap``."""
+        """Collective. An uninitialised heap tensor and its ``SymmetricAddressMap``. Raises ``ctx.empty``'s errors.
+
+        Example::
+
+            x, address = ctx.provider.allocate_symmetric_map(8, 8, dtype=torch.bfloat16)
+            assert x.shape == (8, 8) and address.bases[rank] == x.data_ptr()
+        """
         tensor = self.ctx.empty(*size, dtype=dtype)
         return tensor, self.symmetric_address_map(tensor)
 
     def allocate_symmetric(self, *size: int | Sequence[int],
                            dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Collective. An uninitialised heap tensor and its ``peer_bases`` (entry r: its address on rank r)."""
+        """Collective. An uninitialised heap tensor and its ``peer_bases`` (entry r: its address on rank r). Raises
+        ``ctx.empty``'s errors.
+
+        Example::
+
+            x, peer_bases = ctx.provider.allocate_symmetric(1024, dtype=torch.int32)
+            assert peer_bases.shape == (world_size,) and int(peer_bases[rank]) == x.data_ptr()
+        """
         tensor, address = self.allocate_symmetric_map(*size, dtype=dtype)
         return tensor, address.peer_bases
 
     def symmetric_address_map(self, tensor: torch.Tensor) -> SymmetricAddressMap:
-        """Local. The map of a heap tensor (off-node ranks keep the heap table's codes)."""
+        """Local. The map of a heap tensor (off-node ranks keep the heap table's codes). Raises ``ValueError`` when
+        ``tensor`` is not on the heap.
+
+        Example::
+
+            x = ctx.zeros(32)
+            address = ctx.provider.symmetric_address_map(x[8:])
+            assert address.bases[rank] == x[8:].data_ptr() and address.nbytes == 24 * x.element_size()
+        """
         ctx = self.ctx
         ctx.check_symmetric(tensor, "HeapProvider.symmetric_address_map")
         offset = ctx.heap.offset_of(tensor)
@@ -209,7 +253,16 @@ class TorchSymmMemProvider:
     """PyTorch's symmetric memory (``torch.distributed._symmetric_memory``) as a provider: ``symm_mem.empty`` then
     ``rendezvous`` over ``group`` (default: the world), whose handle's ``buffer_ptrs`` give the table. Needs CUDA
     (torch's symmetric memory has no CPU backend) and one GPU per rank (torch refuses two ranks on one GPU).
-    Multicast is neither needed nor used (``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` is fine)."""
+    Multicast is neither needed nor used (``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` is fine).
+
+    Example::
+
+        # not run by the tests: torch's symmetric memory needs one GPU per rank
+        provider = iris.TorchSymmMemProvider()  # the world, on the current GPU
+        x, peer_bases = provider.allocate_symmetric(1024, dtype=torch.float32)
+        x.fill_(1.0)
+        ctx.ccl.all_reduce(x, x)  # the collectives take its tensors as they take the heap's
+    """
 
     def __init__(self, group: dist.ProcessGroup | None = None, device: Device | None = None) -> None:
         self.group = dist.group.WORLD if group is None else group
@@ -217,7 +270,15 @@ class TorchSymmMemProvider:
 
     def allocate_symmetric_map(self, *size: int | Sequence[int],
                                dtype: torch.dtype | None = None) -> tuple[torch.Tensor, SymmetricAddressMap]:
-        """Collective over the group. A tensor from ``symm_mem.empty`` and its ``SymmetricAddressMap``."""
+        """Collective over the group. A tensor from ``symm_mem.empty`` and its ``SymmetricAddressMap``. Raises
+        ``symmetric_address_map``'s errors.
+
+        Example::
+
+            # not run by the tests: torch's symmetric memory needs one GPU per rank
+            x, address = iris.TorchSymmMemProvider().allocate_symmetric_map(4, 256, dtype=torch.bfloat16)
+            assert address.bases[address.local_rank] == x.data_ptr()
+        """
         from torch.distributed import _symmetric_memory as symm_mem
 
         tensor = symm_mem.empty(*size, dtype=dtype or torch.get_default_dtype(), device=self.device)
@@ -225,14 +286,36 @@ class TorchSymmMemProvider:
 
     def allocate_symmetric(self, *size: int | Sequence[int],
                            dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Collective over the group. A tensor from ``symm_mem.empty`` and its ``peer_bases``."""
+        """Collective over the group. A tensor from ``symm_mem.empty`` and its ``peer_bases``. Raises
+        ``symmetric_address_map``'s errors.
+
+        Example::
+
+            # not run by the tests: torch's symmetric memory needs one GPU per rank
+            x, peer_bases = iris.TorchSymmMemProvider().allocate_symmetric(1024)
+            assert int(peer_bases[dist.get_rank()]) == x.data_ptr()
+        """
         tensor, address = self.allocate_symmetric_map(*size, dtype=dtype)
         return tensor, address.peer_bases
 
     def symmetric_address_map(self, tensor: torch.Tensor) -> SymmetricAddressMap:
         """Collective over the group (torch's ``rendezvous``). The map of ``tensor``, which must come from
         ``symm_mem.empty`` (a view of one too): entry r is ``buffer_ptrs[r]`` moved by the tensor's offset in its
-        buffer, the same on every rank. Every rank raises when any rank's table is refused (``_table_problem``)."""
+        buffer, the same on every rank.
+
+        Raises ``ValueError`` when torch refuses the tensor (not from ``symm_mem.empty``), and on every rank when any
+        rank's table is refused: distances between the ranks' addresses that are not multiples of 256 bytes
+        (``BASE_ALIGNMENT``), or a live map of these bytes with another table.
+
+        Example::
+
+            # not run by the tests: torch's symmetric memory needs one GPU per rank
+            from torch.distributed import _symmetric_memory as symm_mem
+
+            x = symm_mem.empty(1024, dtype=torch.float32, device=ctx.get_device())
+            address = iris.TorchSymmMemProvider().symmetric_address_map(x)
+            assert address.bases[address.local_rank] == x.data_ptr()
+        """
         from torch.distributed import _symmetric_memory as symm_mem
 
         caller = "TorchSymmMemProvider.symmetric_address_map"
@@ -256,7 +339,19 @@ def wrap_symmetric(tensor: torch.Tensor, peer_addresses: Sequence[int] | torch.T
     Checked: the list's length, the local entry, the same shape and dtype on every rank, the alignment of the
     distances, on GPUs that every address is mapped memory, and that no live map of these bytes has another table
     (``_claim``); every rank raises when any rank's check fails. The map holds ``tensor``; the caller keeps the
-    peers' memory mapped while a kernel may use the map."""
+    peers' memory mapped while a kernel may use the map.
+
+    Raises ``ValueError``, on every rank, naming each rank whose check failed.
+
+    Example::
+
+        from iris.copy_engine import peer_address
+
+        x = ctx.zeros(256)  # here the heap's memory; in practice NVSHMEM's, an NCCL window's, opened IPC handles
+        peers = [peer_address(ctx, x, r) for r in range(world_size)]
+        address = iris.wrap_symmetric(x, peers)
+        assert address.peer_address(x, (rank + 1) % world_size) == peers[(rank + 1) % world_size]
+    """
     caller = "iris.wrap_symmetric"
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     problem = _wrap_problem(tensor, peer_addresses, rank, world)

@@ -29,13 +29,38 @@ USER_BUFFERS = (("event_id", torch.int32), ("pid", torch.int32), ("pid_m", torch
 
 
 class Tracing:
+    """Device tracing of one context, ``ctx.tracing`` (module docstring): ``enable`` allocates the event buffers
+    and starts recording; ``ctx.ops.matmul_all_gather`` (its column-sharded path) then records a gemm-tile and a
+    scatter-tile event per tile, and user kernels whose ``DeviceContext`` was initialised with ``tracing=True`` record
+    theirs (``iris/device/user_tracing.py``); ``events`` / ``device_events`` read this rank's, ``export`` writes every
+    rank's as one trace. ``enabled`` is the switch the ops read: setting it to False stops their recording (the
+    buffers stay; ``enable`` starts afresh).
+    Every method raises ``iris.ClosedError`` once the context is closed.
+
+    Example::
+
+        ctx.tracing.enable(max_events=1024)  # collective; before the kernels to trace
+        ctx.ops.matmul_all_gather(ctx.zeros(32, 16 * world_size), ctx.randn(32, 32), ctx.randn(32, 16))
+        events, dropped = ctx.tracing.events()  # this rank's: a gemm tile and a scatter tile
+        ctx.tracing.export("trace.json")  # collective; rank 0 writes every rank's
+        ctx.tracing.enabled = False  # off again
+    """
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.enabled = False
         self._args = torch.zeros(4, dtype=torch.int64, device=ctx.get_device())  # what kernels get when off
 
     def enable(self, max_events: int = 1 << 16) -> None:
-        """Collective. Allocate room for ``max_events`` events on this rank and start recording."""
+        """Collective. Allocate room for ``max_events`` events on this rank and start recording (a new time origin,
+        ``reset``). Raises ``ValueError`` unless ``max_events`` is a positive int.
+
+        Example::
+
+            ctx.tracing.enable(max_events=1 << 12)  # before the kernels to trace
+            assert ctx.tracing.enabled and ctx.tracing.events() == ([], 0)
+            ctx.tracing.enabled = False  # off again: the calls that follow run untraced
+        """
         self.ctx.check_open("tracing.enable")
         if not isinstance(max_events, int) or max_events <= 0:
             raise ValueError(f"tracing.enable: max_events must be a positive int, got {max_events!r}")
@@ -62,7 +87,17 @@ class Tracing:
         self.reset()
 
     def reset(self) -> None:
-        """Collective. Drop recorded events and take a new common time origin."""
+        """Collective. Drop recorded events and take a new common time origin. Raises ``RuntimeError`` when tracing
+        is not enabled.
+
+        Example::
+
+            ctx.tracing.enable(max_events=1024)
+            ctx.ops.matmul_all_gather(ctx.zeros(32, 16 * world_size), ctx.randn(32, 32), ctx.randn(32, 16))
+            ctx.tracing.reset()  # e.g. after a warm-up call
+            assert ctx.tracing.events() == ([], 0)
+            ctx.tracing.enabled = False  # off again
+        """
         self._require("reset")
         self.counter.zero_()
         self.clock.zero_()
@@ -74,12 +109,30 @@ class Tracing:
         self.origin = int(origin.item())
 
     def device_args(self) -> torch.Tensor:
-        """The int64 tensor instrumented kernels take (``iris/device/tracing.py``)."""
+        """The int64 tensor instrumented kernels take (``iris/device/tracing.py``): ``[max_events, counter address,
+        buffer address, clock address]``, zeros while tracing was never enabled. Local.
+
+        Example::
+
+            args = ctx.tracing.device_args()  # a kernel's trace argument
+            assert args.dtype == torch.int64 and args.shape == (4,)
+        """
         self.ctx.check_open("tracing.device_args")
         return self._args
 
     def events(self) -> tuple[list[dict[str, int]], int]:
-        """This rank's events as dicts (host-blocking)."""
+        """This rank's events from the instrumented ops, as dicts (``op``, ``target``, ``bytes``, ``program``, ``sm``,
+        ``start``, ``end``, ``rank``), and how many were dropped past ``max_events``. Local, host-blocking. Raises
+        ``RuntimeError`` when tracing is not enabled.
+
+        Example::
+
+            ctx.tracing.enable(max_events=1024)
+            ctx.ops.matmul_all_gather(ctx.zeros(32, 16 * world_size), ctx.randn(32, 32), ctx.randn(32, 16))
+            events, dropped = ctx.tracing.events()
+            assert events and dropped == 0 and all(e["rank"] == rank and e["end"] >= e["start"] for e in events)
+            ctx.tracing.enabled = False  # off again
+        """
         self._require("events")
         count = int(self.counter.item())
         rows = self.buffer[:min(count, self.buffer.shape[0])].cpu().tolist()
@@ -88,7 +141,17 @@ class Tracing:
 
     def device_events(self) -> tuple[list[dict[str, int | str]], int]:
         """This rank's events from user kernels (``ctx.tracing.record_event_start`` / ``end``) as dicts with
-        upstream's fields and the event's name (``iris.TraceEvent``), and how many were dropped (host-blocking)."""
+        upstream's fields and the event's name (``iris.TraceEvent``), and how many were dropped (host-blocking).
+        Local. Raises ``RuntimeError`` when tracing is not enabled.
+
+        Example::
+
+            ctx.tracing.enable(max_events=1024)
+            # ... kernels whose DeviceContext.initialize(..., tracing=True) records events (iris/device/user_tracing.py)
+            events, dropped = ctx.tracing.device_events()  # [{"name": "put", "target_rank": 1, ...}, ...]
+            assert events == [] and dropped == 0  # none ran here
+            ctx.tracing.enabled = False  # off again
+        """
         self._require("device_events")
         count = int(self.trace_counter.item())
         kept = min(count, self.max_events)
@@ -101,7 +164,19 @@ class Tracing:
     def export(self, path: str | os.PathLike[str]) -> str | os.PathLike[str] | None:
         """Collective, host-blocking. Gather every rank's events; rank 0 writes Chrome trace JSON to ``path``
         and returns it (other ranks return None). One process row per rank, one thread row per SM
-        (per program on the cpu backend)."""
+        (per program on the cpu backend). Raises ``RuntimeError`` when tracing is not enabled.
+
+        Example::
+
+            import os, tempfile
+
+            ctx.tracing.enable(max_events=1024)
+            ctx.ops.matmul_all_gather(ctx.zeros(32, 16 * world_size), ctx.randn(32, 32), ctx.randn(32, 16))
+            with tempfile.TemporaryDirectory() as folder:
+                path = ctx.tracing.export(os.path.join(folder, "trace.json"))  # open it in ui.perfetto.dev
+                assert (path is not None) == (rank == 0)
+            ctx.tracing.enabled = False  # off again
+        """
         self._require("export")
         if self.ctx.get_device().type == "cuda":
             torch.cuda.synchronize(self.ctx.get_device())
