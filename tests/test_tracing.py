@@ -23,8 +23,11 @@ def _trace_body(path, max_events):
     ctx.ops.matmul_all_gather(out, a, b, config=fused)  # recorded
     ctx.tracing.reset()  # ... and forgotten
     ctx.ops.matmul_all_gather(out, a, b, config=fused)  # recorded
+    ctx.tracing.disable()
+    ctx.ops.matmul_all_gather(out, a, b, config=fused)  # not recorded; what was recorded stays readable
+    user_kernels_off = int(ctx.get_device_context()[2 + world]) == 0  # the word DeviceContext.initialize reads
     written = ctx.tracing.export(path)
-    return not_enabled, written
+    return not_enabled, written, user_kernels_off
 
 
 def test_trace_export_covers_every_rank_and_tile(pools, tmp_path):
@@ -32,11 +35,13 @@ def test_trace_export_covers_every_rank_and_tile(pools, tmp_path):
     results = pools(2).run(_trace_body, path, 1 << 12)
     assert "tracing.export: tracing is not enabled" in results[0][0]
     assert results[0][1] == path and results[1][1] is None  # rank 0 writes
+    assert results[0][2] and results[1][2]
     events = [e for e in json.load(open(path))["traceEvents"] if e["ph"] == "X"]
     tiles = -(-M // 32) * -(-N_LOCAL // 32) if not GPU_SCALE else -(-M // 128) * -(-N_LOCAL // 128)
     for rank in range(2):
         mine = [e for e in events if e["pid"] == rank]
-        # one gemm and one scatter event per tile: the reset dropped the first call's events
+        # one gemm and one scatter event per tile: the reset dropped the first call's events, the third call ran
+        # with tracing disabled
         assert sum(e["name"] == "gemm tile" for e in mine) == tiles
         assert sum(e["name"] == "scatter tile" for e in mine) == tiles
         assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in mine)

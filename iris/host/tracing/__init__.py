@@ -33,8 +33,8 @@ class Tracing:
     and starts recording; ``ctx.ops.matmul_all_gather`` (its column-sharded path) then records a gemm-tile and a
     scatter-tile event per tile, and user kernels whose ``DeviceContext`` was initialised with ``tracing=True`` record
     theirs (``iris/device/user_tracing.py``); ``events`` / ``device_events`` read this rank's, ``export`` writes every
-    rank's as one trace. ``enabled`` is the switch the ops read: setting it to False stops their recording (the
-    buffers stay; ``enable`` starts afresh).
+    rank's as one trace; ``disable`` stops the recording, what was recorded still readable (``enable`` starts
+    afresh). ``enabled`` is the switch the ops read.
     Every method raises ``iris.ClosedError`` once the context is closed.
 
     Example::
@@ -42,8 +42,8 @@ class Tracing:
         ctx.tracing.enable(max_events=1024)  # collective; before the kernels to trace
         ctx.ops.matmul_all_gather(ctx.zeros(32, 16 * world_size), ctx.randn(32, 32), ctx.randn(32, 16))
         events, dropped = ctx.tracing.events()  # this rank's: a gemm tile and a scatter tile
+        ctx.tracing.disable()  # what was recorded stays readable
         ctx.tracing.export("trace.json")  # collective; rank 0 writes every rank's
-        ctx.tracing.enabled = False  # off again
     """
 
     def __init__(self, ctx: Context) -> None:
@@ -59,7 +59,7 @@ class Tracing:
 
             ctx.tracing.enable(max_events=1 << 12)  # before the kernels to trace
             assert ctx.tracing.enabled and ctx.tracing.events() == ([], 0)
-            ctx.tracing.enabled = False  # off again: the calls that follow run untraced
+            ctx.tracing.disable()  # off again: the calls that follow run untraced
         """
         self.ctx.check_open("tracing.enable")
         if not isinstance(max_events, int) or max_events <= 0:
@@ -88,7 +88,7 @@ class Tracing:
 
     def reset(self) -> None:
         """Collective. Drop recorded events and take a new common time origin. Raises ``RuntimeError`` when tracing
-        is not enabled.
+        was never enabled.
 
         Example::
 
@@ -96,7 +96,7 @@ class Tracing:
             ctx.ops.matmul_all_gather(ctx.zeros(32, 16 * world_size), ctx.randn(32, 32), ctx.randn(32, 16))
             ctx.tracing.reset()  # e.g. after a warm-up call
             assert ctx.tracing.events() == ([], 0)
-            ctx.tracing.enabled = False  # off again
+            ctx.tracing.disable()
         """
         self._require("reset")
         self.counter.zero_()
@@ -108,9 +108,25 @@ class Tracing:
         _read_clock_kernel[(1,)](self._args, origin, num_warps=1)  # back to back with the barrier on the stream
         self.origin = int(origin.item())
 
+    def disable(self) -> None:
+        """Stop recording: the fused ops and the user kernels whose ``DeviceContext`` was initialised with
+        ``tracing=True`` record nothing more. What was recorded stays: ``events``, ``device_events`` and ``export``
+        still read it; ``enable`` starts afresh. Local. Raises ``RuntimeError`` when tracing was never enabled.
+
+        Example::
+
+            ctx.tracing.enable(max_events=1024)
+            ctx.tracing.disable()
+            assert not ctx.tracing.enabled and ctx.tracing.events() == ([], 0)
+        """
+        self._require("disable")
+        self.enabled = False
+        self.ctx.get_device_context()[2 + self.ctx.get_num_ranks()] = 0  # the trace-enabled word user kernels read
+        self._args = torch.zeros(4, dtype=torch.int64, device=self.ctx.get_device())  # what kernels get when off
+
     def device_args(self) -> torch.Tensor:
         """The int64 tensor instrumented kernels take (``iris/device/tracing.py``): ``[max_events, counter address,
-        buffer address, clock address]``, zeros while tracing was never enabled. Local.
+        buffer address, clock address]``, zeros while tracing is off. Local.
 
         Example::
 
@@ -123,7 +139,7 @@ class Tracing:
     def events(self) -> tuple[list[dict[str, int]], int]:
         """This rank's events from the instrumented ops, as dicts (``op``, ``target``, ``bytes``, ``program``, ``sm``,
         ``start``, ``end``, ``rank``), and how many were dropped past ``max_events``. Local, host-blocking. Raises
-        ``RuntimeError`` when tracing is not enabled.
+        ``RuntimeError`` when tracing was never enabled.
 
         Example::
 
@@ -131,7 +147,7 @@ class Tracing:
             ctx.ops.matmul_all_gather(ctx.zeros(32, 16 * world_size), ctx.randn(32, 32), ctx.randn(32, 16))
             events, dropped = ctx.tracing.events()
             assert events and dropped == 0 and all(e["rank"] == rank and e["end"] >= e["start"] for e in events)
-            ctx.tracing.enabled = False  # off again
+            ctx.tracing.disable()
         """
         self._require("events")
         count = int(self.counter.item())
@@ -142,7 +158,7 @@ class Tracing:
     def device_events(self) -> tuple[list[dict[str, int | str]], int]:
         """This rank's events from user kernels (``ctx.tracing.record_event_start`` / ``end``) as dicts with
         upstream's fields and the event's name (``iris.TraceEvent``), and how many were dropped (host-blocking).
-        Local. Raises ``RuntimeError`` when tracing is not enabled.
+        Local. Raises ``RuntimeError`` when tracing was never enabled.
 
         Example::
 
@@ -150,7 +166,7 @@ class Tracing:
             # ... kernels whose DeviceContext.initialize(..., tracing=True) records events (iris/device/user_tracing.py)
             events, dropped = ctx.tracing.device_events()  # [{"name": "put", "target_rank": 1, ...}, ...]
             assert events == [] and dropped == 0  # none ran here
-            ctx.tracing.enabled = False  # off again
+            ctx.tracing.disable()
         """
         self._require("device_events")
         count = int(self.trace_counter.item())
@@ -164,7 +180,7 @@ class Tracing:
     def export(self, path: str | os.PathLike[str]) -> str | os.PathLike[str] | None:
         """Collective, host-blocking. Gather every rank's events; rank 0 writes Chrome trace JSON to ``path``
         and returns it (other ranks return None). One process row per rank, one thread row per SM
-        (per program on the cpu backend). Raises ``RuntimeError`` when tracing is not enabled.
+        (per program on the cpu backend). Raises ``RuntimeError`` when tracing was never enabled.
 
         Example::
 
@@ -175,7 +191,7 @@ class Tracing:
             with tempfile.TemporaryDirectory() as folder:
                 path = ctx.tracing.export(os.path.join(folder, "trace.json"))  # open it in ui.perfetto.dev
                 assert (path is not None) == (rank == 0)
-            ctx.tracing.enabled = False  # off again
+            ctx.tracing.disable()
         """
         self._require("export")
         if self.ctx.get_device().type == "cuda":
@@ -215,6 +231,6 @@ class Tracing:
 
     def _require(self, what):
         self.ctx.check_open(f"tracing.{what}")
-        if not self.enabled:
+        if not hasattr(self, "buffer"):  # enabled once: the buffers stay after disable
             raise RuntimeError(f"tracing.{what}: tracing is not enabled; call ctx.tracing.enable(max_events=...) "
                                "first")
