@@ -294,6 +294,7 @@ def _upstream_forms_body():
     checks["module"] = (creation.parse_size(((2, 3),)) == ((2, 3), 6) and creation.parse_size(((),)) == ((), 1)
                         and creation.is_valid_device(None, dev) and not creation.is_valid_device(other, dev)
                         and torch.equal(creation.full(ctx.heap, dev, (2,), 3).cpu(), torch.tensor([3, 3]))
+                        and creation.zeros(ctx.heap, dev, 4).shape == (4,)  # one int, as torch.zeros(4)
                         and ctx.is_symmetric(creation.zeros_like(ctx.heap, dev, last))
                         and creation.apply_layout(last, torch.strided) is last)
     out["layout"] = error_message(creation.apply_layout, last, torch.sparse_coo)

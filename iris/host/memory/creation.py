@@ -27,14 +27,17 @@ Scalar = int | float | complex
 
 def parse_size(size: Size) -> tuple[Sequence[int], int]:
     """``(size, number of elements)`` from a factory's ``*size``: ``(2, 3)``, ``((2, 3),)``, ``([2, 3],)`` and
-    ``(((2, 3),),)`` all give ``(2, 3)``; ``((),)`` is a 0-d shape of one element. A list comes back as the list.
-    Raises ``TypeError`` for a size that is not integers or one sequence of them.
+    ``(((2, 3),),)`` all give ``(2, 3)``; ``((),)`` is a 0-d shape of one element; one int (the module functions'
+    ``size``, as ``torch.zeros(4)``) gives ``(4,)``. A list comes back as the list. Raises ``TypeError`` for a size
+    that is not integers or one sequence of them.
 
     Example::
 
         assert iris.tensor_creation.parse_size((2, 3)) == ((2, 3), 6)
         assert iris.tensor_creation.parse_size(([4, 5],)) == ([4, 5], 20)
     """
+    if isinstance(size, int) and not isinstance(size, bool):
+        size = (size,)
     while len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
         size = size[0]
     if not all(isinstance(d, int) and not isinstance(d, bool) for d in size):
