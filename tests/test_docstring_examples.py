@@ -1,5 +1,7 @@
-"""Every public host function and method (the walk of ``tests/test_hints.py``) shows a short example in its docstring,
-an ``Example::`` block, and the examples run: all of them, in order, at 2 ranks on the cpu backend.
+"""Every public host function and method (the walk of ``tests/test_hints.py``) and every device function of
+``iris.__all__`` and ``iris.x.__all__`` shows a short example in its docstring, an ``Example::`` block, and the
+examples run: all of them, in order, at 2 ranks on the cpu backend (a device function's example defines a
+``@triton.jit`` kernel that calls it, launches it and checks what it did).
 
 An example runs with these names defined: ``ctx`` (a context of 2 ranks with a 16 MiB heap), ``rank``,
 ``world_size``, ``torch``, ``dist`` (``torch.distributed``), ``iris``, ``triton`` and ``tl``. Every rank runs
@@ -8,19 +10,38 @@ another context, needs a GPU) begins with a comment saying why: ``# not run by t
 Python."""
 
 import ast
+import importlib
 import inspect
+import linecache
 import re
 import textwrap
 
 import pytest
 
-from test_hints import public_host_api
+from test_hints import _is_device_function, public_host_api
 
 EXAMPLE = re.compile(r"^(?P<indent>[ \t]*)Example::[ \t]*\n(?P<body>(?:[ \t]*\n)*(?:(?P=indent)[ \t]+\S.*\n?|[ \t]*\n)+)",
                      re.M)
 NOT_RUN = "# not run by the tests:"
 # Constructors show their example in the class's docstring; these have no example of their own to give.
 NO_EXAMPLE = re.compile(r"\.__init__$")
+
+
+def public_device_api():
+    """``{label: function}`` of the device functions users call: those of ``iris.__all__`` and ``iris.x.__all__``
+    (the Python function under Triton's wrapper)."""
+    found = {}
+    for module_name in ("iris", "iris.x"):
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if _is_device_function(obj):
+                found[f"{module_name}.{name}"] = obj.fn
+    return found
+
+
+def public_api():
+    return {**public_host_api()[0], **public_device_api()}
 
 
 def example_of(fn):
@@ -33,7 +54,7 @@ def example_of(fn):
 def examples():
     """``[(labels, code)]``: each docstring's example once (``ctx.ccl.all_reduce`` shares ``iris.ccl.all_reduce``'s),
     in the walk's order, with every label that shows it."""
-    found, _ = public_host_api()
+    found = public_api()
     by_code = {}
     for label, fn in sorted(found.items()):
         code = example_of(fn)
@@ -43,9 +64,9 @@ def examples():
 
 
 def test_every_public_callable_has_an_example():
-    found, _ = public_host_api()
+    found = public_api()
     missing = [label for label, fn in sorted(found.items()) if not NO_EXAMPLE.search(label) and example_of(fn) is None]
-    assert missing == [], (f"{len(missing)} public host callables without an 'Example::' block in their docstring:\n"
+    assert missing == [], (f"{len(missing)} public callables without an 'Example::' block in their docstring:\n"
                            + "\n".join(missing))
 
 
@@ -72,8 +93,11 @@ def _run_examples(runnable):
     for labels, code in runnable:
         names = {"ctx": ctx, "rank": rank, "world_size": world_size, "torch": torch, "dist": dist, "iris": iris,
                  "triton": triton, "tl": tl}
+        # registered as a file, so that triton.jit finds the source of a kernel the example defines
+        filename = f"<example of {labels[0]}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         try:
-            exec(compile(code, f"<example of {labels[0]}>", "exec"), names)
+            exec(compile(code, filename, "exec"), names)
             ctx.barrier()
         except Exception as e:
             return f"the example of {', '.join(labels)} raised {type(e).__name__}: {e}\n{code}"

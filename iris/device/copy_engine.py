@@ -113,7 +113,26 @@ def _publish(slot, seq):
 def quiet(copy_engine_ctx, to_rank):
     """Upstream: wait until this rank's copy-engine queue to ``to_rank`` has drained. Here: until every transfer
     posted with ``put_async`` (to any rank) has landed with its signal (acquire, sys). Puts by ``iris.put`` were the
-    program's own stores, already issued; the call synchronises the program so that what follows sees them all."""
+    program's own stores, already issued; the call synchronises the program so that what follows sees them all.
+
+    Example::
+
+        # not run by the tests: quiet reads the copy-engine context, which needs a context made with engines=("sdma",)
+        import iris.copy_engine
+
+        @triton.jit
+        def put_async_then_quiet(src, dst, flag, nbytes, rank, peer, heap_bases, copy_engine_ctx):
+            iris.copy_engine.put_async(src, dst, nbytes, rank, peer, heap_bases, copy_engine_ctx, flag, 1)
+            iris.quiet(copy_engine_ctx, peer)  # the transfer and its signal have landed
+
+        src, dst, flag = ctx.full((1024,), float(rank)), ctx.zeros(1024), ctx.zeros(1, dtype=torch.int32)
+        ctx.barrier()  # every rank's dst and flag are zeroed before a peer writes them
+        peer = (rank + 1) % world_size
+        put_async_then_quiet[(1,)](src, dst, flag, src.numel() * src.element_size(), rank, peer,
+                                   ctx.get_heap_bases(), ctx.get_copy_engine_ctx())
+        ctx.barrier()  # the peers' transfers have landed too
+        assert torch.all(dst == (rank - 1) % world_size) and flag.item() == 1
+    """
     head = tl.cast(_word(copy_engine_ctx, 2), tl.pointer_type(tl.int32))
     posted = tl.atomic_add(head, 0, sem="relaxed", scope="sys")
     while tl.atomic_add(head + 1, 0, sem="acquire", scope="sys") - posted < 0:  # wrap-safe int32
@@ -125,7 +144,24 @@ def quiet(copy_engine_ctx, to_rank):
 def put_signal(from_ptr, to_ptr, from_rank, to_rank, heap_bases, copy_engine_ctx, flag_ptr, flag_value, mask=None,
                hint: tl.constexpr = None):
     """``put`` then ``*flag_ptr += flag_value`` on ``to_rank`` (release/sys): a peer that acquires the flag sees the
-    data."""
+    data. ``copy_engine_ctx`` is not read (``ctx.get_copy_engine_ctx()``, None without copy engines, will do). In debug
+    mode (``IRIS_DEBUG=1``) a rank outside ``[0, world_size)`` or an address outside ``to_rank``'s heap stops the
+    kernel (``translate``).
+
+    Example::
+
+        @triton.jit
+        def put_and_signal(data, out, flag, rank, peer, heap_bases, copy_engine_ctx, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            iris.put_signal(data + offs, out + offs, rank, peer, heap_bases, copy_engine_ctx, flag, 1)
+
+        data, out, flag = ctx.full((16,), float(rank)), ctx.zeros(16), ctx.zeros(1, dtype=torch.int32)
+        ctx.barrier()  # every rank's out and flag are zeroed before a peer writes them
+        peer = (rank + 1) % world_size
+        put_and_signal[(1,)](data, out, flag, rank, peer, ctx.get_heap_bases(), ctx.get_copy_engine_ctx(), BLOCK=16)
+        ctx.barrier()  # the peers' puts and signals have landed
+        assert torch.all(out == (rank - 1) % world_size) and flag.item() == 1
+    """
     put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=mask, hint=hint)
     _release_add(flag_ptr, flag_value, from_rank, to_rank, heap_bases)
 
@@ -135,7 +171,26 @@ def put_signal_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, copy_engin
                     width_bytes: tl.constexpr, height: tl.constexpr, src_pitch: tl.constexpr,
                     dst_pitch: tl.constexpr, hint: tl.constexpr = None):
     """Copy ``height`` rows of ``width_bytes`` (pitches in bytes) from ``from_ptr`` to ``to_ptr`` on ``to_rank``,
-    then ``*flag_ptr += flag_value`` there (release/sys)."""
+    then ``*flag_ptr += flag_value`` there (release/sys). ``copy_engine_ctx`` and ``hint`` are not read. In debug
+    mode (``IRIS_DEBUG=1``) a rank outside ``[0, world_size)`` or a rectangle's or flag's first address outside
+    ``to_rank``'s heap stops the kernel (``translate``).
+
+    Example::
+
+        @triton.jit
+        def put_window_and_signal(src, dst, flag, rank, peer, heap_bases, copy_engine_ctx):
+            # rows 1..2, columns 0..3 of a 4 x 8 fp32 matrix: 16 bytes wide, 2 rows, 32-byte pitch on both sides
+            iris.put_signal_rect(src + 8, dst + 8, rank, peer, heap_bases, copy_engine_ctx, flag, 1, 16, 2, 32, 32)
+
+        src, dst, flag = ctx.full((4, 8), float(rank)), ctx.zeros(4, 8), ctx.zeros(1, dtype=torch.int32)
+        ctx.barrier()  # every rank's dst and flag are zeroed before a peer writes them
+        peer = (rank + 1) % world_size
+        put_window_and_signal[(1,)](src, dst, flag, rank, peer, ctx.get_heap_bases(), ctx.get_copy_engine_ctx())
+        ctx.barrier()  # the peers' windows and signals have landed
+        ref = torch.zeros(4, 8)
+        ref[1:3, :4] = (rank - 1) % world_size
+        assert torch.equal(dst.cpu(), ref) and flag.item() == 1
+    """
     _copy_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, width_bytes, height, src_pitch, dst_pitch)
     _release_add(flag_ptr, flag_value, from_rank, to_rank, heap_bases)
 
@@ -145,7 +200,28 @@ def wait_then_put_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, copy_en
                        width_bytes: tl.constexpr, height: tl.constexpr, src_pitch: tl.constexpr,
                        dst_pitch: tl.constexpr, hint: tl.constexpr = None):
     """Once the local ``*wait_flag_ptr >= wait_value`` (the calling program waits: see the module docstring), copy
-    the rectangle to ``to_rank``."""
+    the rectangle to ``to_rank``. ``copy_engine_ctx`` and ``hint`` are not read. In debug mode (``IRIS_DEBUG=1``) a
+    rank outside ``[0, world_size)`` or a rectangle's first address outside ``to_rank``'s heap stops the kernel
+    (``translate``); the wait stays unbounded there.
+
+    Example::
+
+        @triton.jit
+        def put_window_when_asked(src, dst, gate, rank, peer, left, heap_bases, copy_engine_ctx):
+            # tell left that our dst may be written (its gate), then wait for the peer to say the same of its dst
+            iris.atomic_add(gate, 1, rank, left, heap_bases, sem="release", scope="sys")
+            # rows 0..1, columns 2..5 of a 4 x 8 fp32 matrix: 16 bytes wide, 2 rows, 32-byte pitch on both sides
+            iris.wait_then_put_rect(src + 2, dst + 2, rank, peer, heap_bases, copy_engine_ctx, gate, 1, 16, 2, 32, 32)
+
+        src, dst, gate = ctx.full((4, 8), float(rank)), ctx.zeros(4, 8), ctx.zeros(1, dtype=torch.int32)
+        ctx.barrier()  # every rank's dst and gate are zeroed before a peer writes them
+        peer, left = (rank + 1) % world_size, (rank - 1) % world_size
+        put_window_when_asked[(1,)](src, dst, gate, rank, peer, left, ctx.get_heap_bases(), ctx.get_copy_engine_ctx())
+        ctx.barrier()  # the peers' windows have landed
+        ref = torch.zeros(4, 8)
+        ref[:2, 2:6] = left
+        assert torch.equal(dst.cpu(), ref)
+    """
     _wait_local(wait_flag_ptr, wait_value)
     _copy_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, width_bytes, height, src_pitch, dst_pitch)
 
@@ -155,7 +231,31 @@ def wait_then_put_signal_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, 
                               wait_value, signal_flag_ptr, signal_value, width_bytes: tl.constexpr,
                               height: tl.constexpr, src_pitch: tl.constexpr, dst_pitch: tl.constexpr,
                               hint: tl.constexpr = None):
-    """``wait_then_put_rect``, then ``*signal_flag_ptr += signal_value`` on ``to_rank`` (release/sys)."""
+    """``wait_then_put_rect``, then ``*signal_flag_ptr += signal_value`` on ``to_rank`` (release/sys).
+    ``copy_engine_ctx`` and ``hint`` are not read. In debug mode (``IRIS_DEBUG=1``) a rank outside ``[0, world_size)``
+    or a rectangle's or flag's first address outside ``to_rank``'s heap stops the kernel (``translate``); the wait
+    stays unbounded there.
+
+    Example::
+
+        @triton.jit
+        def put_window_when_asked_and_signal(src, dst, gate, flag, rank, peer, left, heap_bases, copy_engine_ctx):
+            iris.atomic_add(gate, 1, rank, left, heap_bases, sem="release", scope="sys")  # left may write our dst
+            # rows 2..3, columns 4..7 of a 4 x 8 fp32 matrix, once the peer says so; then +1 on the peer's flag
+            iris.wait_then_put_signal_rect(src + 20, dst + 20, rank, peer, heap_bases, copy_engine_ctx, gate, 1, flag,
+                                           1, 16, 2, 32, 32)
+
+        src, dst = ctx.full((4, 8), float(rank)), ctx.zeros(4, 8)
+        gate, flag = ctx.zeros(1, dtype=torch.int32), ctx.zeros(1, dtype=torch.int32)
+        ctx.barrier()  # every rank's dst, gate and flag are zeroed before a peer writes them
+        peer, left = (rank + 1) % world_size, (rank - 1) % world_size
+        put_window_when_asked_and_signal[(1,)](src, dst, gate, flag, rank, peer, left, ctx.get_heap_bases(),
+                                               ctx.get_copy_engine_ctx())
+        ctx.barrier()  # the peers' windows and signals have landed
+        ref = torch.zeros(4, 8)
+        ref[2:, 4:] = left
+        assert torch.equal(dst.cpu(), ref) and flag.item() == 1
+    """
     _wait_local(wait_flag_ptr, wait_value)
     _copy_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, width_bytes, height, src_pitch, dst_pitch)
     _release_add(signal_flag_ptr, signal_value, from_rank, to_rank, heap_bases)

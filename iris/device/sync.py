@@ -119,7 +119,24 @@ def wait_until(flag, target, rank, peer, what: tl.constexpr = tl.constexpr("wait
     word), every ``ABORT_POLLS`` polls the word is read too, and a nonzero word ends the wait unreached: the
     caller tells the two apart with ``behind``. In debug mode (``IRIS_DEBUG=1``) the spin is bounded
     (``IRIS_DEBUG_SPIN_LIMIT`` polls) and then stops the kernel naming ``what``, both ranks and the values. Returns
-    the value that ended the wait. ``iris.wait_until`` for users' kernels."""
+    the value that ended the wait. ``iris.wait_until`` for users' kernels.
+
+    Example::
+
+        @triton.jit
+        def send_then_receive(data, got, flag, rank, peer, left, heap_bases, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            iris.store(data + offs, tl.full((BLOCK,), rank, tl.float32), rank, peer, heap_bases)
+            iris.atomic_add(flag, 1, rank, peer, heap_bases, sem="release", scope="sys")  # after the data
+            iris.wait_until(flag, 1, rank, left)  # left's release reached us: its data is visible below
+            tl.store(got + offs, tl.load(data + offs))
+
+        data, got, flag = ctx.zeros(16), ctx.zeros(16), ctx.zeros(1, dtype=torch.int32)
+        ctx.barrier()  # every rank's data and flag are zeroed before a peer writes them
+        peer, left = (rank + 1) % world_size, (rank - 1) % world_size
+        send_then_receive[(1,)](data, got, flag, rank, peer, left, ctx.get_heap_bases(), BLOCK=16)
+        assert torch.all(got == left)  # no barrier needed: the flag ordered left's stores before our loads
+    """
     SEM: tl.constexpr = "relaxed" if RELAXED else "acquire"
     seen = tl.atomic_add(flag, 0, sem=SEM, scope="sys")
     spins = 0

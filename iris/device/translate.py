@@ -54,6 +54,20 @@ def translate(ptr, from_rank, to_rank, heap_bases, hint: tl.constexpr = None, ma
     dimension) restates the alignment and contiguity that the arithmetic hides from the compiler, so
     that remote accesses stay vectorised: the same value ``tl.multiple_of`` / ``tl.max_contiguous`` take.
     ``mask`` and ``op`` only serve debug mode (``iris/device/debug.py``): lanes it checks, name it reports.
+
+    Example::
+
+        @triton.jit
+        def read_through_translate(data, out, rank, peer, heap_bases, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            remote = iris.translate(data + offs, rank, peer, heap_bases)  # our offsets, in the peer's heap
+            tl.store(out + offs, tl.load(remote))
+
+        data, out = ctx.full((16,), float(rank)), ctx.zeros(16)
+        ctx.barrier()  # every rank's data is written before a peer reads it
+        peer = (rank + 1) % world_size
+        read_through_translate[(1,)](data, out, rank, peer, ctx.get_heap_bases(), BLOCK=16)
+        assert torch.all(out == peer)
     """
     if DEBUG:
         check_ranks(from_rank, to_rank, heap_bases, op)

@@ -49,7 +49,10 @@ def fix_interpreter():
       the race detector counts it (``_fix_interpreter_fences``);
     - it wraps whatever a kernel raises in ``InterpreterError(repr(e))``, once per nested device function:
       let ``iris.PeerError`` (raised into a spinning kernel by the watchdog) out as itself, so that
-      ``except iris.PeerError`` works as on GPUs."""
+      ``except iris.PeerError`` works as on GPUs;
+    - it parses a device function from the *last* line of its source that starts with ``def ``, so a docstring
+      whose example defines a kernel (the device API's do) is read as the function: from the first, as the
+      compiler does (``_fix_interpreter_definition_line``)."""
     import numpy as np
     import triton.language as tl
     from iris.platform.private import triton_interpreter
@@ -83,6 +86,7 @@ def fix_interpreter():
         patched._iris_fixed = True
         interpreter._patch_lang_tensor = patched
 
+    _fix_interpreter_definition_line(interpreter)
     builder = interpreter.InterpreterBuilder
     _fix_interpreter_atomics(builder, interpreter)
     _fix_interpreter_fences(builder, interpreter)
@@ -103,6 +107,20 @@ def fix_interpreter():
 
     dot._iris_fixed = True
     builder.create_dot = dot
+
+
+def _fix_interpreter_definition_line(interpreter):
+    """``FunctionRewriter._find_def``: the line number (from 1) of the first source line that starts with ``def ``
+    (after the decorators), where Triton 3.6's interpreter takes the last one."""
+    rewriter = interpreter.FunctionRewriter
+    if getattr(rewriter._find_def, "_iris_fixed", False):
+        return
+
+    def first_def(self, lines):
+        return next((i + 1 for i, line in enumerate(lines) if line.strip().startswith("def ")), 0)
+
+    first_def._iris_fixed = True
+    rewriter._find_def = first_def
 
 
 # libdevice's elementwise float functions that the interpreter gives a meaning: numpy's, in the argument's precision

@@ -29,7 +29,25 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 @triton.jit
 def tile_layout(pid_m, pid_n, M, N, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
     """Row indices ``rm`` [BLOCK_SIZE_M], column indices ``rn`` [BLOCK_SIZE_N] and the in-bounds mask
-    [BLOCK_SIZE_M, BLOCK_SIZE_N] of tile ``(pid_m, pid_n)`` of an ``M x N`` tensor."""
+    [BLOCK_SIZE_M, BLOCK_SIZE_N] of tile ``(pid_m, pid_n)`` of an ``M x N`` tensor.
+
+    Example::
+
+        import iris.x
+
+        @triton.jit
+        def number_tiles(out, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+            pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+            rm, rn, mask = iris.x.tile_layout(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N)  # mask: [BLOCK_M, BLOCK_N]
+            t = pid_m * tl.num_programs(1) + pid_n
+            tl.store(out + rm[:, None] * N + rn[None, :], tl.full((BLOCK_M, BLOCK_N), t, tl.int32), mask=mask)
+
+        M, N = 12, 10  # 2 x 2 tiles of 8 x 8, the last row and column of tiles cut short
+        out = ctx.zeros(M, N, dtype=torch.int32)
+        number_tiles[(2, 2)](out, M, N, BLOCK_M=8, BLOCK_N=8)
+        rows, cols = torch.arange(M)[:, None] // 8, torch.arange(N)[None, :] // 8
+        assert torch.equal(out.cpu(), (rows * 2 + cols).int())
+    """
     rm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
     rn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
     rm = tl.max_contiguous(tl.multiple_of(rm, BLOCK_SIZE_M), BLOCK_SIZE_M)
@@ -48,20 +66,74 @@ def _tile_offsets(rm, rn, stride_m, stride_n, BLOCK_M: tl.constexpr, BLOCK_N: tl
 def tile_ptr(ptr, M, N, stride_m, stride_n, pid_m, pid_n, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
     """[BLOCK_SIZE_M, BLOCK_SIZE_N] pointers to tile ``(pid_m, pid_n)`` of the ``M x N`` tensor at ``ptr``, and the
     mask of the elements inside it: ready for ``tl.load`` / ``tl.store`` or, on the heap, ``iris.load`` /
-    ``iris.store`` to a peer."""
+    ``iris.store`` to a peer.
+
+    Example::
+
+        import iris.x
+
+        @triton.jit
+        def read_peer_tile(x, out, M, N, rank, peer, heap_bases, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+            ptrs, mask = iris.x.tile_ptr(x, M, N, N, 1, 1, 0, BLOCK_M, BLOCK_N)  # tile (1, 0): rows 8.., columns ..7
+            out_ptrs, _ = iris.x.tile_ptr(out, M, N, N, 1, 1, 0, BLOCK_M, BLOCK_N)
+            tl.store(out_ptrs, iris.load(ptrs, rank, peer, heap_bases, mask=mask), mask=mask)
+
+        M, N = 12, 10
+        x, out = ctx.full((M, N), float(rank)), ctx.zeros(M, N)
+        ctx.barrier()  # every rank's x is written before a peer reads it
+        peer = (rank + 1) % world_size
+        read_peer_tile[(1,)](x, out, M, N, rank, peer, ctx.get_heap_bases(), BLOCK_M=8, BLOCK_N=8)
+        ref = torch.zeros(M, N)
+        ref[8:, :8] = peer
+        assert torch.equal(out.cpu(), ref)
+    """
     rm, rn, mask = tile_layout(pid_m, pid_n, M, N, BLOCK_SIZE_M, BLOCK_SIZE_N)
     return ptr + _tile_offsets(rm, rn, stride_m, stride_n, BLOCK_SIZE_M, BLOCK_SIZE_N), mask
 
 
 @triton.jit
 def offset_ptr(ptr, stride_m, stride_n, offset_m, offset_n):
-    """``ptr`` moved by ``offset_m`` rows and ``offset_n`` columns, in int64."""
+    """``ptr`` moved by ``offset_m`` rows and ``offset_n`` columns, in int64.
+
+    Example::
+
+        import iris.x
+
+        @triton.jit
+        def read_row_piece(x, out, stride_m, stride_n, BLOCK: tl.constexpr):
+            start = iris.x.offset_ptr(x, stride_m, stride_n, 2, 3)  # &x[2, 3]
+            offs = tl.arange(0, BLOCK)
+            tl.store(out + offs, tl.load(start + offs * stride_n))
+
+        x, out = ctx.arange(120, dtype=torch.float32).view(12, 10), ctx.zeros(4)
+        read_row_piece[(1,)](x, out, x.stride(0), x.stride(1), BLOCK=4)
+        assert torch.equal(out, x[2, 3:7])
+    """
     return ptr + tl.cast(offset_m, tl.int64) * stride_m + tl.cast(offset_n, tl.int64) * stride_n
 
 
 @triton.jit
 def make_tensor_view(ptr, M, N, stride_m, stride_n):
-    """A ``TensorView`` of ``ptr`` from kernel arguments, constexpr or not (sizes and strides become values)."""
+    """A ``TensorView`` of ``ptr`` from kernel arguments, constexpr or not (sizes and strides become values).
+
+    Example::
+
+        import iris.x
+
+        @triton.jit
+        def copy_tile_through_views(x, out, M, N, stride_m, stride_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+            src_view = iris.x.make_tensor_view(x, M, N, stride_m, stride_n)
+            dst_view = iris.x.make_tensor_view(out, M, N, N, 1)
+            tile = iris.x.TileView(tl.program_id(0), tl.program_id(1), BLOCK_M, BLOCK_N)
+            src_ptrs, mask = src_view.tile_ptr(tile)
+            dst_ptrs, _ = dst_view.tile_ptr(tile)
+            tl.store(dst_ptrs, tl.load(src_ptrs, mask=mask), mask=mask)
+
+        x = ctx.arange(120, dtype=torch.float32).view(10, 12).t()  # 12 x 10, column-major: strides (1, 12)
+        out = ctx.zeros(12, 10)
+        copy_tile_through_views[(2, 2)](x, out, 12, 10, x.stride(0), x.stride(1), BLOCK_M=8, BLOCK_N=8)
+        assert torch.equal(out, x)
+    """
     return TensorView(ptr, M + 0, N + 0, stride_m + 0, stride_n + 0)
 
 
