@@ -12,6 +12,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
+import iris.x  # noqa: F401  (iris.x.* in a kernel)
 from conftest import on_gpu
 from rank_utils import error_message, new_context
 
@@ -63,6 +64,42 @@ def test_debug_mode_checks_addresses_and_ranks(debug_pool):
         assert r["ok"]
         assert "iris.load: address outside the target rank's symmetric heap (IRIS_DEBUG)" in r["off_heap"]
         assert "iris.store: a rank argument is outside [0, world_size) (IRIS_DEBUG)" in r["bad_rank"]
+
+
+@triton.jit
+def _gated_put_kernel(src, dst, gate, heap_bases, rank, peer):
+    iris.wait_then_put_rect(src, dst, rank, peer, heap_bases, None, gate, 1, 16, 1, 16, 16)  # nobody raises gate
+
+
+@triton.jit
+def _spinlock_kernel(x, out, locks, context, M: tl.constexpr, N: tl.constexpr, RANK: tl.constexpr,
+                     WORLD_SIZE: tl.constexpr):
+    dctx = iris.DeviceContext.initialize(context, RANK, WORLD_SIZE)
+    view = iris.x.make_tensor_view(out, M, N, N, 1)
+    tile = iris.x.Tile(0, 0, M, N, tl.load(x + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :]))
+    iris.x.all_reduce_spinlock(tile, view, locks, dctx)
+
+
+def _unending_waits_body():
+    """Waits no rank ends: a gate nobody raises, a spinlock whose turn never comes (the lock holds a rank that is
+    not in the job). Each rank's own; each must stop the kernel in debug mode, naming itself."""
+    ctx = new_context(heap_size=1 << 16)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    src, dst, gate = ctx.ones(4), ctx.zeros(4), ctx.zeros(1, dtype=torch.int32)
+    locks = ctx.full((1,), 7, dtype=torch.int32)
+    x, out = ctx.ones(8, 16), ctx.zeros(8, 16)
+    return {
+        "gate": error_message(lambda: _gated_put_kernel[(1,)](src, dst, gate, ctx.get_heap_bases(), rank, rank)),
+        "turn": error_message(lambda: _spinlock_kernel[(1,)](x, out, locks, ctx.get_device_context(), 8, 16, rank,
+                                                             world)),
+    }
+
+
+@pytest.mark.skipif(on_gpu(), reason="on GPUs a device assert ends the process's CUDA context: see the GPU form")
+def test_debug_mode_bounds_the_gate_and_spinlock_waits(debug_pool):
+    for r in debug_pool.run(_unending_waits_body):
+        assert "iris.wait_then_put_rect: device wait timed out" in r["gate"], r["gate"]
+        assert "iris.x.all_reduce_spinlock: device wait timed out" in r["turn"], r["turn"]
 
 
 @gluon.jit

@@ -21,6 +21,8 @@ publishes (``iris.triggered``).
 import triton
 import triton.language as tl
 
+from iris.device.debug import ENABLED as DEBUG
+from iris.device.debug import check_wait
 from iris.device.rma import put
 from iris.device.translate import INTERPRETED, translate
 
@@ -57,10 +59,17 @@ def _copy_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, width_bytes: tl
 
 
 @triton.jit
-def _wait_local(flag_ptr, value):
-    # acquire/sys: the data a peer published before raising the flag is visible to the loads that follow
-    while tl.atomic_add(flag_ptr, tl.cast(0, flag_ptr.dtype.element_ty), sem="acquire", scope="sys") < value:
-        pass
+def _wait_local(flag_ptr, value, rank, what: tl.constexpr):
+    # acquire/sys: the data a peer published before raising the flag is visible to the loads that follow. In debug
+    # mode bounded; whoever raises the flag is not known here (-1 in the report).
+    zero = tl.cast(0, flag_ptr.dtype.element_ty)
+    seen = tl.atomic_add(flag_ptr, zero, sem="acquire", scope="sys")
+    spins = 0
+    while seen < value:
+        if DEBUG:
+            spins += 1
+            check_wait(spins, rank, -1, seen, value, what)
+        seen = tl.atomic_add(flag_ptr, zero, sem="acquire", scope="sys")
 
 
 @triton.jit
@@ -202,7 +211,7 @@ def wait_then_put_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, copy_en
     """Once the local ``*wait_flag_ptr >= wait_value`` (the calling program waits: see the module docstring), copy
     the rectangle to ``to_rank``. ``copy_engine_ctx`` and ``hint`` are not read. In debug mode (``IRIS_DEBUG=1``) a
     rank outside ``[0, world_size)`` or a rectangle's first address outside ``to_rank``'s heap stops the kernel
-    (``translate``); the wait stays unbounded there.
+    (``translate``), and so does a wait that has not ended after ``IRIS_DEBUG_SPIN_LIMIT`` polls.
 
     Example::
 
@@ -222,7 +231,7 @@ def wait_then_put_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, copy_en
         ref[:2, 2:6] = left
         assert torch.equal(dst.cpu(), ref)
     """
-    _wait_local(wait_flag_ptr, wait_value)
+    _wait_local(wait_flag_ptr, wait_value, from_rank, "wait_then_put_rect")
     _copy_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, width_bytes, height, src_pitch, dst_pitch)
 
 
@@ -233,8 +242,8 @@ def wait_then_put_signal_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, 
                               hint: tl.constexpr = None):
     """``wait_then_put_rect``, then ``*signal_flag_ptr += signal_value`` on ``to_rank`` (release/sys).
     ``copy_engine_ctx`` and ``hint`` are not read. In debug mode (``IRIS_DEBUG=1``) a rank outside ``[0, world_size)``
-    or a rectangle's or flag's first address outside ``to_rank``'s heap stops the kernel (``translate``); the wait
-    stays unbounded there.
+    or a rectangle's or flag's first address outside ``to_rank``'s heap stops the kernel (``translate``), and so does
+    a wait that has not ended after ``IRIS_DEBUG_SPIN_LIMIT`` polls.
 
     Example::
 
@@ -256,6 +265,6 @@ def wait_then_put_signal_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, 
         ref[2:, 4:] = left
         assert torch.equal(dst.cpu(), ref) and flag.item() == 1
     """
-    _wait_local(wait_flag_ptr, wait_value)
+    _wait_local(wait_flag_ptr, wait_value, from_rank, "wait_then_put_signal_rect")
     _copy_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, width_bytes, height, src_pitch, dst_pitch)
     _release_add(signal_flag_ptr, signal_value, from_rank, to_rank, heap_bases)

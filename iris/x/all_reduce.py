@@ -20,6 +20,8 @@ import triton
 import triton.language as tl
 
 from iris.device.atomics import atomic_add, atomic_xchg
+from iris.device.debug import ENABLED as DEBUG
+from iris.device.debug import check_wait
 from iris.device.rma import load, store
 from iris.x.common import tile_id, wait_for_peer, widen
 
@@ -91,8 +93,8 @@ def all_reduce_spinlock(tile, dst_view, locks, ctx):
     The last rank hands the lock back to 0, as upstream's spinlock leaves it free, so the same locks serve the next
     call: a rank cannot meet a stale turn of its own, since it passed its turn on before its next call could start.
     Turns are taken with a sys-scope acquire and passed on with a release after the tile's stores. In debug mode
-    (``IRIS_DEBUG=1``) a tile or lock outside a peer's heap stops the kernel (``translate``); the wait for a turn is
-    not bounded there.
+    (``IRIS_DEBUG=1``) a tile or lock outside a peer's heap stops the kernel (``translate``), and so does a turn that
+    has not come after ``IRIS_DEBUG_SPIN_LIMIT`` polls, naming the rank whose lock it waits on and the turn it saw.
 
     Example::
 
@@ -120,8 +122,13 @@ def all_reduce_spinlock(tile, dst_view, locks, ctx):
     ours = widen(tile.data)
     for i in tl.static_range(ctx.world_size):
         dest = (ctx.rank + i) % ctx.world_size  # ours first: rank 0 never waits, so every turn comes
-        while atomic_add(lock, 0, ctx.rank, dest, ctx.heap_bases, sem="acquire", scope="sys") != ctx.rank:
-            pass
+        turn = atomic_add(lock, 0, ctx.rank, dest, ctx.heap_bases, sem="acquire", scope="sys")
+        spins = 0
+        while turn != ctx.rank:
+            if DEBUG:
+                spins += 1
+                check_wait(spins, ctx.rank, dest, turn, ctx.rank, "x.all_reduce_spinlock")
+            turn = atomic_add(lock, 0, ctx.rank, dest, ctx.heap_bases, sem="acquire", scope="sys")
         current = load(dst_ptr, ctx.rank, dest, ctx.heap_bases, mask=mask, other=0)
         total = (widen(current) + ours).to(dst_view.ptr.dtype.element_ty)
         store(dst_ptr, total, ctx.rank, dest, ctx.heap_bases, mask=mask)
