@@ -12,7 +12,7 @@ import triton.language as tl
 import iris
 import iris.x
 from iris.x import reference as ref_ops
-from rank_utils import GPU_SCALE, SEED, new_context, poison_value
+from rank_utils import GPU_SCALE, SEED, error_message, new_context, poison_value
 
 M, N = (1031, 517) if GPU_SCALE else (21, 19)  # neither a multiple of the tile nor of the ranks
 BLOCK_M, BLOCK_N = (64, 64) if GPU_SCALE else (16, 16)
@@ -227,3 +227,22 @@ def test_data_movement(pools, world_size, op):
 def test_config_rejects_unknown_variant():
     with pytest.raises(ValueError, match="AllReduceConfig: variant_code 7 is not one of 0..4"):
         iris.x.AllReduceConfig(7, None)
+
+
+@triton.jit
+def _gather_along_kernel(x, out, context, DIM: tl.constexpr, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr):
+    dctx = iris.DeviceContext.initialize(context, RANK, WORLD_SIZE)
+    tile = iris.x.Tile(0, 0, 8, 16, tl.load(x + tl.arange(0, 8)[:, None] * 16 + tl.arange(0, 16)[None, :]))
+    iris.x.all_gather(tile, iris.x.make_tensor_view(out, 8, 16 * WORLD_SIZE, 16 * WORLD_SIZE, 1), DIM, dctx)
+
+
+def _bad_dim_body():
+    ctx = new_context(1 << 20)
+    x, out = ctx.ones(8, 16), ctx.zeros(8, 16 * ctx.get_num_ranks())
+    return error_message(lambda: _gather_along_kernel[(1,)](x, out, ctx.get_device_context(), 2,
+                                                            ctx.get_rank(), ctx.get_num_ranks()))
+
+
+def test_all_gather_refuses_a_dim_past_1(pools):
+    for message in pools(2).run(_bad_dim_body):
+        assert "iris.x.all_gather: dim must be 0 (rows) or 1 (columns)" in message, message

@@ -16,8 +16,8 @@ program's other warps made. With ``sem`` release or acq_rel (the default) the at
 synchronise the program (``bar.sync``), and PTX release is cumulative over writes ordered before it that
 way. Relaxed and acquire atomics pay nothing.
 
-Types follow Triton: 32- and 64-bit integers and floats everywhere, fp16/bf16 for ``atomic_add`` only;
-8- and 16-bit integers are refused at compile time with an error naming the operation and type. Operands are cast
+Types follow Triton: 32- and 64-bit integers and floats everywhere, fp16/bf16 for ``atomic_add`` and
+``atomic_sub`` (an add of the negation) only; 8- and 16-bit integers are refused at compile time with an error naming the operation and type. Operands are cast
 to the pointer's element type first, so ``atomic_cas(int64_ptr, 0, 1, ...)`` with Python ints compiles (Triton's
 ``tl.atomic_cas`` does not cast, and the GPU verifier refuses an int32 ``cmp`` beside an int64 pointer).
 """

@@ -14,10 +14,10 @@ from iris.device.rma import store
 @triton.jit
 def all_gather(tile, dst_view, dim: tl.constexpr, ctx):
     """``tile.data`` stored into every rank's ``dst_view`` at our block along ``dim`` (ours first, then the ranks
-    after us). Elements past the local block (a tile at the edge of a block that is not a multiple of the tile)
-    are masked, so they never spill into the next rank's block. Plain stores: a peer sees them after this kernel
-    ends and a barrier (or after a lock the caller releases). In debug mode (``IRIS_DEBUG=1``) a tile outside a
-    peer's heap stops the kernel (``translate``).
+    after us); ``dim`` is 0 or 1, anything else refused at compile time. Elements past the local block (a tile at
+    the edge of a block that is not a multiple of the tile) are masked, so they never spill into the next rank's
+    block. Plain stores: a peer sees them after this kernel ends and a barrier (or after a lock the caller
+    releases). In debug mode (``IRIS_DEBUG=1``) a tile outside a peer's heap stops the kernel (``translate``).
 
     Example::
 
@@ -41,6 +41,7 @@ def all_gather(tile, dst_view, dim: tl.constexpr, ctx):
         ctx.barrier()  # every rank's blocks have landed
         assert torch.equal(out.cpu(), torch.cat(inputs))
     """
+    tl.static_assert((dim == 0) | (dim == 1), "iris.x.all_gather: dim must be 0 (rows) or 1 (columns)")
     rm, rn = tile.indices()
     if dim == 0:
         local = dst_view.M // ctx.world_size
