@@ -301,7 +301,7 @@ def _closed_rooms_body():
                 "all_gather_matmul": (full_out, a_rows, b), "matmul_all_gather": (full_out, a_rows, b)},
         "provider": {"symmetric_address_map": (t,), "allocate_symmetric": (8,), "allocate_symmetric_map": (8,)},
         "tracing": {"enable": (64,), "reset": (), "device_args": (), "events": (), "device_events": (),
-                    "export": ("/dev/null",)},
+                    "export": ("/dev/null",), "disable": ()},
         "workspaces": {"get": ("closed", ranks, (4,), torch.float32), "peer_flags": ("closed", ranks, 4),
                        "views": ("closed",), "release": (None,), "bytes": (), "watch": (tuple(ranks),),
                        "stamp": (("closed",), tuple(ranks))},

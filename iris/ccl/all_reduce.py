@@ -107,13 +107,8 @@ def all_reduce(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: common.Re
     if ctx.launches.run(ctx, key, group, config, (out, inp)):  # iris/host/launches.py
         return common.done(ctx, async_op)
     common.precheck(caller, group, config, (out, inp), str(op))
-    inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
-    common.same_dtype(out, inp, caller)
-    common.expect_numel(out, inp.numel(), caller, "out", "inp.numel()")
-    op = common.reduce_op(op, inp.dtype, caller)
-    ins = ctx.symmetric_table(inp, caller, "inp")
+    op, out_flat, inp_flat, ins, p = _checked(ctx, caller, out, inp, "inp", op, group, config)
     n = inp.numel()
-    p = common.plan(ctx, caller, n, group, config)
     in_place = common.same_start(out, inp)
     algorithm = common.algorithm(p, ALL_REDUCE_ALGORITHMS, caller)
     if algorithm == "auto":
@@ -140,6 +135,17 @@ def all_reduce(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: common.Re
     return common.done(ctx, async_op)
 
 
+def _checked(ctx, caller, out, inp, name, op, group, config):
+    """What every all_reduce checks and plans once its call is known to match: ``(op, out's and inp's flat views,
+    inp's bases table, the plan)``; ``name`` is what the errors call ``inp``."""
+    inp_flat, out_flat = common.flat(inp, caller, name), common.flat(out, caller, "out")
+    common.same_dtype(out, inp, caller)
+    common.expect_numel(out, inp.numel(), caller, "out", f"{name}.numel()")
+    op = common.reduce_op(op, inp.dtype, caller)
+    ins = ctx.symmetric_table(inp, caller, name)
+    return op, out_flat, inp_flat, ins, common.plan(ctx, caller, inp.numel(), group, config)
+
+
 def all_reduce_staged(ctx, out, src, staged, op="sum", group=None, config=None):
     """The one-shot ``out = op(src of every rank in group)`` through ``staged``, a heap tensor of ``src``'s shape
     and dtype (the same allocation on every rank): the kernel copies ``src``, which may lie anywhere on this device,
@@ -150,15 +156,10 @@ def all_reduce_staged(ctx, out, src, staged, op="sum", group=None, config=None):
     caller = "ccl.all_reduce"
     common.precheck(caller, group, config, (out, staged), str(op))
     src_flat = common.flat(src, caller, "src")
-    inp_flat, out_flat = common.flat(staged, caller, "staged"), common.flat(out, caller, "out")
-    common.same_dtype(out, src, caller)
     common.same_dtype(staged, src, caller)
-    common.expect_numel(out, src.numel(), caller, "out", "src.numel()")
     common.expect_numel(staged, src.numel(), caller, "staged", "src.numel()")
-    op = common.reduce_op(op, src.dtype, caller)
-    ins = ctx.symmetric_table(staged, caller, "staged")
+    op, out_flat, inp_flat, ins, p = _checked(ctx, caller, out, staged, "staged", op, group, config)
     n = src.numel()
-    p = common.plan(ctx, caller, n, group, config)
     if common.algorithm(p, ALL_REDUCE_ALGORITHMS, caller) not in ("auto", "one_shot"):
         raise ValueError(f"{caller}: a staged call is one-shot, got algorithm={p.config.algorithm!r}")
     fp = common.fingerprint(ctx, caller, (out, staged), op, "one_shot", launch=p.launch, sync=p.sync)
