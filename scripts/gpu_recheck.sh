@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# What one H100/H200 still owes the CPU tier's latest changes, in one call (about 8 minutes):
+#   bash scripts/gpu_recheck.sh [OUT_DIR]
+# 1. the collectives at GPU sizes, two ranks sharing the GPU (IRIS_BACKEND=simulation): reduce_scatter_v, the
+#    one-shot all_reduce (its data phase in device/group.reduce_blocks; all_reduce and all_reduce_staged sharing
+#    their checks), the torch backend's uneven reduce_scatter;
+# 2. the fused ops' records run against their references, the tracing switch (tracing.disable), iris.x (the
+#    spinlock's bounded turn), the device copy-engine functions (wait_then_put_rect's bounded gate);
+# 3. the tutorials as scripts.
+# Logs under OUT_DIR (default $OUT or results-local); the summary last, within DEADLINE_S (default 540) seconds.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:-${OUT:-results-local}}
+mkdir -p "$OUT_DIR"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+unset TRITON_INTERPRET
+PYTEST="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider"
+summary=()
+tests() {  # label, seconds, files and options
+  local label=$1 seconds=$2; shift 2
+  IRIS_TEST_SCALE=gpu IRIS_BACKEND=simulation timeout "$seconds" $PYTEST "$@" > "$OUT_DIR/$label.log" 2>&1
+  summary+=("$label: exit $?, $(grep -E '[0-9]+ (passed|failed)' "$OUT_DIR/$label.log" | tail -1)")
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+tests ccl 200 tests/test_ccl.py -k "reduce_scatter_v or collectives or all_reduce"
+tests torch_records 90 tests/test_distributed.py tests/test_records.py
+tests ops_tracing_x 200 tests/test_ops.py -k "every_fused_record or spare" tests/test_tracing.py tests/test_x.py \
+  tests/test_copy_engine_api.py tests/test_rma.py
+for t in tutorials/0[1-7]_*.py; do
+  IRIS_BACKEND=simulation timeout 60 python3 "$t" > "$OUT_DIR/$(basename "$t" .py).log" 2>&1
+  summary+=("$(basename "$t"): exit $?")
+done
+grep -hE "^(FAILED|ERROR) " "$OUT_DIR"/*.log | head -20
+printf '%s\n' "${summary[@]}"
