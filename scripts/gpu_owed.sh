@@ -8,20 +8,8 @@
 # 3. scripts/gpu_moe.sh: the MoE tests at GPU sizes and the eager host time per dispatch + combine;
 # 4. tests/test_providers.py, tests/test_launches.py and tests/test_ccl.py with two ranks sharing the GPU.
 # Logs under OUT_DIR (default $OUT or results-local); the summary last, within DEADLINE_S (default 540) seconds.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT_DIR=${1:-${OUT:-results-local}}
-mkdir -p "$OUT_DIR"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-unset TRITON_INTERPRET
-PYTEST="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider"
-summary=()
-tests() {  # label, seconds, files and options
-  local label=$1 seconds=$2; shift 2
-  IRIS_TEST_SCALE=gpu IRIS_BACKEND=simulation timeout "$seconds" $PYTEST "$@" > "$OUT_DIR/$label.log" 2>&1
-  summary+=("$label: exit $?, $(grep -E '[0-9]+ (passed|failed)' "$OUT_DIR/$label.log" | tail -1)")
-}
+# shellcheck source=scripts/gpu_harness.sh
+source "$(dirname "$0")/gpu_harness.sh" "$@"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 tests misuse 150 tests/test_misuse.py -k "stale_map or closed_context or another_offset or configs_differ or \
 without_the_watchdog or past_our_count"

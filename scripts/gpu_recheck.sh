@@ -8,20 +8,8 @@
 #    spinlock's bounded turn), the device copy-engine functions (wait_then_put_rect's bounded gate);
 # 3. the tutorials as scripts.
 # Logs under OUT_DIR (default $OUT or results-local); the summary last, within DEADLINE_S (default 540) seconds.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT_DIR=${1:-${OUT:-results-local}}
-mkdir -p "$OUT_DIR"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-unset TRITON_INTERPRET
-PYTEST="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider"
-summary=()
-tests() {  # label, seconds, files and options
-  local label=$1 seconds=$2; shift 2
-  IRIS_TEST_SCALE=gpu IRIS_BACKEND=simulation timeout "$seconds" $PYTEST "$@" > "$OUT_DIR/$label.log" 2>&1
-  summary+=("$label: exit $?, $(grep -E '[0-9]+ (passed|failed)' "$OUT_DIR/$label.log" | tail -1)")
-}
+# shellcheck source=scripts/gpu_harness.sh
+source "$(dirname "$0")/gpu_harness.sh" "$@"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 tests ccl 200 tests/test_ccl.py -k "reduce_scatter_v or collectives or all_reduce"
 tests torch_records 90 tests/test_distributed.py tests/test_records.py
