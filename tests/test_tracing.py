@@ -26,8 +26,9 @@ def _trace_body(path, max_events):
     ctx.tracing.disable()
     ctx.ops.matmul_all_gather(out, a, b, config=fused)  # not recorded; what was recorded stays readable
     user_kernels_off = int(ctx.get_device_context()[2 + world]) == 0  # the word DeviceContext.initialize reads
+    reset_when_off = error_message(ctx.tracing.reset)  # its clock read would follow the cleared arguments
     written = ctx.tracing.export(path)
-    return not_enabled, written, user_kernels_off
+    return not_enabled, written, user_kernels_off, reset_when_off
 
 
 def test_trace_export_covers_every_rank_and_tile(pools, tmp_path):
@@ -36,6 +37,7 @@ def test_trace_export_covers_every_rank_and_tile(pools, tmp_path):
     assert "tracing.export: tracing is not enabled" in results[0][0]
     assert results[0][1] == path and results[1][1] is None  # rank 0 writes
     assert results[0][2] and results[1][2]
+    assert all("tracing.reset: tracing is not enabled" in r[3] for r in results), results[0][3]
     events = [e for e in json.load(open(path))["traceEvents"] if e["ph"] == "X"]
     tiles = -(-M // 32) * -(-N_LOCAL // 32) if not GPU_SCALE else -(-M // 128) * -(-N_LOCAL // 128)
     for rank in range(2):

@@ -49,7 +49,8 @@ class Tracing:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.enabled = False
-        self._args = torch.zeros(4, dtype=torch.int64, device=ctx.get_device())  # what kernels get when off
+        self._off = torch.zeros(4, dtype=torch.int64, device=ctx.get_device())  # what kernels get when off
+        self._args = self._off
 
     def enable(self, max_events: int = 1 << 16) -> None:
         """Collective. Allocate room for ``max_events`` events on this rank and start recording (a new time origin,
@@ -88,7 +89,7 @@ class Tracing:
 
     def reset(self) -> None:
         """Collective. Drop recorded events and take a new common time origin. Raises ``RuntimeError`` when tracing
-        was never enabled.
+        is off (never enabled, or disabled: the clock it reads is the recording's).
 
         Example::
 
@@ -98,7 +99,7 @@ class Tracing:
             assert ctx.tracing.events() == ([], 0)
             ctx.tracing.disable()
         """
-        self._require("reset")
+        self._require("reset", recording=True)
         self.counter.zero_()
         self.clock.zero_()
         self.trace_counter.zero_()
@@ -122,7 +123,7 @@ class Tracing:
         self._require("disable")
         self.enabled = False
         self.ctx.get_device_context()[2 + self.ctx.get_num_ranks()] = 0  # the trace-enabled word user kernels read
-        self._args = torch.zeros(4, dtype=torch.int64, device=self.ctx.get_device())  # what kernels get when off
+        self._args = self._off
 
     def device_args(self) -> torch.Tensor:
         """The int64 tensor instrumented kernels take (``iris/device/tracing.py``): ``[max_events, counter address,
@@ -229,8 +230,9 @@ class Tracing:
             json.dump({"traceEvents": trace, "displayTimeUnit": "ns"}, f)
         return path
 
-    def _require(self, what):
+    def _require(self, what, recording=False):
+        """Tracing enabled once (its buffers stay after ``disable``, and are read), or with ``recording`` on now."""
         self.ctx.check_open(f"tracing.{what}")
-        if not hasattr(self, "buffer"):  # enabled once: the buffers stay after disable
+        if not (self.enabled if recording else hasattr(self, "buffer")):
             raise RuntimeError(f"tracing.{what}: tracing is not enabled; call ctx.tracing.enable(max_events=...) "
                                "first")
