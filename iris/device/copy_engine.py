@@ -21,9 +21,8 @@ publishes (``iris.triggered``).
 import triton
 import triton.language as tl
 
-from iris.device.debug import ENABLED as DEBUG
-from iris.device.debug import check_wait
 from iris.device.rma import put
+from iris.device.sync import wait_until
 from iris.device.translate import INTERPRETED, translate
 
 ROW_BYTES = tl.constexpr(1024)  # bytes a program moves per step of a rectangle row: 8 per thread at 4 warps
@@ -56,20 +55,6 @@ def _copy_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, width_bytes: tl
             mask = start + cols < width_bytes
             values = tl.load(src + row * src_pitch + start + cols, mask=mask)
             tl.store(dst + row * dst_pitch + start + cols, values, mask=mask)
-
-
-@triton.jit
-def _wait_local(flag_ptr, value, rank, what: tl.constexpr):
-    # acquire/sys: the data a peer published before raising the flag is visible to the loads that follow. In debug
-    # mode bounded; whoever raises the flag is not known here (-1 in the report).
-    zero = tl.cast(0, flag_ptr.dtype.element_ty)
-    seen = tl.atomic_add(flag_ptr, zero, sem="acquire", scope="sys")
-    spins = 0
-    while seen < value:
-        if DEBUG:
-            spins += 1
-            check_wait(spins, rank, -1, seen, value, what)
-        seen = tl.atomic_add(flag_ptr, zero, sem="acquire", scope="sys")
 
 
 @triton.jit
@@ -231,7 +216,7 @@ def wait_then_put_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, copy_en
         ref[:2, 2:6] = left
         assert torch.equal(dst.cpu(), ref)
     """
-    _wait_local(wait_flag_ptr, wait_value, from_rank, "wait_then_put_rect")
+    wait_until(wait_flag_ptr, wait_value, from_rank, -1, "wait_then_put_rect")  # -1: whoever raises it
     _copy_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, width_bytes, height, src_pitch, dst_pitch)
 
 
@@ -265,6 +250,6 @@ def wait_then_put_signal_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, 
         ref[2:, 4:] = left
         assert torch.equal(dst.cpu(), ref) and flag.item() == 1
     """
-    _wait_local(wait_flag_ptr, wait_value, from_rank, "wait_then_put_signal_rect")
+    wait_until(wait_flag_ptr, wait_value, from_rank, -1, "wait_then_put_signal_rect")
     _copy_rect(from_ptr, to_ptr, from_rank, to_rank, heap_bases, width_bytes, height, src_pitch, dst_pitch)
     _release_add(signal_flag_ptr, signal_value, from_rank, to_rank, heap_bases)
