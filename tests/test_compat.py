@@ -184,7 +184,10 @@ def test_gather_ops_take_both_shardings(pools):
 
 def _bad_input_body():
     ctx = new_context()
+    changed = iris.ccl.Config()
+    changed.block_size_m = 3  # a plain dataclass, as upstream's: checked again where a call reads it
     return {
+        "changed": error_message(ctx.ccl.reduce_scatter, ctx.zeros(64, 64), ctx.zeros(64, 64), config=changed),
         "columns": error_message(ctx.ccl.all_to_all, ctx.zeros(4, 5), ctx.zeros(4, 5)),
         "shape": error_message(ctx.ccl.reduce_scatter, ctx.zeros(8, 4), ctx.zeros(4, 8)),
         "block": error_message(iris.ccl.Config, block_size_m=24),
@@ -203,6 +206,8 @@ def test_bad_input_names_the_layout(pools):
     assert "use ccl.all_to_all_single" in r["columns"]
     assert "ccl.reduce_scatter: out is (8, 4) but inp is (4, 8)" in r["shape"]
     assert "block_size_m=24 must be a positive power of two" in r["block"]
+    assert ("ccl.reduce_scatter: config (iris.ccl.Config, changed since it was made): block_size_m=3 must be a "
+            "positive power of two") in r["changed"], r["changed"]
     assert "config must be an iris.ccl.CollectiveConfig or iris.ccl.Config, got str" in r["config"]
     assert "ops.matmul_all_gather: bias is (3,), expected (4,)" in r["row_bias"]
     assert "ops.matmul_all_gather: A is on" in r["device"] and "B on meta" in r["device"], r["device"]

@@ -156,6 +156,10 @@ def _errors_body():
     messages["flag_dtype"] = error_message(ctx.put, src, 0, dst, signal_flag=ctx.zeros(1))
     messages["flag_numel"] = error_message(ctx.put, src, 0, dst, signal_flag=ctx.zeros(2, dtype=torch.int32))
     messages["rank"] = error_message(ctx.put, src, world, dst)
+    messages["float_rank"] = error_message(ctx.put, src, 1.0, dst)
+    messages["dtype"] = error_message(ctx.put, src, 0, ctx.zeros(8, dtype=torch.int32))  # same bytes, other dtype
+    messages["signal_value"] = error_message(ctx.put, src, 0, dst, signal_flag=flag, signal_value=2**40)
+    messages["wait_type"] = error_message(ctx.put, src, 0, dst, wait_flag=flag, wait_value=1.5)
     messages["channel"] = error_message(ctx.put, src, 0, dst, channel=7)
     messages["wait_value"] = error_message(ctx.put, src, 0, dst, wait_flag=flag)
     messages["both_names"] = error_message(ctx.put, src, 0, dst_rank=1)
@@ -189,6 +193,10 @@ def test_errors_name_the_method_value_and_fix(pools):
         assert "Unsupported flag tensor dtype torch.float32" in m["flag_dtype"]
         assert "one-element" in m["flag_numel"]
         assert f"to_rank={WORLD} is outside [0, {WORLD})" in m["rank"]
+        assert f"to_rank=1.0 is a float, not a rank: pass an int in [0, {WORLD})" in m["float_rank"]
+        assert "src_tensor is torch.float32 but dst_tensor is torch.int32" in m["dtype"], m["dtype"]
+        assert "signal_value=1099511627776 does not fit the flag's int32" in m["signal_value"], m["signal_value"]
+        assert "TypeError: Iris.put: wait_value must be an int, got float 1.5" in m["wait_type"], m["wait_type"]
         assert "channel=7 is outside [0, 2)" in m["channel"] and "IRIS_CE_CHANNELS" in m["channel"]
         assert "wait_value" in m["wait_value"]
         assert "TypeError" in m["both_names"] and "to_rank and dst_rank" in m["both_names"]

@@ -152,6 +152,10 @@ def _broadcast_body():
         "bf16": ctx.broadcast(torch.full((4,), 1.5, dtype=torch.bfloat16) if rank == 0 else None).dtype.name,
         "numpy": ctx.broadcast(np.linspace(0, 1, 5) if rank == 0 else None),
         "empty": ctx.broadcast(torch.zeros(0, 3) if rank == 0 else None),
+        # dtypes the process group's backend lacks travel as bytes
+        "uint16": ctx.broadcast(torch.tensor([[65535, 7]], dtype=torch.uint16) if rank == 0 else None),
+        "float8": ctx.broadcast(torch.tensor([448.0, -0.5], dtype=torch.float8_e4m3fn) if rank == 0 else None),
+        "complex": ctx.broadcast(torch.tensor([1 + 2j], dtype=torch.complex64) if rank == 0 else None),
     }
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v, type(v).__name__) for k, v in out.items()}
 
@@ -164,6 +168,8 @@ def test_broadcast_kinds(pools):
         assert r["numpy"] == (np.linspace(0, 1, 5).tolist(), "ndarray")
         assert r["empty"] == ([], "ndarray")
         assert r["bf16"] == ("float32", "str")
+        assert r["uint16"] == ([[65535, 7]], "ndarray") and r["float8"] == ([448.0, -0.5], "ndarray")
+        assert r["complex"] == ([1 + 2j], "ndarray")
 
 
 def _logging_body():

@@ -855,3 +855,149 @@ def test_a_member_past_our_count_is_matched_through_its_record(pools):
     assert ran == ("no error", True), ran
     assert refused[0].startswith("MismatchError: ccl.all_reduce: the ranks' calls disagree: rank 0 called"), refused
     assert refused[1], "the refused call wrote out"
+
+
+# ---- operands that share bytes: refused unless the call's documented in-place form ----
+
+
+def test_overlap_is_exact_for_contiguous_operands_and_column_blocks():
+    from iris.host.memory.overlap import overlap
+
+    buf = torch.zeros(8, 12)
+    assert overlap(buf[:4], buf[3:]) and not overlap(buf[:4], buf[4:])
+    assert overlap(buf.view(-1)[5:20], buf.view(-1)[19:30]) and not overlap(buf.view(-1)[5:20], buf.view(-1)[20:])
+    assert not overlap(buf[:, :4], buf[:, 4:10])  # column blocks of one buffer: apart
+    assert overlap(buf[:, :5], buf[:, 4:10]) and overlap(buf[:, 2:6], buf[1:, :3])
+    assert overlap(buf[:, :4].t(), buf[:, 3:6].t()) and not overlap(buf[:, :4].t(), buf[:, 4:6])
+    assert not overlap(buf[:0], buf) and not overlap(buf[:2], torch.zeros(2, 12))
+
+
+def _overlap_body():
+    """Each rank makes the same calls: ``({case: error}, {case: (got, expected)})``."""
+    ctx = new_context(1 << 23)
+    rank, world, ccl = ctx.get_rank(), ctx.get_num_ranks(), ctx.ccl
+    Config = iris.ccl.CollectiveConfig
+    n = 64
+
+    def ramp(size, dtype=torch.float32):  # different on every rank, never zero
+        return torch.arange(1, size + 1, dtype=dtype) * (rank + 1)
+
+    every = [torch.arange(1, world * n + 1, dtype=torch.float32) * (r + 1) for r in range(world)]
+    total = sum(every)
+    refused, checked = {}, {}
+
+    def refuse(case, call, *args, **kwargs):
+        refused[case] = error_message(call, *args, **kwargs)
+
+    big = ctx.zeros(2 * n)
+    big.copy_(ramp(2 * n))
+    refuse("all_reduce one_shot", ccl.all_reduce, big[4:4 + n], big[:n])
+    refuse("all_reduce two_shot", ccl.all_reduce, big[4:4 + n], big[:n], config=Config(algorithm="two_shot"))
+    ccl.all_reduce(big[n:], big[:n])  # apart: remembered; the same shapes overlapping must not take it
+    refuse("all_reduce remembered", ccl.all_reduce, big[4:4 + n], big[:n])
+    gathered = ctx.zeros(world * n)
+    refuse("all_gather", ccl.all_gather, gathered, gathered[1:n + 1])
+    flat = ctx.zeros(world * n)
+    other = (rank + 1) % world
+    refuse("reduce_scatter_tensor", ccl.reduce_scatter_tensor, flat[other * n:(other + 1) * n], flat)
+    tiles = ctx.zeros(world * n + 8)
+    refuse("reduce_scatter tiles", ccl.reduce_scatter, tiles[8:].view(world, n), tiles[:world * n].view(world, n))
+    splits = [n + 8 * r for r in range(world)]
+    parts = ctx.zeros(sum(splits))
+    mine_elsewhere = parts[sum(splits[:other]):][:splits[rank]]  # this rank's count, at another rank's part
+    refuse("reduce_scatter_v", ccl.reduce_scatter_v, mine_elsewhere, parts, splits)
+    a2a = ctx.zeros(world * n + 1)
+    refuse("all_to_all", ccl.all_to_all_single, a2a[1:], a2a[:world * n])
+    rows = ctx.zeros(9, 32)
+    weight = ctx.ones(32)
+    refuse("rmsnorm residual_out on inp", ccl.all_reduce_rmsnorm, ctx.zeros(8, 32), rows[1:], rows[:8], ctx.zeros(8, 32),
+           weight)
+    both = ctx.zeros(8, 32)
+    refuse("rmsnorm out is residual_out", ccl.all_reduce_rmsnorm, both, both, rows[:8], ctx.zeros(8, 32), weight)
+    refuse("scatter", ccl.scatter, flat[other * n:(other + 1) * n], flat, src=0)
+    refuse("gather in place", ccl.gather, gathered, gathered[rank * n:(rank + 1) * n], dst=0)
+    refuse("reduce", ccl.reduce, big[1:n + 1], big[:n], dst=0)
+    fused = iris.ops.OpsConfig(variant="fused", copy_engine=False, **TILE)
+    shared = ctx.zeros(64, 96)
+    refuse("matmul_all_reduce out on A", ctx.ops.matmul_all_reduce, shared[:, :64], shared[:, 32:64],
+           ctx.ones(32, 64), config=fused)
+    refuse("all_gather_matmul out on B", ctx.ops.all_gather_matmul, shared[:, :32], ctx.ones(64 // world, 32),
+           shared[:32, :32], config=fused)
+    refuse("matmul_all_reduce bias on out", ctx.ops.matmul_all_reduce, shared[:, :64], ctx.ones(64, 32),
+           ctx.ones(32, 64), bias=shared[0, :64], config=fused)
+
+    # the in-place forms, poisoned first, against the reference
+    x = ctx.zeros(world * n)
+    x.copy_(ramp(world * n))
+    ccl.all_reduce(x, x)
+    checked["all_reduce in place"] = (x.clone(), total)
+    out = ctx.full((world * n,), -777.0)
+    out[rank * n:(rank + 1) * n] = ramp(n)
+    ccl.all_gather(out, out[rank * n:(rank + 1) * n])
+    checked["all_gather in place"] = (out.clone(), torch.cat([e[:n] for e in every]))
+    for algorithm in ("pull", "push"):
+        x.copy_(ramp(world * n))
+        ccl.reduce_scatter_tensor(x[rank * n:(rank + 1) * n], x, config=Config(algorithm=algorithm))
+        checked[f"reduce_scatter_tensor {algorithm} in place"] = (x[rank * n:(rank + 1) * n].clone(),
+                                                                   total[rank * n:(rank + 1) * n])
+    square = ctx.zeros(world * 32, 64)
+    square.copy_(ramp(world * 32 * 64).view(world * 32, 64))
+    ccl.reduce_scatter(square, square)
+    mine = slice(32 * rank, 32 * rank + 32)  # one 32 x 64 tile a rank (the collective's docstring)
+    checked["reduce_scatter tiles in place"] = (square[mine].clone(), sum(
+        torch.arange(1, world * 32 * 64 + 1, dtype=torch.float32).view(world * 32, 64) * (r + 1)
+        for r in range(world))[mine])
+    parts.copy_(ramp(sum(splits)))
+    start = sum(splits[:rank])
+    ccl.reduce_scatter_v(parts[start:start + splits[rank]], parts, splits)
+    checked["reduce_scatter_v in place"] = (parts[start:start + splits[rank]].clone(), sum(
+        torch.arange(1, sum(splits) + 1, dtype=torch.float32) * (r + 1) for r in range(world))[start:start + splits[rank]])
+    x.copy_(ramp(world * n))
+    ccl.scatter(x[rank * n:(rank + 1) * n], x, src=0)
+    checked["scatter in place"] = (x[rank * n:(rank + 1) * n].clone(), every[0][rank * n:(rank + 1) * n])
+    y = ctx.zeros(n)
+    y.copy_(ramp(n))
+    ccl.reduce(y, y, dst=0)
+    if rank == 0:
+        checked["reduce in place"] = (y.clone(), total[:n])
+    inp, residual = ctx.zeros(8, 32), ctx.zeros(8, 32)
+    inp.copy_(ramp(256).view(8, 32))
+    residual.copy_(torch.linspace(-1, 1, 256).view(8, 32))
+    summed = sum(torch.arange(1, 257, dtype=torch.float32).view(8, 32) * (r + 1) for r in range(world)) + residual
+    normed = summed * torch.rsqrt(summed.pow(2).mean(-1, keepdim=True) + 1e-6)
+    residual_out = ctx.full((8, 32), -777.0)
+    ccl.all_reduce_rmsnorm(residual, residual_out, inp, residual, weight)  # out is residual
+    checked["rmsnorm out is residual"] = (torch.cat([residual, residual_out]), torch.cat([normed, summed]))
+    # column blocks of one buffer are apart: out and A side by side, a transposed out through the bulk pair
+    block = ctx.zeros(64, 96)
+    block.fill_(-777.0)
+    a = block[:, 64:96]
+    a.copy_(torch.linspace(-1, 1, 64 * 32).view(64, 32) * (rank + 1))
+    b = torch.linspace(1, 2, 32 * 64).view(32, 64)
+    ref = sum(torch.linspace(-1, 1, 64 * 32).view(64, 32) * (r + 1) for r in range(world)) @ b
+    ctx.ops.matmul_all_reduce(block[:, :64], a, b, config=fused)
+    checked["matmul_all_reduce beside A"] = (block[:, :64].clone(), ref)
+    for variant in ("fused", "bulk"):
+        transposed = ctx.full((64, 64), -777.0).t()  # fused: on the heap, where peers store
+        ctx.ops.matmul_all_reduce(transposed, a.clone(), b, config=iris.ops.OpsConfig(variant=variant,
+                                                                                      copy_engine=False, **TILE))
+        checked[f"matmul_all_reduce {variant} transposed out"] = (transposed.clone(), ref)
+        scattered = torch.full((64, 64 // world), -777.0).t()
+        ctx.ops.matmul_reduce_scatter(scattered, a.clone(), b, config=iris.ops.OpsConfig(variant=variant,
+                                                                                    copy_engine=False, **TILE))
+        checked[f"matmul_reduce_scatter {variant} transposed out"] = (scattered.clone(), ref.chunk(world)[rank])
+    ctx.barrier()
+    ctx.close()
+    return refused, checked
+
+
+def test_operands_that_overlap_are_refused_and_the_in_place_forms_are_right(pools):
+    for rank, (refused, checked) in enumerate(pools(2).run(_overlap_body)):
+        for case, message in refused.items():
+            assert message.startswith("ValueError: ") and " overlaps " in message and "; " in message, \
+                (rank, case, message)
+            assert message.split(":")[1].strip().startswith(("ccl.", "ops.")), (rank, case, message)
+        assert "gather reads every rank's inp at the same heap offset" in refused["gather in place"]
+        assert len(refused) == 16 and len(checked) >= 10, (sorted(refused), sorted(checked))
+        for case, (got, expected) in checked.items():
+            assert torch.allclose(got, expected, rtol=1e-4, atol=1e-3), (rank, case, (got - expected).abs().max())

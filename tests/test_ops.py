@@ -265,6 +265,12 @@ def _bad_input_body():
         "fused_out": error_message(ctx.ops.matmul_all_reduce, torch.zeros(64, 32), a, b,
                                    config=OpsConfig(variant="fused")),
         "config": error_message(OpsConfig, block_m=48),
+        # M or N of 0 on every rank: an empty result, as torch.matmul gives, whatever the variant
+        "empty": {(name, variant, shape): error_message(getattr(ctx.ops, name), ctx.zeros(*shape), ctx.ones(
+            shape[0] * (2 if name == "matmul_reduce_scatter" else 1) // (2 if name == "all_gather_matmul" else 1), 40),
+            ctx.ones(40, shape[1] // (2 if name == "matmul_all_gather" else 1)), config=OpsConfig(variant=variant))
+            for name in ("matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul", "matmul_all_gather")
+            for variant in ("fused", "bulk") for shape in ((0, 32), (32, 0))},
     }
 
 
@@ -279,6 +285,7 @@ def test_bad_input(pools):
     assert "ops.matmul_all_reduce: the fused variant needs" in r["fused_out"]
     assert "out on the symmetric heap (peers store the reduced tiles into it)" in r["fused_out"]
     assert "OpsConfig: block_m=48 must be a power of two >= 16" in r["config"]
+    assert set(r["empty"].values()) == {"no error"}, r["empty"]
 
 
 def _subgroup_ops_body(dtype):

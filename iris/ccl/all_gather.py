@@ -14,6 +14,7 @@ from iris.ccl import common, record, reference
 from iris.device.group import first_block, program_row, store_to_group, tail_mask
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
+from iris.host.memory.overlap import check_apart
 from iris.host.distributed import Context
 
 
@@ -43,8 +44,9 @@ def all_gather(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group: dist.P
 
         ref = torch.cat([inp_r for r in group], dim=0)
 
-    Raises ``ValueError`` for operands of other sizes or dtypes or an ``out`` off the heap; ``iris.MismatchError``
-    on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+    Raises ``ValueError`` for operands that share bytes (but in the in-place form), operands of other sizes or dtypes or
+    an ``out`` off the heap; ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError`` once
+    a peer has failed.
 
     Example::
 
@@ -60,10 +62,12 @@ def all_gather(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group: dist.P
     common.precheck(caller, group, config, (out, inp))
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
-    outs = ctx.symmetric_table(out, caller, "out")
     n = inp.numel()
     p = common.plan(ctx, caller, n, group, config)
     common.expect_numel(out, p.sync.size * n, caller, "out", f"group size {p.sync.size} * inp.numel() {n}")
+    check_apart(caller, inp, "inp", out, "out", f"use a separate inp, or this rank's slot out[{p.sync.index} * "
+                f"{n}:][:{n}] of out itself for an in-place call", inside=p.sync.index * n)
+    outs = ctx.symmetric_table(out, caller, "out")
     # A slot starts at group_index * n elements: 16-byte aligned only when n keeps it so.
     hint = common.vector_hint(out, inp) if (n * inp.element_size()) % 16 == 0 else None
     fp = common.fingerprint(ctx, caller, (out, inp), p.config.use_gluon and p.config.gluon_path, launch=p.launch,

@@ -20,6 +20,7 @@ from iris.ccl.config import ALL_REDUCE_ALGORITHMS
 from iris.device.group import first_block, program_row, reduce_blocks, reduce_from_group, store_to_group, tail_mask
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
+from iris.host.memory.overlap import check_apart
 from iris.host.distributed import Context
 
 
@@ -92,8 +93,9 @@ def all_reduce(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: common.Re
 
         ref = reduce(op, [inp_r for r in group])     # see iris/ccl/reference.py
 
-    Raises ``ValueError`` for operands of other shapes or dtypes, an ``inp`` off the heap, or an unknown ``op``;
-    ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+    Raises ``ValueError`` for operands that share bytes (but in the in-place form), operands of other shapes or dtypes,
+    an ``inp`` off the heap, or an unknown ``op``; ``iris.MismatchError`` on every rank when the ranks' calls differ;
+    ``iris.PeerError`` once a peer has failed.
 
     Example::
 
@@ -109,7 +111,8 @@ def all_reduce(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: common.Re
     common.precheck(caller, group, config, (out, inp), str(op))
     op, out_flat, inp_flat, ins, p = _checked(ctx, caller, out, inp, "inp", op, group, config)
     n = inp.numel()
-    in_place = common.same_start(out, inp)
+    in_place = check_apart(caller, out, "out", inp, "inp", "use a separate out, or inp itself for an in-place call",
+                           inside=0)
     algorithm = common.algorithm(p, ALL_REDUCE_ALGORITHMS, caller)
     if algorithm == "auto":
         algorithm = "one_shot" if n * inp.element_size() <= p.config.one_shot_max_bytes and not in_place else "two_shot"

@@ -24,6 +24,7 @@ from iris.ccl import common, record, reference
 from iris.device.group import program_row, reduce_from_group
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
+from iris.host.memory.overlap import check_apart
 from iris.host.distributed import Context
 
 # A row is held whole in one program's registers: 32768 fp32 values over 16 warps are 64 per thread.
@@ -74,10 +75,10 @@ def all_reduce_rmsnorm(ctx: Context, out: torch.Tensor, residual_out: torch.Tens
         residual_out = sum(inp_r for r in group) + residual          # see iris/ccl/reference.py
         out = residual_out * rsqrt(mean(residual_out ** 2, -1) + eps) * weight
 
-    Raises ``ValueError`` for operands of other shapes or dtypes (float16, bfloat16 or float32, all alike), a
-    ``weight`` that is not ``[hidden]``, a hidden size outside ``[1, 32768]``, an ``out`` or ``residual_out`` that is
-    ``inp``, a negative ``eps`` or an ``inp`` off the heap; ``iris.MismatchError`` on every rank when the ranks'
-    calls differ; ``iris.PeerError`` once a peer has failed.
+    Raises ``ValueError`` for operands of other shapes or dtypes (float16, bfloat16 or float32, all alike), a ``weight``
+    that is not ``[hidden]``, a hidden size outside ``[1, 32768]``, an ``out`` or ``residual_out`` that shares bytes
+    with ``inp``, ``weight`` or the other output, a negative ``eps`` or an ``inp`` off the heap; ``iris.MismatchError``
+    on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
 
     Example::
 
@@ -114,10 +115,13 @@ def all_reduce_rmsnorm(ctx: Context, out: torch.Tensor, residual_out: torch.Tens
     if weight.shape != (hidden,) or not weight.dtype.is_floating_point:
         raise ValueError(f"{caller}: weight is {tuple(weight.shape)} {weight.dtype}, expected ({hidden},) of a "
                          "float dtype (one scale per hidden element)")
+    # What each output may share: residual itself (each row is read before it is written), nothing else it reads
+    # (inp, which peers read too; weight, which every row reads) and not the other output.
     for name in ("out", "residual_out"):
-        if common.same_start(tensors[name], inp):
-            raise ValueError(f"{caller}: {name} is inp, which peers still read while {name} is written; use a "
-                             "separate tensor (residual_out may be residual)")
+        for other in ("inp", "weight", "residual") + (("out",) if name == "residual_out" else ()):
+            check_apart(caller, tensors[name], name, weight if other == "weight" else tensors[other], other,
+                        "use a separate tensor (out and residual_out may each be residual)",
+                        inside=0 if other == "residual" else None)
     ins = ctx.symmetric_table(inp, caller, "inp")
     rows = inp.numel() // hidden
     resolved = common.resolve_config(config, caller)

@@ -23,6 +23,7 @@ from iris.ccl import common, record, reference
 from iris.device.group import program_row, tail_mask
 from iris.device.rma import store
 from iris.device.sync import call_match, group_barrier, open_call
+from iris.host.memory.overlap import check_apart
 from iris.host.distributed import Context
 
 
@@ -72,9 +73,8 @@ def _launch(ctx, out, inp, dim, group, async_op, config, caller):
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
     common.expect_numel(out, inp.numel(), caller, "out", "inp.numel()")
+    check_apart(caller, out, "out", inp, "inp", "all_to_all does not run in place; use a separate out")
     tables = (ctx.heap_bases, ctx.symmetric_table(out, caller, "out"))
-    if common.same_start(out, inp):
-        raise ValueError(f"{caller}: out and inp are the same tensor; all_to_all needs a separate out")
     size = ctx.group_sync(group, caller).size
     if dim == 1 and inp.dim() >= 2:
         if tuple(out.shape) != tuple(inp.shape):
@@ -115,9 +115,9 @@ def all_to_all(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group: dist.P
 
         ref_q = torch.cat([inp_r.chunk(group_size, dim=1)[q] for r in group], dim=1)
 
-    Raises ``ValueError`` for operands of other shapes or dtypes, a dim 1 the group size does not divide, an ``out``
-    that is ``inp`` or lies off the heap; ``iris.MismatchError`` on every rank when the ranks' calls differ;
-    ``iris.PeerError`` once a peer has failed.
+    Raises ``ValueError`` for operands that share bytes, operands of other shapes or dtypes, a dim 1 the group size does
+    not divide, an ``out`` that is ``inp`` or lies off the heap; ``iris.MismatchError`` on every rank when the ranks'
+    calls differ; ``iris.PeerError`` once a peer has failed.
 
     Example::
 
@@ -139,9 +139,9 @@ def all_to_all_single(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group:
 
         ref_q = torch.cat([inp_r.chunk(group_size, dim=0)[q] for r in group], dim=0)
 
-    Raises ``ValueError`` for operands of other sizes or dtypes, a dim 0 the group size does not divide, an ``out``
-    that is ``inp`` or lies off the heap; ``iris.MismatchError`` on every rank when the ranks' calls differ;
-    ``iris.PeerError`` once a peer has failed.
+    Raises ``ValueError`` for operands that share bytes, operands of other sizes or dtypes, a dim 0 the group size does
+    not divide, an ``out`` that is ``inp`` or lies off the heap; ``iris.MismatchError`` on every rank when the ranks'
+    calls differ; ``iris.PeerError`` once a peer has failed.
 
     Example::
 

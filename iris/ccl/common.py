@@ -48,19 +48,14 @@ def flat(tensor, caller, name):
         raise ValueError(f"{caller}: {name} has dtype {tensor.dtype}, which the collectives do not support; use one "
                          f"of {', '.join(str(d) for d in DTYPES)}")
     if not tensor.is_contiguous():
-        raise ValueError(f"{caller}: {name} must be contiguous (dim 0 is the split); call .contiguous() first")
+        raise ValueError(f"{caller}: {name} must be contiguous (the collectives read and write it as one run of "
+                         "elements); call .contiguous() first")
     return tensor.view(-1)
 
 
 def same_dtype(out, inp, caller):
     if out.dtype != inp.dtype:
         raise ValueError(f"{caller}: out has dtype {out.dtype} but inp has {inp.dtype}; they must match")
-
-
-def same_start(out, inp):
-    """True when ``out`` and ``inp`` begin at the same address: an in-place call. Empty tensors never are (torch
-    reports data_ptr() 0 for each of them)."""
-    return inp.numel() > 0 and out.data_ptr() == inp.data_ptr()
 
 
 def expect_numel(tensor, numel, caller, name, how):

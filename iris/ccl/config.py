@@ -145,34 +145,39 @@ class Config:
     cache_modifier: str | None = None
 
     def __post_init__(self):
-        if self.cache_modifier not in STORE_CACHE_MODIFIERS:
-            raise ValueError(f"iris.ccl.Config: cache_modifier={self.cache_modifier!r}; use None (each kernel's own) or "
-                             f"one of Triton's store modifiers {STORE_CACHE_MODIFIERS[1:]}")
-        if self.use_gluon and self.threads_per_warp not in (None, 32):
-            raise ValueError(f"iris.ccl.Config: use_gluon=True with threads_per_warp={self.threads_per_warp}; NVIDIA "
-                             "warps have 32 threads (64 is an AMD wavefront): use threads_per_warp=32")
-        if self.use_gluon and self.all_gather_variant not in ("persistent", "tma"):
-            raise ValueError(f"iris.ccl.Config: use_gluon=True with all_gather_variant={self.all_gather_variant!r}; "
-                             "the Gluon all_gather is the persistent one (upstream's TDM variants are gfx1250 "
-                             "tensor-data-mover code): use all_gather_variant='persistent' (register stores) or "
-                             "'tma' (Hopper bulk tensor stores)")
         if self.num_xcds is None:
             from iris.platform import device_info as hip  # noqa: PLC0415  (it imports torch.cuda lazily too)
             self.num_xcds = hip.get_num_xcc()
         if self.chunk_size is None:
             self.chunk_size = min(self.swizzle_size * self.swizzle_size, max(1, self.comm_sms // self.num_xcds))
+        self._check("iris.ccl.Config")
+
+    def _check(self, where):
+        """Every field, as it is made and again as a call reads it (a plain dataclass: fields may change between)."""
+        if self.cache_modifier not in STORE_CACHE_MODIFIERS:
+            raise ValueError(f"{where}: cache_modifier={self.cache_modifier!r}; use None (each kernel's own) or "
+                             f"one of Triton's store modifiers {STORE_CACHE_MODIFIERS[1:]}")
+        if self.use_gluon and self.threads_per_warp not in (None, 32):
+            raise ValueError(f"{where}: use_gluon=True with threads_per_warp={self.threads_per_warp}; NVIDIA "
+                             "warps have 32 threads (64 is an AMD wavefront): use threads_per_warp=32")
+        if self.use_gluon and self.all_gather_variant not in ("persistent", "tma"):
+            raise ValueError(f"{where}: use_gluon=True with all_gather_variant={self.all_gather_variant!r}; "
+                             "the Gluon all_gather is the persistent one (upstream's TDM variants are gfx1250 "
+                             "tensor-data-mover code): use all_gather_variant='persistent' (register stores) or "
+                             "'tma' (Hopper bulk tensor stores)")
         for name in ("block_size_m", "block_size_n"):
             value = getattr(self, name)
-            if value < 1 or value & (value - 1):
-                raise ValueError(f"iris.ccl.Config: {name}={value} must be a positive power of two (a Triton tile)")
+            if type(value) is not int or value < 1 or value & (value - 1):
+                raise ValueError(f"{where}: {name}={value!r} must be a positive power of two (a Triton tile)")
         for name in ("swizzle_size", "comm_sms", "num_xcds", "all_reduce_num_rings", "num_warps"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"iris.ccl.Config: {name}={getattr(self, name)} must be positive")
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"{where}: {name}={value!r} must be a positive int")
         if self.all_reduce_variant not in ("atomic", "ring", "two_shot", "one_shot", "spinlock"):
-            raise ValueError(f"iris.ccl.Config: all_reduce_variant={self.all_reduce_variant!r}; use one of "
+            raise ValueError(f"{where}: all_reduce_variant={self.all_reduce_variant!r}; use one of "
                              "'atomic', 'ring', 'two_shot', 'one_shot', 'spinlock'")
         if self.all_reduce_distribution not in (0, 1):
-            raise ValueError(f"iris.ccl.Config: all_reduce_distribution={self.all_reduce_distribution}; use 0 "
+            raise ValueError(f"{where}: all_reduce_distribution={self.all_reduce_distribution}; use 0 "
                              "(striding) or 1 (block)")
 
     def collective(self, caller: str) -> CollectiveConfig:
@@ -187,6 +192,7 @@ class Config:
             assert config.collective("ccl.all_reduce") == iris.ccl.CollectiveConfig(algorithm="one_shot", comm_sms=8)
             assert config.collective("ccl.all_gather").algorithm == "auto"  # the variant steers all_reduce only
         """
+        self._check(f"{caller}: config (iris.ccl.Config, changed since it was made)")
         algorithm = UPSTREAM_ALL_REDUCE.get(self.all_reduce_variant, "auto") if caller == "ccl.all_reduce" else "auto"
         comm_sms = None if self.comm_sms == Config.comm_sms else min(self.comm_sms, MAX_COMM_PROGRAMS)
         if self.use_gluon:  # upstream's Gluon kernels take num_warps from here; ours too

@@ -34,6 +34,7 @@ from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_match, fence_release_sys, open_call, wait_until
 from iris.host import launches
+from iris.host.memory.overlap import check_apart
 from iris.host.distributed import Context
 
 SEGMENT_BLOCKS = 4  # blocks per flagged segment: one sys fence per 4 x 16 KiB of bf16 on the large shape
@@ -140,9 +141,9 @@ def reduce_scatter(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: commo
         ref = reduce(op, [inp_r for r in group]).chunk(group_size)[group_rank]     # torch's
         ref = where(tile of rank group_rank, reduce(op, [inp_r for r in group]), out)  # upstream's
 
-    Raises ``ValueError`` for operands of other sizes or dtypes, a dim 0 the group size does not divide (torch's
-    layout), an ``inp`` off the heap (the pull) or an unknown ``op``; ``iris.MismatchError`` on every rank when the
-    ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+    Raises ``ValueError`` for operands that share bytes (but in the in-place form), operands of other sizes or dtypes, a
+    dim 0 the group size does not divide (torch's layout), an ``inp`` off the heap (the pull) or an unknown ``op``;
+    ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
 
     Example::
 
@@ -177,9 +178,9 @@ def reduce_scatter_tensor(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op
 
         ref = reduce(op, [inp_r for r in group]).chunk(group_size)[group_rank]
 
-    Raises ``ValueError`` for operands of other sizes or dtypes, a dim 0 the group size does not divide, an ``inp``
-    off the heap (the pull) or an unknown ``op``; ``iris.MismatchError`` on every rank when the ranks' calls differ;
-    ``iris.PeerError`` once a peer has failed.
+    Raises ``ValueError`` for operands that share bytes (but in the in-place form), operands of other sizes or dtypes, a
+    dim 0 the group size does not divide, an ``inp`` off the heap (the pull) or an unknown ``op``;
+    ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
 
     Example::
 
@@ -204,6 +205,8 @@ def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, ke
     n = common.split_rows(inp, ctx.group_sync(group, caller).size, caller, "inp")
     p = common.plan(ctx, caller, n, group, config)
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {p.sync.size}")
+    check_apart(caller, out, "out", inp, "inp", f"use a separate out, or this rank's slice inp[{p.sync.index} * {n}:]"
+                f"[:{n}] of inp itself for an in-place call", inside=p.sync.index * n)
     acc_fp32 = common.accumulate_in_fp32(inp.dtype)
     aligned = (n * inp.element_size()) % 16 == 0
     if pushes(p, n * inp.element_size(), caller):

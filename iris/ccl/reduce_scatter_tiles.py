@@ -20,6 +20,7 @@ from iris.ccl import common
 from iris.device.group import combine, finish, program_row
 from iris.device.rma import load
 from iris.device.sync import call_match, group_barrier, open_call
+from iris.host.memory.overlap import check_apart
 
 
 @dataclass(frozen=True)
@@ -99,12 +100,12 @@ def layout_of(config):
 def reduce_scatter_tiles(ctx, out, inp, op, group, async_op, config, caller):
     """The full-size form of ``ccl.reduce_scatter`` (see the module docstring)."""
     op = common.reduce_op(op, inp.dtype, caller)
-    layout = layout_of(config)
-    config = common.resolve_config(config, caller)
+    config, layout = common.resolve_config(config, caller), layout_of(config)  # resolving checks upstream's fields
     M = inp.shape[0] if inp.dim() else 1
     N = inp.numel() // max(M, 1)
     for name, t in (("out", out), ("inp", inp)):
         common.flat(t, caller, name)
+    check_apart(caller, out, "out", inp, "inp", "use a separate out, or inp itself for an in-place call", inside=0)
     ins = ctx.symmetric_table(inp, caller, "inp")
     p = common.plan(ctx, caller, inp.numel(), group, config)
     first, count, step = layout.owned(M, N, p.sync.index, p.sync.size)

@@ -18,6 +18,7 @@ from iris.ccl import common, record, reference
 from iris.device.group import first_block, program_row, reduce_from_group, tail_mask
 from iris.device.rma import get
 from iris.device.sync import call_match, group_barrier, open_call
+from iris.host.memory.overlap import check_apart
 from iris.host.distributed import Context
 
 
@@ -135,10 +136,12 @@ def scatter(ctx: Context, out: torch.Tensor, inp: torch.Tensor, src: int = 0, gr
     common.precheck(caller, group, config, (out, inp), src)
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
-    table = ctx.symmetric_table(inp, caller, "inp")
     sync = ctx.group_sync(group, caller)
     n = common.split_rows(inp, sync.size, caller, "inp")
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {sync.size}")
+    check_apart(caller, out, "out", inp, "inp", f"use a separate out, or this rank's slice inp[{sync.index} * {n}:]"
+                f"[:{n}] of inp itself for an in-place call", inside=sync.index * n)
+    table = ctx.symmetric_table(inp, caller, "inp")
     mine = inp_flat[sync.index * n:]
     return _pull(ctx, caller, out_flat, mine, n, src, group, config, async_op, (caller, (out, inp), (src,)), inp_flat,
                  table)
@@ -148,13 +151,18 @@ def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
     common.precheck(caller, group, config, (out, inp), dst, op)
     inp_flat, out_flat = common.flat(inp, caller, "inp"), common.flat(out, caller, "out")
     common.same_dtype(out, inp, caller)
-    table = ctx.symmetric_table(inp, caller, "inp")
     n = inp.numel()
     p = common.plan(ctx, caller, n, group, config)
     root_index = _root_index(p.sync, dst, caller, "dst")
     expected = n if op else p.sync.size * n
     common.expect_numel(out, expected, caller, "out", "inp.numel()" if op else f"group size {p.sync.size} * "
                         f"inp.numel() {n}")
+    if op:  # the root reads each element of every inp before it writes that element of out
+        check_apart(caller, out, "out", inp, "inp", "use a separate out, or inp itself for an in-place call", inside=0)
+    else:  # the root pulls every rank's inp from one heap offset, which a slot of out is on no two ranks
+        check_apart(caller, inp, "inp", out, "out", "gather reads every rank's inp at the same heap offset, so inp "
+                    "cannot be a slot of out; use a separate inp")
+    table = ctx.symmetric_table(inp, caller, "inp")
     fp = common.fingerprint(ctx, caller, (inp,), dst, op, launch=p.launch, sync=p.sync)
     _root_pulls_kernel[p.grid](out_flat, inp_flat, n, root_index, p.sync.args(ctx, fp, (table, table)),
                                GROUP_SIZE=p.sync.size, REDUCE=op is not None, OP=op or "sum", ACC_FP32=common.accumulate_in_fp32(inp.dtype),

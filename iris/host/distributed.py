@@ -294,9 +294,9 @@ class SyncMethods:
         return {None: self.group_sync(None, "Iris.device_barrier").flags}
 
     def broadcast(self, value: Any, src: int = 0) -> Any:
-        """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back
-        as numpy arrays (moved with a tensor broadcast; bfloat16 arrives as float32, which numpy lacks), anything
-        else as the same Python object.
+        """Collective, host-blocking. Every rank gets ``src``'s ``value``: tensors and numpy arrays come back as
+        numpy arrays of the same dtype (moved as bytes with a tensor broadcast; bfloat16 and float8, which numpy
+        lacks, arrive as float32), anything else as the same Python object.
 
         Raises ``ValueError`` for a ``src`` outside ``[0, world_size)``, and ``iris.PeerError`` once a peer has
         failed.
@@ -323,10 +323,14 @@ class SyncMethods:
             return header[0][1]
         _, shape, dtype = header[0]
         device = self._device if dist.get_backend() == "nccl" else torch.device("cpu")
-        buffer = array.contiguous().to(device) if self.cur_rank == src else torch.empty(shape, dtype=dtype,
-                                                                                         device=device)
-        if math.prod(shape) > 0:
+        # as bytes: the process group's backend moves uint8 whatever the dtype (gloo has no uint16, float8, ...)
+        nbytes = math.prod(shape) * dtype.itemsize
+        buffer = array.contiguous().reshape(-1).view(torch.uint8).to(device) if self.cur_rank == src else \
+            torch.empty(nbytes, dtype=torch.uint8, device=device)
+        if nbytes > 0:
             dist.broadcast(buffer, src=src)
-        if buffer.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every bf16 value exactly
-            buffer = buffer.float()
-        return buffer.cpu().numpy()
+        tensor = buffer.cpu().view(dtype).reshape(shape)
+        try:
+            return tensor.numpy()
+        except TypeError:  # bfloat16 and the float8 types, which numpy lacks: float32 holds each of their values
+            return tensor.float().numpy()

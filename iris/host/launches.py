@@ -33,7 +33,7 @@ import weakref
 
 import torch
 
-from iris.host.memory import providers
+from iris.host.memory import overlap, providers
 from iris.platform import private
 
 # Keys before the cache starts afresh: each entry is a few hundred bytes; a model's distinct (op, shape) pairs
@@ -61,8 +61,8 @@ def checking(config):
 
 def key_of(name, group, config, tensors, *extra):
     """The key of a call on ``tensors`` (a tuple) with ``extra`` (hashable: an op name, an eps) under ``group`` and
-    ``config``: each tensor's shape, dtype, device, contiguity and 16-byte alignment, which tensors start where
-    another does (in place), and the ids. None when the call is not cached: check mode, or an argument not a
+    ``config``: each tensor's shape, dtype, device, contiguity and 16-byte alignment, which tensors' bytes meet
+    another's and where (in place, a slot of it, columns of one buffer), and the ids. None when the call is not cached: check mode, or an argument not a
     tensor (the general path then raises its error)."""
     if checking(config):
         return None
@@ -70,16 +70,24 @@ def key_of(name, group, config, tensors, *extra):
         if type(value) not in _PLAIN:
             return None
     key = [name, id(group), id(config), *extra]
-    starts = []
+    spans = []
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             return None
         # Triton specialises a pointer on its 16-byte alignment (vector widths); the address mod 16, not only
         # whether it is 0, since a launch may pass an offset into the tensor (``SlicedLaunch``)
+        contiguous = t.is_contiguous()
         start = t.data_ptr()
-        key += (t.shape, t.dtype, t.device, t.is_contiguous(), start & 15,
-                starts.index(start) if start in starts else -1)
-        starts.append(start)
+        end = start + t.nbytes if contiguous else overlap.span(t)[1]
+        # where these bytes meet an earlier tensor's (-1: nowhere): calls that differ here differ in what aliases
+        # what (in place, a slot of it, an overlap the general path refuses), and so never share a launch
+        meets = -1
+        for index, (s, e) in enumerate(spans):
+            if start < e and s < end:
+                meets = index, start - s
+                break
+        key += (t.shape, t.dtype, t.device, contiguous, start & 15, meets)
+        spans.append((start, end))
     return tuple(key)
 
 

@@ -281,7 +281,10 @@ class TopologyMethods:
             except ValueError as e:
                 assert str(e).startswith(f"mylib.send: peer={world_size} is outside [0, {world_size})")
         """
-        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.num_ranks:
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            raise ValueError(f"{caller}: {name}={rank!r} is a {type(rank).__name__}, not a rank: pass an int in "
+                             f"[0, {self.num_ranks})")
+        if not 0 <= rank < self.num_ranks:
             raise ValueError(f"{caller}: {name}={rank!r} is outside [0, {self.num_ranks}); ranks run from 0 to "
                              f"world_size - 1 = {self.num_ranks - 1}")
         return rank

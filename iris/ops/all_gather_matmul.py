@@ -217,11 +217,11 @@ def all_gather_matmul(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
 
         ref = torch.cat([A_r for r in group], dim=0) @ B + bias     # ours; dim=1 and bias[:, None] upstream's
 
-    Raises ``ValueError`` for operands that are not 2-D, of other dtypes (float16, bfloat16 or float32, all alike),
-    devices or shapes, a ``bias`` of another shape, or ``variant="fused"`` where the fused kernel cannot run;
-    ``TypeError`` for a ``config`` that is neither ``OpsConfig`` nor ``FusedConfig``; ``NotImplementedError`` from
-    ``ctx.ops`` across nodes; ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError``
-    once a peer has failed.
+    Raises ``ValueError`` for an ``out`` that shares bytes with ``A``, ``B`` or ``bias``, operands that are not 2-D, of
+    other dtypes (float16, bfloat16 or float32, all alike), devices or shapes, a ``bias`` of another shape, or
+    ``variant="fused"`` where the fused kernel cannot run; ``TypeError`` for a ``config`` that is neither ``OpsConfig``
+    nor ``FusedConfig``; ``NotImplementedError`` from ``ctx.ops`` across nodes; ``iris.MismatchError`` on every rank
+    when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
 
     Example::
 
@@ -231,6 +231,7 @@ def all_gather_matmul(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
         assert torch.allclose(out, A @ B, atol=1e-2)
     """
     caller, given = "ops.all_gather_matmul", config  # config is resolved below; the key holds the object passed
+    common.bias_apart(caller, out, bias)
     key = common.launch_key(ctx, caller, group, given, (out, a, b))
     if ctx.launches.run(ctx, key, group, given, (out, a, b)):  # a remembered launch (iris/host/launches.py)
         return common.add_bias(ctx, out, bias, caller)
@@ -243,6 +244,8 @@ def all_gather_matmul(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
     N = b.shape[1]
     M = sync.size * m_local
     common.expect_shape(caller, "out", out, (M, N), f"[group size {sync.size} * A rows, B columns]")
+    if out.numel() == 0:  # M or N is 0 on every rank (the shapes agree): nothing to compute or send
+        return common.add_bias(ctx, out, bias, caller)
     block_m, block_n, block_k = config.blocks(ctx.get_device().type, a.dtype)
     tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
     needs = [] if m_local % block_m == 0 else [f"block_m={block_m} to divide M / W = {m_local}"]

@@ -4,6 +4,7 @@
 import torch
 
 from iris.host import launches
+from iris.host.memory.overlap import check_apart
 from iris.ops.config import FusedConfig, OpsConfig
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -61,6 +62,15 @@ def check_operands(caller, out, a, b):
                          f"{out.device}")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"{caller}: A is {tuple(a.shape)} and B is {tuple(b.shape)}: inner dimensions differ")
+    for name, t in (("A", a), ("B", b)):  # tiles of out are written while other tiles still read A and B
+        check_apart(caller, out, "out", t, name, "the op reads A and B while it writes out; use a separate out")
+
+
+def bias_apart(caller, out, bias):
+    """The op writes ``out`` before it adds ``bias``: refuse a ``bias`` that shares bytes with ``out``, before any
+    launch (a remembered one included)."""
+    if isinstance(bias, torch.Tensor) and isinstance(out, torch.Tensor):
+        check_apart(caller, bias, "bias", out, "out", "out is written before bias is added; pass a separate bias")
 
 
 def expect_shape(caller, name, tensor, shape, how):
@@ -120,6 +130,8 @@ def comm_programs(programs):
 def bulk_gemm(out, a, b, config):
     """The GEMM of a bulk variant: cuBLAS on GPUs (the best unfused pair is what fusion must beat), the shared
     Triton mainloop elsewhere."""
+    if out.numel() == 0:
+        return out
     if a.device.type == "cuda":
         return torch.matmul(a, b, out=out)
     from iris.ops.gemm import matmul

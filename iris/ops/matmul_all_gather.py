@@ -177,11 +177,11 @@ def matmul_all_gather(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
         ref = torch.cat([A @ B_r for r in group], dim=1) + bias      # ours
         ref = torch.cat([A_r @ B for r in group], dim=0)             # upstream's
 
-    Raises ``ValueError`` for operands that are not 2-D, of other dtypes (float16, bfloat16 or float32, all alike),
-    devices or shapes, an ``out`` off the heap, a ``bias`` of another shape, or ``variant="fused"`` where the fused
-    kernel cannot run; ``TypeError`` for a ``config`` that is neither ``OpsConfig`` nor ``FusedConfig``;
-    ``NotImplementedError`` from ``ctx.ops`` across nodes; ``iris.MismatchError`` on every rank when the ranks'
-    calls differ; ``iris.PeerError`` once a peer has failed.
+    Raises ``ValueError`` for an ``out`` that shares bytes with ``A``, ``B`` or ``bias``, operands that are not 2-D, of
+    other dtypes (float16, bfloat16 or float32, all alike), devices or shapes, an ``out`` off the heap, a ``bias`` of
+    another shape, or ``variant="fused"`` where the fused kernel cannot run; ``TypeError`` for a ``config`` that is
+    neither ``OpsConfig`` nor ``FusedConfig``; ``NotImplementedError`` from ``ctx.ops`` across nodes;
+    ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
 
     Example::
 
@@ -191,6 +191,7 @@ def matmul_all_gather(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
         assert torch.allclose(out, A @ B, atol=1e-2)
     """
     caller, given = "ops.matmul_all_gather", config  # config is resolved below; the key holds the object passed
+    common.bias_apart(caller, out, bias)
     key = common.launch_key(ctx, caller, group, given, (out, a, b))
     if ctx.launches.run(ctx, key, group, given, (out, a, b)):  # a remembered launch (iris/host/launches.py)
         return common.add_bias(ctx, out, bias, caller)
@@ -203,6 +204,8 @@ def matmul_all_gather(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
     M, K = a.shape
     n_local = b.shape[1]
     common.expect_shape(caller, "out", out, (M, sync.size * n_local), f"[M, group size {sync.size} * B columns]")
+    if out.numel() == 0:  # M or N is 0 on every rank (the shapes agree): nothing to compute or send
+        return common.add_bias(ctx, out, bias, caller)
     block_m, block_n, block_k = config.blocks(ctx.get_device().type, a.dtype)
     tiles = triton.cdiv(M, block_m) * triton.cdiv(n_local, block_n)
     sent = (sync.size - 1) * M * n_local * out.element_size()

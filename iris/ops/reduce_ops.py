@@ -262,6 +262,8 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce, key, given):
     sync = ctx.group_sync(group, caller)
     M, N = a.shape[0], b.shape[1]
     m_local = common.divisible(caller, "M (rows of A)", M, sync.size)
+    if out.numel() == 0:  # M or N is 0 on every rank (the shapes agree): nothing to compute or send
+        return out
     block_m, block_n, block_k = config.blocks(ctx.get_device().type, a.dtype)
     tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
     needs = [] if m_local % block_m == 0 else [f"block_m={block_m} to divide M / W = {m_local}"]
@@ -272,9 +274,15 @@ def _run(ctx, caller, out, a, b, group, config, all_reduce, key, given):
     if not common.choose_fused(caller, config, ctx, tiles, needs, comm_bytes=sent, flops=2 * M * N * a.shape[1]):
         partial = ctx.workspaces.get(caller, sync.ranks, (M, N), a.dtype)
         common.bulk_gemm(partial, a, b, config)
+        # The collectives take contiguous operands: a strided out (a transposed or column view) gets the result
+        # reduced in place in the workspace, then copied into its layout.
         if not all_reduce:
-            ctx.ccl.reduce_scatter(out, partial, group=group)
-        elif ctx.is_symmetric(out) or partial.numel() * partial.element_size() <= ONE_SHOT_MAX_BYTES:
+            mine = out if out.is_contiguous() else partial[sync.index * m_local:(sync.index + 1) * m_local]
+            ctx.ccl.reduce_scatter(mine, partial, group=group)
+            if mine is not out:
+                out.copy_(mine)
+        elif out.is_contiguous() and (ctx.is_symmetric(out)
+                                      or partial.numel() * partial.element_size() <= ONE_SHOT_MAX_BYTES):
             ctx.ccl.all_reduce(out, partial, group=group)
         else:  # two-shot writes its result into every rank's out, so out must be on the heap: reduce in place
             ctx.ccl.all_reduce(partial, partial, group=group)
@@ -376,11 +384,11 @@ def matmul_all_reduce(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
 
         ref = sum(A_r @ B_r for r in group) + bias
 
-    Raises ``ValueError`` for operands that are not 2-D, of other dtypes (float16, bfloat16 or float32, all alike),
-    devices or shapes, an M the group size does not divide, a ``bias`` of another shape, or ``variant="fused"``
-    where the fused kernel cannot run; ``TypeError`` for a ``config`` that is neither ``OpsConfig`` nor
-    ``FusedConfig``; ``NotImplementedError`` from ``ctx.ops`` across nodes; ``iris.MismatchError`` on every rank
-    when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+    Raises ``ValueError`` for an ``out`` that shares bytes with ``A``, ``B`` or ``bias``, operands that are not 2-D, of
+    other dtypes (float16, bfloat16 or float32, all alike), devices or shapes, an M the group size does not divide, a
+    ``bias`` of another shape, or ``variant="fused"`` where the fused kernel cannot run; ``TypeError`` for a ``config``
+    that is neither ``OpsConfig`` nor ``FusedConfig``; ``NotImplementedError`` from ``ctx.ops`` across nodes;
+    ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
 
     Example::
 
@@ -390,6 +398,7 @@ def matmul_all_reduce(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: torch
         assert torch.allclose(out, A @ B, atol=1e-2)
     """
     caller, given = "ops.matmul_all_reduce", config  # config is resolved below; the key holds the object passed
+    common.bias_apart(caller, out, bias)
     key = common.launch_key(ctx, caller, group, given, (out, a, b))
     if ctx.launches.run(ctx, key, group, given, (out, a, b)):  # a remembered launch (iris/host/launches.py)
         return common.add_bias(ctx, out, bias, caller)
@@ -408,11 +417,11 @@ def matmul_reduce_scatter(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: t
 
         ref = sum(A_r @ B_r for r in group).chunk(W)[group_rank] + bias
 
-    Raises ``ValueError`` for operands that are not 2-D, of other dtypes (float16, bfloat16 or float32, all alike),
-    devices or shapes, an M the group size does not divide, a ``bias`` of another shape, or ``variant="fused"``
-    where the fused kernel cannot run; ``TypeError`` for a ``config`` that is neither ``OpsConfig`` nor
-    ``FusedConfig``; ``NotImplementedError`` from ``ctx.ops`` across nodes; ``iris.MismatchError`` on every rank
-    when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
+    Raises ``ValueError`` for an ``out`` that shares bytes with ``A``, ``B`` or ``bias``, operands that are not 2-D, of
+    other dtypes (float16, bfloat16 or float32, all alike), devices or shapes, an M the group size does not divide, a
+    ``bias`` of another shape, or ``variant="fused"`` where the fused kernel cannot run; ``TypeError`` for a ``config``
+    that is neither ``OpsConfig`` nor ``FusedConfig``; ``NotImplementedError`` from ``ctx.ops`` across nodes;
+    ``iris.MismatchError`` on every rank when the ranks' calls differ; ``iris.PeerError`` once a peer has failed.
 
     Example::
 
@@ -422,6 +431,7 @@ def matmul_reduce_scatter(ctx: Context, out: torch.Tensor, a: torch.Tensor, b: t
         assert torch.allclose(out, (A @ B).chunk(world_size)[rank], atol=1e-2)  # this rank's rows of the sum
     """
     caller, given = "ops.matmul_reduce_scatter", config  # config is resolved below; the key holds the object passed
+    common.bias_apart(caller, out, bias)
     key = common.launch_key(ctx, caller, group, given, (out, a, b))
     if ctx.launches.run(ctx, key, group, given, (out, a, b)):  # a remembered launch (iris/host/launches.py)
         return common.add_bias(ctx, out, bias, caller)

@@ -131,6 +131,20 @@ def _flag(ctx, flag, caller, *, name, remote_to=None):
     return ctx.on_heap(flag, caller, name).at(remote_to), bits  # remote_to: the put's lane has checked it
 
 
+def _flag_value(value, bits, caller, name):
+    """``value`` as an int that the flag's ``bits`` hold (a value that does not fit would wrap, or fail in the copy
+    queue's thread)."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{caller}: {name} must be an int, got {type(value).__name__} {value!r}") from None
+    low, high = -(1 << bits - 1), (1 << bits - 1) - 1
+    if not low <= number <= high:
+        raise ValueError(f"{caller}: {name}={number} does not fit the flag's int{bits} [{low}, {high}]; use a smaller "
+                         "value or an int64 flag")
+    return number
+
+
 class _SignalLauncher:
     """The queue's signal kernel, compiled and loaded with the context once per (flag bits, 16-byte alignment) (a
     kernel loaded later, while a kernel of ours spins, can wait for the device: lazy module loading), and launched
@@ -213,13 +227,13 @@ class CopyEngines:
             raise ValueError(f"{caller}: wait_flag was given without wait_value; pass the value the local flag must "
                              "reach (the copy starts once flag >= wait_value)")
         address, bits = _flag(self.ctx, wait_flag, caller, name="wait_flag")
-        return Wait(address, bits, int(wait_value))
+        return Wait(address, bits, _flag_value(wait_value, bits, caller, "wait_value"))
 
     def _signal_arg(self, signal_flag, signal_value, caller, *, remote_to):
         if signal_flag is None:
             return None
         address, bits = _flag(self.ctx, signal_flag, caller, name="signal_flag", remote_to=remote_to)
-        return Signal(address, bits, int(signal_value))
+        return Signal(address, bits, _flag_value(signal_value, bits, caller, "signal_value"))
 
     # ------------------------------------------------------------------ the queue's operations
     def _submit(self, lane, transfer, *, async_op, caller):
@@ -285,12 +299,13 @@ class CopyEngines:
         self._submit(lane, Transfer(wait, (copy,), signal), async_op=async_op, caller=caller)
 
     def _plain_copy(self, src, dst, to_rank):
-        """The ``Copy`` of the common put, its checks in this one frame: contiguous plain tensors on the device and of
-        one size, ``dst`` on the heap (one address compare). None for anything else, which ``_checked_copy`` then
+        """The ``Copy`` of the common put, its checks in this one frame: contiguous plain tensors on the device of one
+        dtype and size, ``dst`` on the heap (one address compare). None for anything else, which ``_checked_copy`` then
         checks (and names, where it is wrong)."""
         index = self.device_index
-        if type(src) is not torch.Tensor or type(dst) is not torch.Tensor or not src.is_contiguous() or \
-                not dst.is_contiguous() or src.get_device() != index or dst.get_device() != index:
+        if type(src) is not torch.Tensor or type(dst) is not torch.Tensor or src.dtype is not dst.dtype or \
+                not src.is_contiguous() or not dst.is_contiguous() or src.get_device() != index or \
+                dst.get_device() != index:
             return None
         nbytes, address, heap = src.numel() * src.element_size(), dst.data_ptr(), self.ctx.heap
         if dst.numel() * dst.element_size() != nbytes or not heap.holds(address, nbytes):
@@ -306,6 +321,10 @@ class CopyEngines:
                 raise TypeError(f"{caller}: {name} must be a tensor, got {type(t).__name__}")
             if t.device != self.device:
                 raise ValueError(f"{caller}: {name} is on {t.device}; the copy engine reads and writes {self.device}")
+        if src.dtype != dst.dtype:
+            raise ValueError(f"{caller}: src_tensor is {src.dtype} but dst_tensor is {dst.dtype}; the copy engine "
+                             "copies bytes and converts nothing: pass tensors of one dtype (.view(dtype) both alike "
+                             "to move raw bytes)")
         target = self.ctx.on_heap(dst, caller, "dst_tensor").at(to_rank)  # the lane has checked to_rank
         nbytes = src.numel() * src.element_size()
         if dst.numel() * dst.element_size() != nbytes:
@@ -417,8 +436,8 @@ class CopyEngineMethods:
 
         Raises ``RuntimeError`` when the context was made without copy engines; ``ValueError`` for a ``to_rank`` out
         of range or on another node, a ``channel`` outside ``[0, IRIS_CE_CHANNELS)``, a flag that is not one
-        int32/int64 element, a ``wait_flag`` without ``wait_value``, or tensors that are not of one size on this
-        device, contiguous or 2-D with contiguous rows, with ``dst_tensor`` on the heap (``TypeError`` for a
+        int32/int64 element, a ``wait_flag`` without ``wait_value``, or tensors that are not of one dtype and size on
+        this device, contiguous or 2-D with contiguous rows, with ``dst_tensor`` on the heap (``TypeError`` for a
         non-tensor); ``iris.RankTimeoutError`` when a blocking put has not landed within the context's timeout;
         ``iris.PeerError`` once a peer has failed.
 
