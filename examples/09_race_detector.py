@@ -1,8 +1,8 @@
 """The race detector: a push that forgot its flag, found on a laptop, and the same push with it.
 
 Rank 0 stores a block into rank 1's buffer; rank 1 reads the buffer. Without a flag between them nothing orders
-the read after the store: on a GPU rank 1 sometimes reads the old data, and on the cpu backend the timing is
-usually kind. ``sanitize="race"`` (``IRIS_SANITIZE=race``) reports it every run, from happens-before, not from
+the read after the store: rank 1 may read the old data or the new (on the cpu backend it mostly reads the old).
+``sanitize="race"`` (``IRIS_SANITIZE=race``) reports it every run, from happens-before, not from
 the values: both accesses with their lines, and what would order them. The fix is the message-passing pair:
 
     rank 0: iris.store(...) into rank 1          rank 1: .
@@ -45,7 +45,7 @@ def push_kernel(data, got, flag, heap_bases, rank, WITH_FLAG: tl.constexpr, BLOC
 def push(ctx, with_flag):
     """One push on fresh buffers (ranks 0 and 1; any others watch)."""
     rank = ctx.get_rank()
-    data = ctx.full((BLOCK,), float(rank), dtype=torch.float32)
+    data = ctx.full((BLOCK,), 10.0 * (rank + 1), dtype=torch.float32)  # rank 0 pushes 11 over rank 1's 20
     got = ctx.zeros(BLOCK, dtype=torch.float32)
     flag = ctx.zeros(1, dtype=torch.int32)
     ctx.barrier()
@@ -53,7 +53,7 @@ def push(ctx, with_flag):
         push_kernel[(1,)](data, got, flag, ctx.get_heap_bases(), rank, WITH_FLAG=with_flag, BLOCK=BLOCK)
     ctx.barrier()
     if rank == 1 and with_flag:
-        assert torch.equal(got, torch.ones(BLOCK)), "rank 1 should read rank 0's block"
+        assert torch.equal(got, torch.full((BLOCK,), 11.0)), "rank 1 should read rank 0's block"
 
 
 def races_at_close(ctx):

@@ -2,6 +2,7 @@
 naming the operation; a device wait that never completes reports who waited for whom. And when debug mode
 is off, none of it is compiled (checked on the sm_90 PTX in test_compile.py)."""
 
+import re
 import time
 
 import pytest
@@ -151,7 +152,7 @@ def _skipped_barrier_body(done):
 def test_debug_mode_reports_a_wait_that_never_completes(debug_pool, capfd, tmp_path):
     results = debug_pool.run(_skipped_barrier_body, str(tmp_path / "done"))
     assert results[1] == "skipped"
-    assert "iris.barrier: device wait timed out; a rank never arrived (IRIS_DEBUG)" in results[0]
+    assert "iris.barrier: device wait timed out (IRIS_DEBUG): its flag never reached the value waited for" in results[0]
 
 
 # On GPUs a device assert ends the CUDA context of the process that hit it, so the GPU check runs the
@@ -228,3 +229,47 @@ def test_debug_switch_at_runtime_reaches_translate():
     proc = subprocess.run([sys.executable, "-c", _COMPILE_AFTER_ENABLE], env=env, capture_output=True, text=True,
                           timeout=300)
     assert "ASSERT True" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+_WAITS_FOR_ITSELF = """
+import torch
+
+import iris  # first: on the cpu backend it readies Triton's interpreter
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def waits_for_program_1(flag, rank, heap_bases):
+    if tl.program_id(0) == 0:
+        iris.wait_until(flag, 1, rank, rank)  # program 1 raises it, and on the cpu backend runs after program 0
+    else:
+        iris.atomic_add(flag, 1, rank, rank, heap_bases, sem="release", scope="sys")
+
+
+def main():
+    ctx = iris.iris(1 << 20)
+    flag = ctx.zeros(1, dtype=torch.int32)
+    waits_for_program_1[(2,)](flag, ctx.get_rank(), ctx.get_heap_bases())
+
+
+if __name__ == "__main__":
+    iris.run(main, 1)
+"""
+
+
+@pytest.mark.skipif(on_gpu(), reason="the cpu backend's notice (a GPU runs both programs side by side)")
+def test_a_kernel_that_waits_for_a_later_program_is_named(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "waits_for_itself.py"
+    script.write_text(_WAITS_FOR_ITSELF)
+    env = dict(os.environ, IRIS_BACKEND="cpu", IRIS_NOTICE_S="1", IRIS_DEBUG="1", IRIS_DEBUG_SPIN_LIMIT="4000")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0, proc.stderr[-3000:]  # debug mode ends the wait
+    assert re.search(r"WARNING \[Iris\] \[0/1\] waits_for_program_1: program 0 of 2 has polled the word at 0x[0-9a-f]+ "
+                     r"for \d+ s and it still reads 0\. If it waits for another program of this launch, it never will",
+                     proc.stderr), proc.stderr[-3000:]
+    assert "iris.wait_until: device wait timed out (IRIS_DEBUG)" in proc.stderr, proc.stderr[-3000:]

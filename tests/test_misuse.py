@@ -113,6 +113,38 @@ def test_run_under_torchrun_says_which_world_size_wins(monkeypatch, caplog):
     assert "--nproc_per_node=4" in caplog.text
 
 
+UNGUARDED = """
+import iris
+
+
+def main():
+    return 1
+
+
+iris.run(main, 2)  # not under if __name__ == "__main__": every rank imports this file and would start ranks too
+"""
+
+
+def test_functions_the_ranks_cannot_import_are_named(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "IRIS_BACKEND": "cpu"}
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    for command, says in (
+            ([sys.executable, "-c", "import iris\ndef main():\n    return 1\niris.run(main, 2)"],
+             ["ValueError: iris.run: main is defined in an interactive session (a notebook, the REPL, python -c"]),
+            ([sys.executable, str(script)],
+             ["RuntimeError: iris: ranks are being started from a rank that is itself starting",
+              "rank 0 died (exit code 1); it printed why above (a script whose iris.run is not under if __name__"])):
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode != 0
+        for line in says:
+            assert line in proc.stderr, proc.stderr[-3000:]
+
+
 def _heap_size_body():
     ctx = iris.iris(heap_size=1e6)
     whole = ctx.heap.size

@@ -58,4 +58,7 @@ if __name__ == "__main__":
     try:
         iris.run(fails_on_rank_1, 2)
     except iris.RankError as e:
-        print(f"iris.run raised RankError:\n{str(e)[:400]}")
+        # a section per failing rank, the one that failed first first; each ends with its exception
+        print("iris.run raised RankError; each rank's exception:")
+        for section in str(e).split("--- rank ")[1:]:
+            print(f"  rank {section.splitlines()[0].rstrip(' -')}: {section.strip().splitlines()[-1]}")

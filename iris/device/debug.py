@@ -24,12 +24,15 @@ import os
 import triton
 import triton.language as tl
 
+from iris.platform.backend import BACKEND
+
 ENABLED = tl.constexpr(os.environ.get("IRIS_DEBUG", "") == "1")
-# Polls before a wait gives up: 2**22 is a few seconds on a GPU; the interpreter polls far slower.
 # The tracing words after the bases in the device context, upstream Iris's: trace_enabled, max_events, the event
 # counter, the operation counter, then 13 buffer addresses.
 TRACE_WORDS = tl.constexpr(17)
-SPIN_LIMIT = tl.constexpr(int(os.environ.get("IRIS_DEBUG_SPIN_LIMIT", 1 << 22)))
+# Polls before a wait gives up: 2**22 is a few seconds on a GPU; the interpreter polls some 1,300 times a second, so
+# 2**16 there (about 50 s).
+SPIN_LIMIT = tl.constexpr(int(os.environ.get("IRIS_DEBUG_SPIN_LIMIT", 1 << 16 if BACKEND == "cpu" else 1 << 22)))
 
 
 @triton.jit
@@ -78,4 +81,6 @@ def check_wait(spins, rank, peer, seen, expected, what: tl.constexpr):
     if spins >= SPIN_LIMIT:
         tl.device_print("iris debug: " + what + " timed out: rank, waiting for rank, flag value seen, expected",
                         rank, peer, seen, expected)
-    tl.device_assert(spins < SPIN_LIMIT, "iris." + what + ": device wait timed out; a rank never arrived (IRIS_DEBUG)")
+    tl.device_assert(spins < SPIN_LIMIT, "iris." + what + ": device wait timed out (IRIS_DEBUG): its flag never reached "
+                     "the value waited for; the rank or program that raises it never did (on the cpu backend a "
+                     "launch's programs run one at a time, so a later program of the same launch never can)")

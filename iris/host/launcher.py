@@ -139,7 +139,13 @@ def _label_prints(rank):
 def _call(payload):
     """Run one call of ``RankPool.run`` in this rank; a context it leaves open reads as RETURNED to its peers until
     the next call (a peer still waiting for this rank then raises, ``iris/host/watchdog.py``)."""
-    fn, args, kwargs = pickle.loads(payload)
+    try:
+        fn, args, kwargs = pickle.loads(payload)
+    except Exception:
+        return "err", (f"{traceback.format_exc()}iris: this rank could not import the function to run or its "
+                       "arguments: define the function at the top level of a module the ranks can import (the "
+                       "script itself, with iris.run under if __name__ == '__main__':), not in a notebook or inside "
+                       "another function\n")
     mark_running()
     try:
         result = fn(*args, **kwargs)
@@ -190,6 +196,9 @@ def _worker(rank, world_size, port, conn, nodes=1, process_group=True):
         dist.destroy_process_group()
 
 
+STARTING = "starting the ranks"
+
+
 class RankPool:
     """``world_size`` long-lived rank processes (``env`` added to their environment); ``pool.run(fn, *args)``
     runs ``fn`` on all of them and returns the list of results, rank by rank. A failure on any rank raises
@@ -228,6 +237,10 @@ class RankPool:
         self._conns = []
 
     def _start(self):
+        if getattr(mp.current_process(), "_inheriting", False):  # a spawned rank importing the script's __main__
+            raise RuntimeError("iris: ranks are being started from a rank that is itself starting: the script starts "
+                               "them when it is imported, and every rank imports it; put the call (iris.run, "
+                               "iris.launch, RankPool) under if __name__ == '__main__':")
         port = _free_port()
         ctx = mp.get_context("spawn")
         with _spawn_environment(self.backend, self.env) as backend:
@@ -242,7 +255,7 @@ class RankPool:
                 child.close()
                 self._procs.append(proc)
                 self._conns.append(parent)
-        self._collect(self.start_timeout_s, "starting the ranks")
+        self._collect(self.start_timeout_s, STARTING)
 
     def _answer(self, rank):
         """``(status, value)`` once ``rank`` has answered or died, else None."""
@@ -277,6 +290,9 @@ class RankPool:
                 if status != "err":  # "ok", or "ready" at start-up
                     results[rank] = value
                     continue
+                if what == STARTING and value.startswith(f"rank {rank} died"):
+                    value += ("; it printed why above (a script whose iris.run is not under if __name__ == "
+                              "'__main__': starts ranks again in every rank)")
                 errors[rank] = value
                 if first_failure is None:
                     first_failure = (rank, time.monotonic())
@@ -294,7 +310,9 @@ class RankPool:
         if errors:
             # A failed rank may have skipped collective calls the others made; start afresh next time.
             self.close(force=True)
-            detail = "\n".join(f"--- rank {r} ---\n{errors[r]}" for r in sorted(errors))
+            # in the order they were found: the rank that failed first (the cause) before those it stopped
+            detail = "\n".join(f"--- rank {r}{' (failed first)' if i == 0 and len(errors) > 1 else ''} ---\n{text}"
+                               for i, (r, text) in enumerate(errors.items()))
             raise RankError(f"{what}: {len(errors)} of {self.world_size} ranks failed\n{detail}")
         return results
 
@@ -318,6 +336,12 @@ class RankPool:
         """
         if not self._procs:
             self._start()
+        main = sys.modules.get("__main__")
+        if getattr(fn, "__module__", None) == "__main__" and not os.path.isfile(getattr(main, "__file__", None) or ""):
+            raise ValueError(f"iris.run: {getattr(fn, '__qualname__', fn)} is defined in an interactive session (a "
+                             "notebook, the REPL, python -c or python - < file), which the rank processes, started "
+                             "fresh, cannot import; save the code as a .py file and run that, with iris.run under "
+                             "if __name__ == '__main__':")
         payload = pickle.dumps((fn, args, kwargs))
         for conn in self._conns:
             conn.send(payload)

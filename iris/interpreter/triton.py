@@ -3,8 +3,8 @@
 
 ``install`` is called once by the package's face, ``iris/__init__.py``, on the cpu backend, before any module
 decorates a kernel: it mends the interpreter (``fix_interpreter``), puts Gluon in it (``iris/interpreter/gluon.py``),
-records launches for the sm_90 compile check when ``IRIS_LAUNCH_LOG`` names a file (``launch_log.py``), and in debug
-mode makes device asserts fire.
+records launches for the sm_90 compile check when ``IRIS_LAUNCH_LOG`` names a file (``launch_log.py``), names polls
+that nothing ends (``spins.py``), and in debug mode makes device asserts fire.
 """
 
 import os
@@ -16,7 +16,11 @@ from iris.interpreter.conversions import fp32_to_bf16 as _fp32_to_bf16
 def install(debug=False):
     """Everything the cpu backend changes in Triton and Gluon; once per process, before kernels are decorated."""
     fix_interpreter()
+    from iris.interpreter import spins
     from iris.interpreter.gluon import install as interpret_gluon
+    from iris.platform.private import triton_interpreter
+
+    spins.install(triton_interpreter())
 
     interpret_gluon()
     if os.environ.get("IRIS_LAUNCH_LOG"):
