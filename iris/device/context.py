@@ -3,6 +3,7 @@
     @triton.jit
     def kernel(context, buf, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr):
         ctx = iris.DeviceContext.initialize(context, RANK, WORLD_SIZE)
+        offs = tl.arange(0, 64)
         x = ctx.load(buf + offs, from_rank=(RANK + 1) % WORLD_SIZE)
 
 ``context`` is ``Iris.get_device_context()``: an int64 tensor laid out as upstream Iris's, ``[rank, world_size,
