@@ -66,6 +66,8 @@ def _raise_before_barrier_body():
 def test_peer_that_raises_fails_the_waiting_ranks_fast(world_size):
     message, elapsed = _failing_run(_raise_before_barrier_body, world_size)
     assert "rank 1 gives up before the barrier" in _rank_section(message, 1)
+    # the cause first: the rank that raised, then the ranks it stopped
+    assert f"{world_size} of {world_size} ranks failed (rank 1 first)\n--- rank 1 ---" in message, message[:300]
     for rank in set(range(world_size)) - {1}:
         # Every rank names rank 1, not a rank that failed with PeerError because of it.
         waiting = _rank_section(message, rank)

@@ -61,4 +61,4 @@ if __name__ == "__main__":
         # a section per failing rank, the one that failed first first; each ends with its exception
         print("iris.run raised RankError; each rank's exception:")
         for section in str(e).split("--- rank ")[1:]:
-            print(f"  rank {section.splitlines()[0].rstrip(' -')}: {section.strip().splitlines()[-1]}")
+            print(f"  rank {section.split(' ')[0]}: {section.strip().splitlines()[-1]}")

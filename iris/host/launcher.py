@@ -311,9 +311,9 @@ class RankPool:
             # A failed rank may have skipped collective calls the others made; start afresh next time.
             self.close(force=True)
             # in the order they were found: the rank that failed first (the cause) before those it stopped
-            detail = "\n".join(f"--- rank {r}{' (failed first)' if i == 0 and len(errors) > 1 else ''} ---\n{text}"
-                               for i, (r, text) in enumerate(errors.items()))
-            raise RankError(f"{what}: {len(errors)} of {self.world_size} ranks failed\n{detail}")
+            detail = "\n".join(f"--- rank {r} ---\n{text}" for r, text in errors.items())
+            first = f" (rank {next(iter(errors))} first)" if len(errors) > 1 else ""
+            raise RankError(f"{what}: {len(errors)} of {self.world_size} ranks failed{first}\n{detail}")
         return results
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float = 600, **kwargs: Any) -> list[Any]:
