@@ -173,7 +173,9 @@ def _reduce_scatter_v_body(dtype):
     ctx.barrier()
     try:
         ctx.ccl.reduce_scatter_v(mine, wide, theirs)
-        ctx.barrier()  # on GPUs the host learns of the mismatch after the kernel
+        if dev.type == "cuda":  # on GPUs the host learns of the mismatch at its first call after the kernel ran
+            torch.cuda.synchronize()
+        ctx.barrier()
         fails.append("reduce_scatter_v: splits that differ between ranks were not refused")
     except MismatchError:
         pass

@@ -907,7 +907,7 @@ def test_overlap_is_exact_for_contiguous_operands_and_column_blocks():
 def _overlap_body():
     """Each rank makes the same calls: ``({case: error}, {case: (got, expected)})``."""
     ctx = new_context(1 << 23)
-    rank, world, ccl = ctx.get_rank(), ctx.get_num_ranks(), ctx.ccl
+    rank, world, ccl, dev = ctx.get_rank(), ctx.get_num_ranks(), ctx.ccl, ctx.get_device()
     Config = iris.ccl.CollectiveConfig
     n = 64
 
@@ -995,7 +995,8 @@ def _overlap_body():
     inp, residual = ctx.zeros(8, 32), ctx.zeros(8, 32)
     inp.copy_(ramp(256).view(8, 32))
     residual.copy_(torch.linspace(-1, 1, 256).view(8, 32))
-    summed = sum(torch.arange(1, 257, dtype=torch.float32).view(8, 32) * (r + 1) for r in range(world)) + residual
+    summed = sum(torch.arange(1, 257, dtype=torch.float32).view(8, 32) * (r + 1) for r in range(world)) + \
+        residual.cpu()
     normed = summed * torch.rsqrt(summed.pow(2).mean(-1, keepdim=True) + 1e-6)
     residual_out = ctx.full((8, 32), -777.0)
     ccl.all_reduce_rmsnorm(residual, residual_out, inp, residual, weight)  # out is residual
@@ -1007,6 +1008,7 @@ def _overlap_body():
     a.copy_(torch.linspace(-1, 1, 64 * 32).view(64, 32) * (rank + 1))
     b = torch.linspace(1, 2, 32 * 64).view(32, 64)
     ref = sum(torch.linspace(-1, 1, 64 * 32).view(64, 32) * (r + 1) for r in range(world)) @ b
+    b = b.to(dev)
     ctx.ops.matmul_all_reduce(block[:, :64], a, b, config=fused)
     checked["matmul_all_reduce beside A"] = (block[:, :64].clone(), ref)
     for variant in ("fused", "bulk"):
@@ -1014,7 +1016,7 @@ def _overlap_body():
         ctx.ops.matmul_all_reduce(transposed, a.clone(), b, config=iris.ops.OpsConfig(variant=variant,
                                                                                       copy_engine=False, **TILE))
         checked[f"matmul_all_reduce {variant} transposed out"] = (transposed.clone(), ref)
-        scattered = torch.full((64, 64 // world), -777.0).t()
+        scattered = torch.full((64, 64 // world), -777.0, device=dev).t()
         ctx.ops.matmul_reduce_scatter(scattered, a.clone(), b, config=iris.ops.OpsConfig(variant=variant,
                                                                                     copy_engine=False, **TILE))
         checked[f"matmul_reduce_scatter {variant} transposed out"] = (scattered.clone(), ref.chunk(world)[rank])
@@ -1032,4 +1034,7 @@ def test_operands_that_overlap_are_refused_and_the_in_place_forms_are_right(pool
         assert "gather reads every rank's inp at the same heap offset" in refused["gather in place"]
         assert len(refused) == 16 and len(checked) >= 10, (sorted(refused), sorted(checked))
         for case, (got, expected) in checked.items():
-            assert torch.allclose(got, expected, rtol=1e-4, atol=1e-3), (rank, case, (got - expected).abs().max())
+            # the fused GEMMs multiply fp32 in TF32 on GPUs
+            tolerance = dict(rtol=1e-2, atol=1e-2) if "matmul" in case else dict(rtol=1e-4, atol=1e-3)
+            got = got.cpu()
+            assert torch.allclose(got, expected, **tolerance), (rank, case, (got - expected).abs().max())

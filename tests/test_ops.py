@@ -257,7 +257,7 @@ def _bad_input_body():
     return {
         "inner": error_message(ctx.ops.matmul_all_gather, out, a, ctx.zeros(30, 32)),
         "out_shape": error_message(ctx.ops.matmul_all_gather, ctx.zeros(64, 50), a, b),
-        "not_heap": error_message(ctx.ops.matmul_all_gather, torch.zeros(64, 64), a, b),
+        "not_heap": error_message(ctx.ops.matmul_all_gather, torch.zeros(64, 64, device=ctx.get_device()), a, b),
         "dtype": error_message(ctx.ops.matmul_all_reduce, ctx.zeros(64, 32), a.half(), b),
         "divisible": error_message(ctx.ops.matmul_reduce_scatter, ctx.zeros(33, 32), ctx.zeros(65, 40), b),
         "fused_block": error_message(ctx.ops.all_gather_matmul, ctx.zeros(96, 32), ctx.zeros(48, 40), b,

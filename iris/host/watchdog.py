@@ -195,6 +195,9 @@ class Watchdog:
         # Held while a failure is recorded and raised in the context's thread, and while that thread withdraws the
         # raise (``_withdraw``): a check that sees the failure recorded then never leaves a queued copy behind.
         self._failing = threading.RLock()
+        # between a launcher's calls (RETURNED): a failure found then is recorded, not raised into the context's
+        # thread, which is in the launcher's own loop; the next call's check raises it
+        self._idle = False
         self._stop = threading.Event()
         self._thread = None
         _register_exit_hook()
@@ -214,13 +217,29 @@ class Watchdog:
         """Set this rank's state; only from RUNNING (or RETURNED, which a later call ends), so a rank that failed
         never reads as closed later (its context's ``__del__`` runs right after the failure is reported)."""
         slots = self._slots
+        if state == RETURNED:
+            with self._failing:
+                self._idle = True
+                self._withdraw()  # a copy queued for the call that just ended: the next call's check raises it
         if slots is not None and slots[self.rank - self._first, 1] in (RUNNING, RETURNED):
             slots[self.rank - self._first, 1] = state
             if state == FAILED:
                 self._post(self.rank, os.getpid(), "raised an exception")
 
+    def settle(self):
+        """The kernels this rank queued have run (``mark_returned``): a mismatch they recorded is raised here, in the
+        call's own thread, rather than later into whatever that thread does next (the launcher's wait for its next
+        call, which it would end)."""
+        if self.groups.closed:
+            return
+        if self.groups.failure is None and self.groups.mismatches():
+            self._calls_disagree(in_thread=True)
+        if self.groups.failure is not None:  # found by the watchdog thread first: raised here, its queued copy withdrawn
+            self.groups.check(self.groups.last_call, entering=False)
+
     def resume(self):
         """RETURNED back to RUNNING: this rank's process runs a new call (``mark_running``)."""
+        self._idle = False
         slots = self._slots
         if slots is not None and slots[self.rank - self._first, 1] == RETURNED:
             slots[self.rank - self._first, 1] = RUNNING
@@ -398,7 +417,7 @@ class Watchdog:
             self.groups.failure = message
             # raised first: on the cpu backend the context's thread, spinning in the interpreter, stops before a
             # released wait lets its kernel go on to the data
-            if not in_thread:
+            if not in_thread and not self._idle:
                 _raise_in(self.owner, f"{self.groups.last_call}: {message}", MismatchError)
             logger.error(message, extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
             for peer in self._local_ranks:
@@ -453,7 +472,8 @@ class Watchdog:
                     _announced.add(event or pid)
                 if announce:
                     logger.error(message, extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
-                    _raise_in(self.owner, message)
+                    if not self._idle:
+                        _raise_in(self.owner, message)
         self.groups.poison(peer)
         if node is not None and node != self._node:  # our node's ranks may wait for it in the inter-node stage
             for local_peer in self._local_ranks:
@@ -480,12 +500,14 @@ def _died_advice():
 def mark_returned():
     """The function ``RankPool`` ran here returned: publish RETURNED for every open context of this process (a peer
     waiting for this rank then raises instead of waiting for ever), once the kernels it queued have run (their
-    signals landed); ``mark_running`` takes it back at the next call."""
+    signals landed), and raise here a mismatch they found (``Watchdog.settle``); ``mark_running`` takes it back at
+    the next call."""
     with _lock:
         watchdogs = list(_live)
     for watchdog in watchdogs:
         if watchdog.groups.device.type == "cuda":
             torch.cuda.synchronize(watchdog.groups.device)
+            watchdog.settle()
         watchdog.publish(RETURNED)
 
 
