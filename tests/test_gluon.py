@@ -217,7 +217,8 @@ def _tma_body(cases):
     ok["Config"] = torch.equal(tri.cpu(), torch.cat([rank_data(r, 256, torch.bfloat16, "cpu") for r in range(world)]))
     tma = iris.ccl.CollectiveConfig(use_gluon=True, gluon_path="tma", block_size=128, num_warps=4)
     odd = ctx.zeros(world * 100, dtype=torch.bfloat16)
-    for name, call in (("unaligned", lambda: ctx.ccl.all_gather(odd, odd[:100], config=tma)),
+    mine = ctx.zeros(100, dtype=torch.bfloat16)  # apart from odd: its slots, 200 bytes each, are what is unaligned
+    for name, call in (("unaligned", lambda: ctx.ccl.all_gather(odd, mine, config=tma)),
                        ("all_to_all", lambda: ctx.ccl.all_to_all(odd.view(1, -1), odd.view(1, -1), config=tma))):
         try:
             call()

@@ -159,7 +159,7 @@ def test_bad_input(pools):
     messages = pools(2).run(_bad_input_body)[0]
     expected = {
         "not on heap": "inp is not on the symmetric heap",
-        "out is inp": "out is inp, which peers still read",
+        "out is inp": "ccl.all_reduce_rmsnorm: out overlaps inp (out starts +0 bytes from inp's start",
         "weight shape": "weight is (31,)",
         "shape": "out is (3, 32) but inp is (4, 32)",
         "dtype": "out has dtype torch.float16 but inp has torch.float32",
