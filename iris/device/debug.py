@@ -81,6 +81,6 @@ def check_wait(spins, rank, peer, seen, expected, what: tl.constexpr):
     if spins >= SPIN_LIMIT:
         tl.device_print("iris debug: " + what + " timed out: rank, waiting for rank, flag value seen, expected",
                         rank, peer, seen, expected)
-    tl.device_assert(spins < SPIN_LIMIT, "iris." + what + ": device wait timed out (IRIS_DEBUG): its flag never reached "
-                     "the value waited for; the rank or program that raises it never did (on the cpu backend a "
-                     "launch's programs run one at a time, so a later program of the same launch never can)")
+    tl.device_assert(spins < SPIN_LIMIT, "iris." + what + ": device wait timed out (IRIS_DEBUG): its flag never "
+                     "reached the value waited for; the rank or program that raises it never did (on the cpu backend "
+                     "a launch's programs run one at a time, so a later program of the same launch never can)")

@@ -62,8 +62,8 @@ def checking(config):
 def key_of(name, group, config, tensors, *extra):
     """The key of a call on ``tensors`` (a tuple) with ``extra`` (hashable: an op name, an eps) under ``group`` and
     ``config``: each tensor's shape, dtype, device, contiguity and 16-byte alignment, which tensors' bytes meet
-    another's and where (in place, a slot of it, columns of one buffer), and the ids. None when the call is not cached: check mode, or an argument not a
-    tensor (the general path then raises its error)."""
+    another's and where (in place, a slot of it, columns of one buffer), and the ids. None when the call is not
+    cached: check mode, or an argument not a tensor (the general path then raises its error)."""
     if checking(config):
         return None
     for value in extra:

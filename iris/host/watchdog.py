@@ -234,7 +234,7 @@ class Watchdog:
             return
         if self.groups.failure is None and self.groups.mismatches():
             self._calls_disagree(in_thread=True)
-        if self.groups.failure is not None:  # found by the watchdog thread first: raised here, its queued copy withdrawn
+        if self.groups.failure is not None:  # the watchdog thread found it first: raised here, its copy withdrawn
             self.groups.check(self.groups.last_call, entering=False)
 
     def resume(self):

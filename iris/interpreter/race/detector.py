@@ -293,10 +293,10 @@ class Detector:
                       "acquire wait, at gpu scope or wider), or split the work into kernels")
         else:
             advice = ("nothing orders them: a release/acquire pair at sys scope (iris.atomic_add(flag, 1, ..., "
-                      "sem='release', scope='sys') after the access meant to come first, which need not be the one that "
-                      "ran first here, and a wait with sem='acquire' before the other), a "
-                      "barrier between them (ctx.barrier() on the host, ctx.device_barrier() or ctx.ccl.barrier() on "
-                      "the stream), or a kernel boundary on the same rank")
+                      "sem='release', scope='sys') after the access meant to come first, which need not be the one "
+                      "that ran first here, and a wait with sem='acquire' before the other), a barrier between them "
+                      "(ctx.barrier() on the host, ctx.device_barrier() or ctx.ccl.barrier() on the stream), or a "
+                      "kernel boundary on the same rank")
         text = (f"iris: data race (IRIS_SANITIZE=race) on {where}:\n  {self.shared.site_text(site)}\n"
                 f"  {self.shared.site_text(earlier_site)} (earlier)\n  {advice}")
         self.races.append(text)
