@@ -199,6 +199,12 @@ def _worker(rank, world_size, port, conn, nodes=1, process_group=True):
 STARTING = "starting the ranks"
 
 
+def _stopped_by_a_peer(text):
+    """Whether a rank's error text ends in a ``PeerError``: another rank's failure, seen here."""
+    lines = text.strip().splitlines()
+    return bool(lines) and "PeerError" in lines[-1].split(":")[0]
+
+
 class RankPool:
     """``world_size`` long-lived rank processes (``env`` added to their environment); ``pool.run(fn, *args)``
     runs ``fn`` on all of them and returns the list of results, rank by rank. A failure on any rank raises
@@ -310,9 +316,11 @@ class RankPool:
         if errors:
             # A failed rank may have skipped collective calls the others made; start afresh next time.
             self.close(force=True)
-            # in the order they were found: the rank that failed first (the cause) before those it stopped
-            detail = "\n".join(f"--- rank {r} ---\n{text}" for r, text in errors.items())
-            first = f" (rank {next(iter(errors))} first)" if len(errors) > 1 else ""
+            # the causes first: ranks that raised or died before those stopped by a peer's failure (a PeerError),
+            # each kind in the order found
+            ranks = sorted(errors, key=lambda r: _stopped_by_a_peer(errors[r]))
+            detail = "\n".join(f"--- rank {r} ---\n{errors[r]}" for r in ranks)
+            first = f" (rank {ranks[0]} first)" if len(errors) > 1 else ""
             raise RankError(f"{what}: {len(errors)} of {self.world_size} ranks failed{first}\n{detail}")
         return results
 
