@@ -20,7 +20,6 @@ from iris.ccl.config import ALL_REDUCE_ALGORITHMS
 from iris.device.group import first_block, program_row, reduce_blocks, reduce_from_group, store_to_group, tail_mask
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
-from iris.host.memory.overlap import check_apart
 from iris.host.distributed import Context
 
 
@@ -111,8 +110,7 @@ def all_reduce(ctx: Context, out: torch.Tensor, inp: torch.Tensor, op: common.Re
     common.precheck(caller, group, config, (out, inp), str(op))
     op, out_flat, inp_flat, ins, p = _checked(ctx, caller, out, inp, "inp", op, group, config)
     n = inp.numel()
-    in_place = check_apart(caller, out, "out", inp, "inp", "use a separate out, or inp itself for an in-place call",
-                           inside=0)
+    in_place = common.in_place(caller, out, inp)
     algorithm = common.algorithm(p, ALL_REDUCE_ALGORITHMS, caller)
     if algorithm == "auto":
         algorithm = "one_shot" if n * inp.element_size() <= p.config.one_shot_max_bytes and not in_place else "two_shot"

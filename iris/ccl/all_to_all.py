@@ -116,8 +116,8 @@ def all_to_all(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group: dist.P
         ref_q = torch.cat([inp_r.chunk(group_size, dim=1)[q] for r in group], dim=1)
 
     Raises ``ValueError`` for operands that share bytes, operands of other shapes or dtypes, a dim 1 the group size does
-    not divide, an ``out`` that is ``inp`` or lies off the heap; ``iris.MismatchError`` on every rank when the ranks'
-    calls differ; ``iris.PeerError`` once a peer has failed.
+    not divide, an ``out`` off the heap; ``iris.MismatchError`` on every rank when the ranks' calls differ;
+    ``iris.PeerError`` once a peer has failed.
 
     Example::
 
@@ -140,8 +140,8 @@ def all_to_all_single(ctx: Context, out: torch.Tensor, inp: torch.Tensor, group:
         ref_q = torch.cat([inp_r.chunk(group_size, dim=0)[q] for r in group], dim=0)
 
     Raises ``ValueError`` for operands that share bytes, operands of other sizes or dtypes, a dim 0 the group size does
-    not divide, an ``out`` that is ``inp`` or lies off the heap; ``iris.MismatchError`` on every rank when the ranks'
-    calls differ; ``iris.PeerError`` once a peer has failed.
+    not divide, an ``out`` off the heap; ``iris.MismatchError`` on every rank when the ranks' calls differ;
+    ``iris.PeerError`` once a peer has failed.
 
     Example::
 

@@ -13,6 +13,7 @@ from iris.ccl.config import CollectiveConfig, Config
 from iris.host.distributed import all_gather_object
 from iris.host import launches
 from iris.host.groups import MAX_COMM_PROGRAMS
+from iris.host.memory.overlap import check_apart
 
 # What a collective's ``op`` takes (``reduce_op``): a name of the reductions (the check takes any case) or a member of
 # torch.distributed.ReduceOp (``ReduceOp.SUM``, ...); and its ``config``: ours, or upstream's, which
@@ -56,6 +57,14 @@ def flat(tensor, caller, name):
 def same_dtype(out, inp, caller):
     if out.dtype != inp.dtype:
         raise ValueError(f"{caller}: out has dtype {out.dtype} but inp has {inp.dtype}; they must match")
+
+
+def in_place(caller, out, inp, first=0, n=None):
+    """``out`` apart from ``inp`` (False), or exactly ``inp``'s elements from ``first`` on, the call's in-place form
+    (True; with ``n``, this rank's slice of ``n`` elements); any other overlap raises (``check_apart``)."""
+    form = "inp itself" if n is None else f"this rank's slice inp[{first}:{first + n}] of inp itself"
+    return check_apart(caller, out, "out", inp, "inp", f"use a separate out, or {form} for an in-place call",
+                       inside=first)
 
 
 def expect_numel(tensor, numel, caller, name, how):

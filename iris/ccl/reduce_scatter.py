@@ -34,7 +34,6 @@ from iris.device.atomics import atomic_xchg
 from iris.device.rma import store
 from iris.device.sync import call_match, fence_release_sys, open_call, wait_until
 from iris.host import launches
-from iris.host.memory.overlap import check_apart
 from iris.host.distributed import Context
 
 SEGMENT_BLOCKS = 4  # blocks per flagged segment: one sys fence per 4 x 16 KiB of bf16 on the large shape
@@ -205,8 +204,7 @@ def _reduce_scatter_slice(ctx, out, inp, op, group, async_op, config, caller, ke
     n = common.split_rows(inp, ctx.group_sync(group, caller).size, caller, "inp")
     p = common.plan(ctx, caller, n, group, config)
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {p.sync.size}")
-    check_apart(caller, out, "out", inp, "inp", f"use a separate out, or this rank's slice inp[{p.sync.index} * {n}:]"
-                f"[:{n}] of inp itself for an in-place call", inside=p.sync.index * n)
+    common.in_place(caller, out, inp, p.sync.index * n, n)
     acc_fp32 = common.accumulate_in_fp32(inp.dtype)
     aligned = (n * inp.element_size()) % 16 == 0
     if pushes(p, n * inp.element_size(), caller):

@@ -20,7 +20,6 @@ from iris.ccl import common
 from iris.device.group import combine, finish, program_row
 from iris.device.rma import load
 from iris.device.sync import call_match, group_barrier, open_call
-from iris.host.memory.overlap import check_apart
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ def reduce_scatter_tiles(ctx, out, inp, op, group, async_op, config, caller):
     N = inp.numel() // max(M, 1)
     for name, t in (("out", out), ("inp", inp)):
         common.flat(t, caller, name)
-    check_apart(caller, out, "out", inp, "inp", "use a separate out, or inp itself for an in-place call", inside=0)
+    common.in_place(caller, out, inp)
     ins = ctx.symmetric_table(inp, caller, "inp")
     p = common.plan(ctx, caller, inp.numel(), group, config)
     first, count, step = layout.owned(M, N, p.sync.index, p.sync.size)

@@ -19,7 +19,6 @@ from iris.ccl import common, record, reference
 from iris.device.group import program_row, reduce_blocks
 from iris.device.sync import call_match, group_barrier, open_call
 from iris.host import launches
-from iris.host.memory.overlap import check_apart
 from iris.host.distributed import Context
 
 
@@ -80,8 +79,7 @@ def reduce_scatter_v(ctx: Context, out: torch.Tensor, inp: torch.Tensor, splits:
     index = sync.ranks.index(ctx.get_rank())
     start, n = sum(splits[:index]), splits[index]
     common.expect_numel(out, n, caller, "out", f"splits[{index}] (this rank's count)")
-    check_apart(caller, out, "out", inp, "inp", f"use a separate out, or this rank's part inp[{start}:{start + n}] of "
-                "inp itself for an in-place call", inside=start)
+    common.in_place(caller, out, inp, start, n)
     ins = ctx.symmetric_table(inp, caller, "inp")
     p = common.plan(ctx, caller, max(splits), group, config, sync=sync)  # one grid on every rank
     fp = common.fingerprint(ctx, caller, (None, inp), op, splits, launch=p.launch, sync=p.sync)

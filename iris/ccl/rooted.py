@@ -139,8 +139,7 @@ def scatter(ctx: Context, out: torch.Tensor, inp: torch.Tensor, src: int = 0, gr
     sync = ctx.group_sync(group, caller)
     n = common.split_rows(inp, sync.size, caller, "inp")
     common.expect_numel(out, n, caller, "out", f"inp.numel() / group size {sync.size}")
-    check_apart(caller, out, "out", inp, "inp", f"use a separate out, or this rank's slice inp[{sync.index} * {n}:]"
-                f"[:{n}] of inp itself for an in-place call", inside=sync.index * n)
+    common.in_place(caller, out, inp, sync.index * n, n)
     table = ctx.symmetric_table(inp, caller, "inp")
     mine = inp_flat[sync.index * n:]
     return _pull(ctx, caller, out_flat, mine, n, src, group, config, async_op, (caller, (out, inp), (src,)), inp_flat,
@@ -158,7 +157,7 @@ def _root_pulls(ctx, caller, out, inp, dst, group, config, async_op, op=None):
     common.expect_numel(out, expected, caller, "out", "inp.numel()" if op else f"group size {p.sync.size} * "
                         f"inp.numel() {n}")
     if op:  # the root reads each element of every inp before it writes that element of out
-        check_apart(caller, out, "out", inp, "inp", "use a separate out, or inp itself for an in-place call", inside=0)
+        common.in_place(caller, out, inp)
     else:  # the root pulls every rank's inp from one heap offset, which a slot of out is on no two ranks
         check_apart(caller, inp, "inp", out, "out", "gather reads every rank's inp at the same heap offset, so inp "
                     "cannot be a slot of out; use a separate inp")
