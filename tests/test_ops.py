@@ -262,7 +262,7 @@ def _bad_input_body():
         "divisible": error_message(ctx.ops.matmul_reduce_scatter, ctx.zeros(33, 32), ctx.zeros(65, 40), b),
         "fused_block": error_message(ctx.ops.all_gather_matmul, ctx.zeros(96, 32), ctx.zeros(48, 40), b,
                                      config=OpsConfig(variant="fused", block_m=32)),
-        "fused_out": error_message(ctx.ops.matmul_all_reduce, torch.zeros(64, 32), a, b,
+        "fused_out": error_message(ctx.ops.matmul_all_reduce, torch.zeros(64, 32, device=ctx.get_device()), a, b,
                                    config=OpsConfig(variant="fused")),
         "config": error_message(OpsConfig, block_m=48),
         # M or N of 0 on every rank: an empty result, as torch.matmul gives, whatever the variant

@@ -113,6 +113,7 @@ class GroupTable:
         self.last_call = None  # what this rank called last (every call that talks to peers checks)
         self.last_text = None  # that call with its arguments, when a launcher described it (``fingerprint``)
         self.failure_type = PeerError  # what ``failure`` is raised as (MismatchError after calls disagreed)
+        self.surfaced = False  # ``failure`` has been raised in this rank's own thread (``Watchdog.settle`` asks)
         # Set by the watchdog: called by ``check`` on the cpu backend when a record shows calls that disagreed
         # (there kernels run in the calling thread, so the call that disagreed raises, not a later one)
         self.on_mismatch = None
@@ -151,6 +152,7 @@ class GroupTable:
         if self._alarm[0] and self.failure is None and self.on_mismatch is not None and not self.closed:
             self.on_mismatch()
         if self.failure is not None:
+            self.surfaced = True
             self.reraise(self.failure_type(f"{caller}: {self.failure}"))
         if self.closed:
             raise ClosedError(caller)

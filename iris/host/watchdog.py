@@ -95,10 +95,16 @@ _exit_hook_registered = False
 
 
 
-def _raise_in(thread_id, message, kind=PeerError):
-    """Raise ``kind(message)`` (a ``PeerError``) in another thread. An asynchronous exception can only be a class,
-    so the message travels on a subclass made for it (named as ``kind``, caught by ``except kind``)."""
-    carrier = type(kind.__name__, (kind,), {"message": message, "__module__": __name__})
+def _raise_in(thread_id, message, kind=PeerError, delivered=None):
+    """Raise ``kind(message)`` (a ``PeerError``) in another thread, calling ``delivered()`` when it is raised there.
+    An asynchronous exception can only be a class, so the message travels on a subclass made for it (named as
+    ``kind``, caught by ``except kind``), which the target thread instantiates as it raises it."""
+    def arrive(self, *args):
+        if delivered is not None:
+            delivered()
+        kind.__init__(self, *args)
+
+    carrier = type(kind.__name__, (kind,), {"message": message, "__module__": __name__, "__init__": arrive})
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(carrier))
 
 
@@ -229,13 +235,19 @@ class Watchdog:
     def settle(self):
         """The kernels this rank queued have run (``mark_returned``): a mismatch they recorded is raised here, in the
         call's own thread, rather than later into whatever that thread does next (the launcher's wait for its next
-        call, which it would end)."""
+        call, which it would end). A failure the call has already seen raised (and perhaps caught) is not raised
+        again."""
         if self.groups.closed:
             return
         if self.groups.failure is None and self.groups.mismatches():
             self._calls_disagree(in_thread=True)
-        if self.groups.failure is not None:  # the watchdog thread found it first: raised here, its copy withdrawn
+        if self.groups.failure is not None and not self.groups.surfaced:
+            # the watchdog thread found it first and its copy has not arrived: raised here, the copy withdrawn
             self.groups.check(self.groups.last_call, entering=False)
+
+    def _surfaced(self):
+        """The failure has been raised in this rank's own thread (``GroupTable.surfaced``)."""
+        self.groups.surfaced = True
 
     def resume(self):
         """RETURNED back to RUNNING: this rank's process runs a new call (``mark_running``)."""
@@ -418,12 +430,13 @@ class Watchdog:
             # raised first: on the cpu backend the context's thread, spinning in the interpreter, stops before a
             # released wait lets its kernel go on to the data
             if not in_thread and not self._idle:
-                _raise_in(self.owner, f"{self.groups.last_call}: {message}", MismatchError)
+                _raise_in(self.owner, f"{self.groups.last_call}: {message}", MismatchError, self._surfaced)
             logger.error(message, extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
             for peer in self._local_ranks:
                 if peer != self.rank:
                     self.groups.poison(peer)
         if in_thread:
+            self._surfaced()
             raise MismatchError(f"{self.groups.last_call}: {message}")
 
     def _poll(self):
@@ -473,7 +486,7 @@ class Watchdog:
                 if announce:
                     logger.error(message, extra={"iris_rank": self.rank, "iris_num_ranks": self.world_size})
                     if not self._idle:
-                        _raise_in(self.owner, message)
+                        _raise_in(self.owner, message, delivered=self._surfaced)
         self.groups.poison(peer)
         if node is not None and node != self._node:  # our node's ranks may wait for it in the inter-node stage
             for local_peer in self._local_ranks:
@@ -507,7 +520,7 @@ def mark_returned():
     for watchdog in watchdogs:
         if watchdog.groups.device.type == "cuda":
             torch.cuda.synchronize(watchdog.groups.device)
-            watchdog.settle()
+        watchdog.settle()  # on the cpu backend too, which so tests the path GPUs take
         watchdog.publish(RETURNED)
 
 
