@@ -33,7 +33,9 @@ class MismatchError(PeerError):
     differ, though their element counts agree) or root, tensors at other heap offsets (a heap allocated
     differently), or calls in different groups that wait for each other. Raised on every rank the kernels' barriers
     (or the watchdog, for groups) found in disagreement, naming both calls; the context then refuses further calls,
-    like a peer failure. ``docs/debugging.md``, "When something goes wrong", lists what is compared and what is not.
+    like a peer failure. On GPUs the host learns of it after the kernel ran: the next call raises it, or, under
+    ``iris.run``, the rank's function's return when no call came after (an error the function caught is not raised
+    again there). ``docs/debugging.md``, "When something goes wrong", lists what is compared and what is not.
 
     Example::
 

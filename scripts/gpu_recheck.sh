@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# What one H100/H200 still owes the CPU tier's latest changes, in one call (about 7 minutes):
+# The one-GPU check of the CPU tier's latest changes, in one call (about 5 to 7 minutes; last passed on one H100 at
+# c9e8e5d, results/1xH100/recheck.log):
 #   bash scripts/gpu_recheck.sh [OUT_DIR]
 # Ranks share the GPU (IRIS_BACKEND=simulation). Already passed on one GPU at GPU sizes (docs/results.md, "GPU
 # tier"): every collective x 6 dtypes at 2 and 4 ranks, the torch backend and the records, the fused ops' records,
-# tracing, iris.x, the copy engines, RMA, the tutorials. Left:
+# tracing, iris.x, the copy engines, RMA, the tutorials. This one runs:
 # 1. reduce_scatter_v (its mismatch check now synchronises before it looks), the CUDA-graph replays, empty and soak;
 # 2. operands that share bytes (refused, and the in-place forms right, on the device), the fused ops' bad input, the
 #    mismatch cases that a GPU reports after its kernel (settled when the rank's function returns);
