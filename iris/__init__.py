@@ -47,3 +47,20 @@ __all__ = [
     "put_signal_rect", "wait_then_put_rect", "wait_then_put_signal_rect", "hip", "mem", "wait_until",
     "SymmetricAddressMap", "HeapProvider", "TorchSymmMemProvider", "wrap_symmetric", "get_device_id_for_rank",
 ]
+
+# The subpackages, reached as attributes (``iris.ccl``, ``iris.x.Tile`` in a kernel) without importing them here:
+# each loads on first use, as ``import iris.ccl`` would, so ``import iris`` stays as quick as it was.
+_SUBPACKAGES = ("bench", "ccl", "compile", "copy_engine", "distributed", "experimental", "gluon", "models", "ops",
+                "triggered", "x")
+
+
+def __getattr__(name):
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f"iris.{name}")
+    raise AttributeError(f"module 'iris' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBPACKAGES))

@@ -61,6 +61,20 @@ def test_missing_private_api_is_a_clear_error(monkeypatch):
         private.default_store()
 
 
+def test_subpackages_load_on_first_use():
+    """``import iris`` leaves the subpackages unloaded; ``iris.ccl``, ``iris.x`` and the rest are then attributes
+    that import them (a kernel's ``iris.x.Tile`` with no ``import iris.x``), each a real module of that name; a
+    name that is none of them is still an AttributeError."""
+    code = ("import sys, iris; subs = iris._SUBPACKAGES; "
+            "print(sorted(s for s in subs if f'iris.{s}' in sys.modules)); "
+            "print(all(getattr(iris, s) is sys.modules[f'iris.{s}'] for s in subs), iris.x.Tile.__name__, "
+            "set(subs) <= set(dir(iris)))\n"
+            "try:\n    iris.no_such_thing\nexcept AttributeError as e:\n    print(e)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.splitlines() == ["[]", "True Tile True", "module 'iris' has no attribute 'no_such_thing'"], (
+        run.stdout, run.stderr[-2000:])
+
+
 def test_upstream_module_path_and_factory():
     # upstream code does `from iris.iris import DeviceContext` and calls `iris.iris(heap_size)`: both must hold
     import iris
