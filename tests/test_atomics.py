@@ -57,7 +57,7 @@ OPS_DTYPES = [
     ("xchg", [torch.int32, torch.int64, torch.float32]),
     ("and", [torch.int32, torch.int64]), ("or", [torch.int32, torch.int64]), ("xor", [torch.int32, torch.int64]),
     ("min", [torch.int32, torch.int64, torch.float32]), ("max", [torch.int32, torch.int64, torch.float32]),
-    ("cas", [torch.int32, torch.int64, torch.float32]),
+    ("cas", [torch.int32, torch.int64, torch.float32, torch.int16, torch.float16, torch.bfloat16]),
 ]
 CASES = [(op, dtype) for op, dtypes in OPS_DTYPES for dtype in dtypes]
 
