@@ -44,6 +44,9 @@ sphinx_gallery_conf = {
     "filename_pattern": r"/\d\d_",
     "within_subsection_order": "FileNameSortKey",  # 01, 02, ...: the order they teach in
     "download_all_examples": False,
+    # no notebook: a tutorial's rank function must be importable by the rank processes, which a notebook's is not
+    # (iris.run says so); the page offers the script
+    "notebook_extensions": set(),
     "show_signature": False,
     "remove_config_comments": True,
 }
