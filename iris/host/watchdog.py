@@ -520,7 +520,7 @@ def mark_returned():
     for watchdog in watchdogs:
         if watchdog.groups.device.type == "cuda":
             torch.cuda.synchronize(watchdog.groups.device)
-        watchdog.settle()  # on the cpu backend too, which so tests the path GPUs take
+        watchdog.settle()  # on the cpu backend too, so that its tier takes the path GPUs take
         watchdog.publish(RETURNED)
 
 
